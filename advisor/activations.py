@@ -1,0 +1,265 @@
+"""What autograd saves for backward, tensor by tensor, for one micro-batch.
+
+This follows the forward code of transformers' decoder layers and peft's LoRA layers and
+counts every tensor a backward function keeps (deduplicated: one tensor read by q, k and v
+is stored once). The per-layer structure follows Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models" (§4.1, activation memory per layer),
+re-derived for pre-norm RMSNorm/SwiGLU decoders, GQA, fused-kernel attention and LoRA:
+- RMSNorm (LlamaRMSNorm): saves its input upcast to fp32 (pow and mul backward) and, when
+  its weight trains, the normalised output in the model dtype (Gemma: fp32, `1 + weight`).
+- nn.Linear saves its input only when its weight needs a gradient; a frozen linear keeps
+  only its weight (a parameter, counted in weights).
+- SDPA / FlashAttention save q, k, v, the output and a fp32 logsumexp per head (Dao et al.
+  2022, FlashAttention, §3.1: O(s) extra memory); eager attention also keeps the fp32
+  softmax and its 16-bit copy: the b·heads·s² score matrices.
+- SwiGLU / GeGLU MLP: gate (activation input), activation output, up, and the product
+  (down_proj input, only when down_proj trains).
+- peft LoRA (`lora.Linear.forward`): the input cast to the adapter dtype (fp32 by default),
+  dropout's bool mask and output when dropout > 0, and the rank-r intermediate.
+- Loss (`ForCausalLMLoss`): logits are upcast to fp32; log_softmax keeps its fp32 output
+  (b·s·vocab·4 bytes) for backward.
+- autocast (amp-*): every linear casts its input to 16-bit separately, and each weight's
+  16-bit copy is kept for backward (torch autocast weight cache).
+- gradient checkpointing (transformers, reentrant torch.utils.checkpoint): only each
+  layer's input is kept; one layer is recomputed at a time during backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advisor.architecture import ATTN_IN, MLP_IN, SHARED_IN, Architecture, Layer
+from advisor.stacks import Shape, Stack
+
+FP32 = 4
+INT64 = 8
+BOOL = 1
+
+
+def act_bytes(stack: Stack) -> int:
+    """Bytes per element of activations between layers."""
+    return 4 if stack.precision == "fp32" else 2
+
+
+def adapter_bytes(stack: Stack) -> int:
+    if stack.precision == "fp32":
+        return 4
+    return 4 if stack.adapter_dtype == "fp32" else 2
+
+
+@dataclass
+class Saved:
+    """Saved-tensor bytes per token, by named term (summed over layers by the caller)."""
+
+    terms: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, nbytes: float) -> None:
+        if nbytes:
+            self.terms[name] = self.terms.get(name, 0.0) + nbytes
+
+    @property
+    def total(self) -> float:
+        return sum(self.terms.values())
+
+
+def _norm(saved: Saved, name: str, h: int, stack: Stack, gemma: bool) -> None:
+    """One RMSNorm of width h: its input upcast to fp32, and the normalised tensor the weight
+    multiplies when that weight trains (LlamaRMSNorm: model dtype; Gemma and autocast: fp32).
+    The norm's result is a separate tensor, saved by the linears that read it (_linears)."""
+    saved.add(f"{name}.input_fp32", FP32 * h)
+    if stack.method == "full":
+        fp32_out = gemma or stack.precision.startswith("amp") or stack.precision == "fp32"
+        saved.add(f"{name}.normalised", (FP32 if fp32_out else act_bytes(stack)) * h)
+
+
+def _stream_bytes(stack: Stack, stream: str) -> int:
+    """Dtype of the tensor a linear reads: norm outputs stay fp32 under autocast."""
+    if stack.precision.startswith("amp") and stream in (ATTN_IN, MLP_IN, SHARED_IN):
+        return FP32
+    return act_bytes(stack)
+
+
+def lora_target_names(arch: Architecture, stack: Stack) -> set[str]:
+    if stack.method == "full":
+        return set()
+    return {lin.name for lin in arch.lora_targeted(stack.lora_targets)}
+
+
+def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
+    """Inputs saved by the layer's dense linears and their LoRA adapters (experts: _mlp)."""
+    amp = stack.precision.startswith("amp")
+    ab = adapter_bytes(stack)
+    targets = lora_target_names(arch, stack)
+    dropout = stack.lora_dropout > 0
+    shared: set[str] = set()  # streams already counted once
+
+    def once(stream: str, nbytes: float, term: str) -> None:
+        if stream not in shared:
+            shared.add(stream)
+            saved.add(term, nbytes)
+
+    for lin in layer.linears:
+        if lin.expert:
+            continue
+        width, sb = lin.in_features, _stream_bytes(stack, lin.stream)
+        if stack.method == "full":
+            if amp and sb == FP32:
+                saved.add("linear_inputs.autocast_casts", 2 * width)  # each linear casts separately
+            else:
+                once(lin.stream, sb * width, f"linear_inputs.{lin.stream}")
+            continue
+        if lin.name not in targets:
+            continue  # frozen linear: backward needs only its weight
+        if amp:
+            # autocast: lora_A reads its own bf16 cast of the (possibly dropped-out) input
+            if dropout:
+                saved.add("lora.dropout_masks", BOOL * width)
+            saved.add("lora.inputs", 2 * width)
+            saved.add("lora.rank", 2 * stack.lora_rank)
+            continue
+        if dropout:
+            saved.add("lora.dropout_masks", BOOL * width)
+            saved.add("lora.inputs", ab * width)  # dropout output, one per adapter
+        elif ab != sb:
+            saved.add("lora.inputs", ab * width)  # x.to(adapter dtype), one per adapter
+        else:
+            once(lin.stream, sb * width, "lora.inputs")
+        saved.add("lora.rank", ab * stack.lora_rank)
+
+
+def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int) -> None:
+    spec = arch.spec
+    a = act_bytes(stack)
+    q = spec.num_attention_heads * spec.head_dim
+    kv = spec.num_key_value_heads * spec.head_dim
+    heads = spec.num_attention_heads
+    if spec.qk_norm:
+        gemma = spec.family.startswith("gemma")
+        saved.add("attention.qk_norm", FP32 * (q + kv))
+        if stack.method == "full":
+            saved.add("attention.qk_norm", (FP32 if gemma else a) * (q + kv))
+    if stack.attention == "eager":
+        rep = heads // max(spec.num_key_value_heads, 1)
+        k_saved = q if rep > 1 else kv
+        saved.add("attention.qkv", a * (q + 2 * k_saved))
+        scores = heads * s  # per token: one row of the b·heads·s·s matrix
+        if spec.family == "gemma2":
+            saved.add("attention.softcap", a * scores)
+        if stack.precision == "fp32":
+            saved.add("attention.scores", FP32 * scores)
+        else:
+            saved.add("attention.scores", (FP32 + a) * scores)  # fp32 softmax + 16-bit copy
+        return
+    # SDPA (flash / memory-efficient kernels) and FlashAttention-2: q, k, v, out, logsumexp.
+    saved.add("attention.qkv", a * (q + 2 * kv))
+    saved.add("attention.output", a * q)
+    saved.add("attention.logsumexp", FP32 * heads)
+
+
+def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
+    spec = arch.spec
+    a = act_bytes(stack)
+    full = stack.method == "full"
+    if layer.moe:
+        e, k = spec.num_experts, spec.num_experts_per_tok
+        fe = spec.moe_intermediate_size or spec.intermediate_size
+        h = spec.hidden_size
+        # grouped_mm experts (transformers 5 default): gathered inputs, gate_up output,
+        # activation, product, and the down output scaled by routing weights -- per routed pair.
+        saved.add("moe.experts", k * a * (2 * h + 4 * fe))
+        shared = spec.shared_expert_intermediate_size
+        # router: fp32 softmax probabilities and top-k indices; its input when the router
+        # trains (the same tensor the shared expert's linears keep, if there is one)
+        saved.add("moe.router", FP32 * e + INT64 * k + (a * h if full and not shared else 0))
+        if shared:
+            # shared expert's gate/activation/up, then sigmoid(shared_expert_gate) * output
+            saved.add("moe.shared_expert", a * (3 * shared + h + 1))
+        return
+    f = spec.intermediate_size
+    # gate (activation input), activation output, up (both read by the product)
+    saved.add("mlp.gate_act_up", 3 * a * f)
+    del full
+
+
+def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape) -> Saved:
+    """Bytes per token one decoder layer saves for backward."""
+    spec = arch.spec
+    gemma = spec.family.startswith("gemma")
+    h = spec.hidden_size
+    saved = Saved()
+    for _ in range(spec.norms_per_layer):  # input/post-attention (+ Gemma's pre/post feed-forward)
+        _norm(saved, "norms", h, stack, gemma)
+    _attention(saved, arch, stack, shape.seq_len)
+    _linears(saved, arch, layer, stack)
+    _mlp(saved, arch, layer, stack)
+    return saved
+
+
+@dataclass
+class ActivationEstimate:
+    saved: dict[str, int]  # bytes saved at the end of forward, by term
+    recompute: int  # one layer's activations rebuilt during backward (checkpointing)
+    loss_transient: int  # fp32 logits gradients alive at the start of backward
+    per_layer: int  # one (largest) layer's saved bytes for this micro-batch
+
+    @property
+    def saved_total(self) -> int:
+        return sum(self.saved.values())
+
+
+def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> ActivationEstimate:
+    spec = arch.spec
+    tokens = shape.micro_batch * shape.seq_len
+    a = act_bytes(stack)
+    h, v = spec.hidden_size, spec.vocab_size
+    amp = stack.precision.startswith("amp")
+    gemma = spec.family.startswith("gemma")
+    totals: dict[str, float] = {}
+    per_layer_max = 0.0
+    by_kind: dict[tuple, Saved] = {}  # layers of one kind (dense / MoE) save the same bytes
+    for layer in arch.layers:
+        key = (layer.moe, len(layer.linears))
+        if key not in by_kind:
+            by_kind[key] = layer_saved(arch, layer, stack, shape)
+        s = by_kind[key]
+        per_layer_max = max(per_layer_max, s.total)
+        if not stack.grad_checkpointing:
+            for k, val in s.terms.items():
+                totals[f"layers.{k}"] = totals.get(f"layers.{k}", 0.0) + val
+    if stack.grad_checkpointing:
+        # Reentrant checkpointing keeps each layer's input hidden states (residual stream).
+        stream = FP32 if amp else a
+        totals["checkpoint.layer_inputs"] = len(arch.layers) * stream * h
+
+    # Rotary cos/sin, computed once per forward and shared by every layer.
+    totals["rope.cos_sin"] = 2 * a * spec.head_dim * (2 if spec.family == "gemma3" or spec.family == "gemma3_text" else 1)
+    if stack.method == "full":
+        totals["embedding.indices"] = INT64
+    # Final norm, lm_head input, loss.
+    fin = Saved()
+    _norm(fin, "final_norm", h, stack, gemma)
+    for k, val in fin.terms.items():
+        totals[k] = totals.get(k, 0.0) + val
+    if stack.method == "full":  # lm_head (or the tied embedding) trains: keeps its input
+        totals["lm_head.input"] = 2 * h if amp else a * h
+    if spec.family == "gemma2":
+        totals["logits.softcap_tanh"] = a * v
+    totals["loss.log_softmax_fp32"] = FP32 * v
+    totals["loss.targets"] = INT64
+
+    if amp:
+        lin_w = sum(lin.weight_params for lin in arch.linears()) * arch.scale
+        lm = v * h
+        if stack.grad_checkpointing:
+            lin_w = lin_w / max(len(arch.layers), 1) * 0  # recomputed layer: counted in recompute
+        copies = 2 * (lin_w + lm)
+    else:
+        copies = 0
+
+    saved = {f"activations.{k}": int(round(val * tokens)) for k, val in totals.items()}
+    if copies:
+        saved["activations.autocast_weight_copies"] = int(copies)
+    recompute = int(per_layer_max * tokens) if stack.grad_checkpointing else 0
+    # Backward of the loss: grad of log_softmax output and its input, both fp32 (b·s·vocab).
+    loss_transient = int(2 * FP32 * v * tokens)
+    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient, per_layer=int(per_layer_max * tokens))

@@ -1,0 +1,243 @@
+"""From a ModelSpec to modules: every linear layer, norm and embedding with its shape.
+
+Memory and FLOPs both need the same facts (which linears exist, their in/out sizes, which
+ones LoRA targets and bitsandbytes quantises), so they are derived here once. Parameter
+counts must equal transformers' own count of the same config (tests/test_param_counts.py).
+Module names are the ones peft matches against (`q_proj`, `gate_up_proj`, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from advisor.modelspec import ModelSpec
+
+# Input streams a linear reads from; linears sharing a stream share one saved input tensor.
+ATTN_IN, ATTN_OUT, MLP_IN, MLP_ACT, SHARED_IN, SHARED_ACT = (
+    "attn_in",
+    "attn_out",
+    "mlp_in",
+    "mlp_act",
+    "shared_in",
+    "shared_act",
+)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One nn.Linear (or `count` identical ones, e.g. experts) inside a decoder layer."""
+
+    name: str
+    in_features: int
+    out_features: int
+    bias: bool = False
+    count: int = 1
+    stream: str = ATTN_IN
+    expert: bool = False  # routed expert weights: 3-D parameters in transformers 5, not nn.Linear
+    tokens_fraction: float = 1.0  # share of the layer's tokens this module sees (routed experts)
+
+    @property
+    def params(self) -> int:
+        return self.count * (self.in_features * self.out_features + (self.out_features if self.bias else 0))
+
+    @property
+    def weight_params(self) -> int:
+        return self.count * self.in_features * self.out_features
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One decoder layer: its linears, norms and other small parameters."""
+
+    linears: tuple[Linear, ...]
+    norm_params: int  # RMSNorm weights (incl. q/k norms)
+    other_params: int = 0  # MoE router weights
+    moe: bool = False
+
+    @property
+    def params(self) -> int:
+        return sum(lin.params for lin in self.linears) + self.norm_params + self.other_params
+
+
+@dataclass
+class Architecture:
+    spec: ModelSpec
+    layers: list[Layer]
+    embed_params: int
+    lm_head_params: int  # 0 when tied to the embeddings
+    final_norm_params: int
+    vision_linears: tuple[Linear, ...] = ()
+    vision_other_params: int = 0  # patch/position embeddings, layer norms, projector
+    notes: list[str] = field(default_factory=list)
+
+    # ---- parameter counts -------------------------------------------------------------
+    @cached_property
+    def params_layers(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @cached_property
+    def params_vision(self) -> int:
+        return sum(lin.params for lin in self.vision_linears) + self.vision_other_params
+
+    @cached_property
+    def params_architecture(self) -> int:
+        return (
+            self.embed_params
+            + self.lm_head_params
+            + self.final_norm_params
+            + self.params_layers
+            + self.params_vision
+        )
+
+    @property
+    def scale(self) -> float:
+        """--params mode: stretch the synthetic shape's count to the given one."""
+        if self.spec.params_override:
+            return self.spec.params_override / self.params_architecture
+        return 1.0
+
+    @property
+    def params_total(self) -> int:
+        return self.spec.params_override or self.params_architecture
+
+    @cached_property
+    def params_active(self) -> int:
+        """Parameters a token passes through: MoE layers count only top-k routed experts."""
+        total = self.params_total
+        for layer in self.layers:
+            for lin in layer.linears:
+                if lin.expert and lin.count:
+                    inactive = lin.count - self.spec.num_experts_per_tok
+                    total -= round(lin.params / lin.count * inactive * self.scale)
+        return total
+
+    def linears(self, include_vision: bool = True) -> list[Linear]:
+        out = [lin for layer in self.layers for lin in layer.linears]
+        if include_vision:
+            out += list(self.vision_linears)
+        return out
+
+    @cached_property
+    def linear_weight_params(self) -> int:
+        """Weights bitsandbytes quantises in QLoRA: every linear except lm_head (and the routers)."""
+        return round(sum(lin.weight_params for lin in self.linears()) * self.scale)
+
+    # ---- LoRA ---------------------------------------------------------------------------
+    def linear_names(self) -> list[str]:
+        names: list[str] = []
+        for lin in self.linears():
+            if not lin.expert and lin.name not in names:
+                names.append(lin.name)
+        return names
+
+    def lora_targeted(self, targets: str) -> list[Linear]:
+        """The linears a peft LoraConfig(target_modules=targets) wraps, per layer and in vision."""
+        if targets.strip() == "all-linear":
+            # peft's all-linear: every nn.Linear but the output embedding. Routed experts are
+            # 3-D nn.Parameters in transformers 5 (e.g. MixtralExperts), so not nn.Linear.
+            return [lin for lin in self.linears() if not lin.expert]
+        wanted = {t.strip() for t in targets.split(",") if t.strip()}
+        return [lin for lin in self.linears() if not lin.expert and lin.name in wanted]
+
+    def unknown_targets(self, targets: str) -> list[str]:
+        if targets.strip() == "all-linear":
+            return []
+        known = set(self.linear_names())
+        return [t.strip() for t in targets.split(",") if t.strip() and t.strip() not in known]
+
+    def lora_params(self, rank: int, targets: str) -> int:
+        """A: in×r and B: r×out for every targeted linear (peft LoRA, no bias)."""
+        per_arch = sum(lin.count * rank * (lin.in_features + lin.out_features) for lin in self.lora_targeted(targets))
+        return per_arch if self.spec.params_override is None else round(per_arch)
+
+
+def _layer_linears(spec: ModelSpec, layer: int) -> tuple[list[Linear], int, bool]:
+    h, hd = spec.hidden_size, spec.head_dim
+    q_out, kv_out = spec.num_attention_heads * hd, spec.num_key_value_heads * hd
+    bias = spec.attention_bias
+    lins: list[Linear] = []
+    if spec.family == "phi3":
+        lins.append(Linear("qkv_proj", h, q_out + 2 * kv_out, bias, stream=ATTN_IN))
+    else:
+        lins += [
+            Linear("q_proj", h, q_out, bias, stream=ATTN_IN),
+            Linear("k_proj", h, kv_out, bias, stream=ATTN_IN),
+            Linear("v_proj", h, kv_out, bias, stream=ATTN_IN),
+        ]
+    lins.append(Linear("o_proj", q_out, h, False, stream=ATTN_OUT))
+
+    other = 0
+    moe = spec.is_moe_layer(layer)
+    if moe:
+        e, fe = spec.num_experts, spec.moe_intermediate_size or spec.intermediate_size
+        frac = spec.num_experts_per_tok / e
+        # transformers 5 stores experts fused: gate_up_proj [E, 2f, h], down_proj [E, h, f]
+        lins += [
+            Linear("experts.gate_up_proj", h, 2 * fe, False, e, MLP_IN, expert=True, tokens_fraction=frac),
+            Linear("experts.down_proj", fe, h, False, e, MLP_ACT, expert=True, tokens_fraction=frac),
+        ]
+        other += e * h  # router weight [E, h] (a Parameter used with F.linear)
+        if spec.shared_expert_intermediate_size:
+            fs = spec.shared_expert_intermediate_size
+            lins += [
+                Linear("gate_proj", h, fs, False, stream=MLP_IN),
+                Linear("up_proj", h, fs, False, stream=MLP_IN),
+                Linear("down_proj", fs, h, False, stream=SHARED_ACT),
+                Linear("shared_expert_gate", h, 1, False, stream=MLP_IN),
+            ]
+    else:
+        f = spec.intermediate_size
+        if spec.family == "phi3":
+            lins.append(Linear("gate_up_proj", h, 2 * f, False, stream=MLP_IN))
+        else:
+            lins += [Linear("gate_proj", h, f, False, stream=MLP_IN), Linear("up_proj", h, f, False, stream=MLP_IN)]
+        lins.append(Linear("down_proj", f, h, False, stream=MLP_ACT))
+    return lins, other, moe
+
+
+def _vision(spec: ModelSpec) -> tuple[tuple[Linear, ...], int]:
+    """SigLIP vision tower (Gemma 3) + Gemma3MultiModalProjector."""
+    v = spec.vision
+    if v is None:
+        return (), 0
+    hv, iv = v.hidden_size, v.intermediate_size
+    per_layer = [
+        Linear("q_proj", hv, hv, True, stream="vision"),
+        Linear("k_proj", hv, hv, True, stream="vision"),
+        Linear("v_proj", hv, hv, True, stream="vision"),
+        Linear("out_proj", hv, hv, True, stream="vision"),
+        Linear("fc1", hv, iv, True, stream="vision"),
+        Linear("fc2", iv, hv, True, stream="vision"),
+    ]
+    linears = tuple(Linear(lin.name, lin.in_features, lin.out_features, lin.bias, v.num_hidden_layers, lin.stream) for lin in per_layer)
+    patches = (v.image_size // v.patch_size) ** 2
+    other = (
+        v.num_channels * v.patch_size**2 * hv + hv  # patch embedding conv (+bias)
+        + patches * hv  # position embedding
+        + v.num_hidden_layers * 4 * hv  # two LayerNorms (weight+bias) per layer
+        + 2 * hv  # post_layernorm
+        + hv * spec.hidden_size  # projector: mm_input_projection_weight
+        + hv  # projector: mm_soft_emb_norm
+    )
+    return linears, other
+
+
+def build(spec: ModelSpec) -> Architecture:
+    """The module inventory of `spec`."""
+    h, hd = spec.hidden_size, spec.head_dim
+    norm = spec.norms_per_layer * h + (2 * hd if spec.qk_norm else 0)
+    layers = []
+    for i in range(spec.num_hidden_layers):
+        lins, other, moe = _layer_linears(spec, i)
+        layers.append(Layer(tuple(lins), norm, other, moe))
+    vis_lin, vis_other = _vision(spec)
+    return Architecture(
+        spec=spec,
+        layers=layers,
+        embed_params=spec.vocab_size * h,
+        lm_head_params=0 if spec.tie_word_embeddings else spec.vocab_size * h,
+        final_norm_params=h,
+        vision_linears=vis_lin,
+        vision_other_params=vis_other,
+    )

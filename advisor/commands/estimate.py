@@ -1,0 +1,180 @@
+"""`gpu-advisor estimate`: the per-GPU memory breakdown of one model × stack × shape.
+
+Imports nothing heavy (no torch, transformers, pandas or rich) so it answers in well under
+half a second; formatting is plain text.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from advisor.stacks import ATTENTIONS, METHODS, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
+
+GB = 1e9
+GiB = 2**30
+
+
+def stack_options(f):
+    """Every setting that moves memory; shared with commands that take one stack."""
+    options = [
+        click.option("--method", type=click.Choice(METHODS), default="full", show_default=True),
+        click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
+        click.option("--lora-alpha", type=click.IntRange(min=1), default=None, help="default: 2 × rank"),
+        click.option("--lora-dropout", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True),
+        click.option("--lora-targets", default="all-linear", show_default=True, help="all-linear or module names, e.g. q_proj,v_proj"),
+        click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+                     help="peft keeps adapters in fp32 by default; torchtune/older peft in bf16"),
+        click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="QLoRA double quantisation"),
+        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
+                     help="bf16/fp16/fp32: weights held in that dtype; amp-*: fp32 weights + autocast"),
+        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True),
+        click.option("--grad-checkpointing/--no-grad-checkpointing", default=False, show_default=True),
+        click.option("--attention", type=click.Choice(ATTENTIONS), default="sdpa", show_default=True),
+        click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="data-parallel ranks in total"),
+        click.option("--sharding", type=click.Choice(SHARDINGS), default=None, help="default: none on 1 GPU, fsdp on more"),
+        click.option("--offload", type=click.Choice(OFFLOADS), default="none", show_default=True, help="CPU offload (needs fsdp/zero)"),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def build_stack(**kw):
+    from advisor.stacks import Stack
+
+    sharding = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
+    return Stack(
+        method=kw["method"],
+        lora_rank=kw["lora_rank"],
+        lora_alpha=kw["lora_alpha"] or 2 * kw["lora_rank"],
+        lora_dropout=kw["lora_dropout"],
+        lora_targets=kw["lora_targets"],
+        adapter_dtype=kw["adapter_dtype"],
+        double_quant=kw["double_quant"],
+        precision=kw["precision"],
+        optimizer=kw["optimizer"],
+        grad_checkpointing=kw["grad_checkpointing"],
+        attention=kw["attention"],
+        gpus=kw["gpus"],
+        sharding=sharding,
+        offload=kw["offload"],
+    )
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option("--params", "params", default=None, help="only a parameter count: 4B, 4e9, 4000M (simple mode)")
+@stack_options
+@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="micro-batch per GPU")
+@click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--gpu", default=None, help="check the fit on this GPU (e.g. A10G, H100, A100-80GB)")
+@click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=0.10, show_default=True,
+              help="share of usable memory kept free")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
+def estimate(model, params, batch_size, seq_len, gpu, headroom, fmt, **stack_kw):
+    """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
+    from advisor.errors import BadInput
+    from advisor.memory import estimate_memory
+    from advisor.models import load_model, parse_param_count, synthetic_spec
+    from advisor.stacks import Shape
+
+    if (model is None) == (params is None):
+        raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
+    spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
+    stack = build_stack(**stack_kw)
+    shape = Shape(micro_batch=batch_size, seq_len=seq_len)
+    est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom)
+    if gpu:
+        est.throughput = _throughput(spec, stack, shape, gpu)
+    for w in est.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if fmt == "json":
+        click.echo(json.dumps(est.model_dump(mode="json"), indent=2))
+    elif fmt == "md":
+        click.echo(render_markdown(est))
+    else:
+        click.echo(render_table(est))
+
+
+def _throughput(spec, stack, shape, gpu):
+    try:
+        from advisor.throughput import estimate_throughput
+    except ImportError:  # time model not installed in this build
+        return None
+    return estimate_throughput(spec, stack, shape, gpu)
+
+
+def gb(n: int) -> str:
+    return f"{n / GB:,.2f} GB"
+
+
+def _rows(est) -> list[tuple[str, int, str]]:
+    b = est.breakdown
+    comps = est.components
+    rows = []
+    for part, total in (("weights", b.weights), ("gradients", b.gradients), ("optimizer", b.optimizer),
+                        ("activations", b.activations), ("overhead", b.overhead)):
+        rows.append((part, total, ""))
+        subs = [(k.split(".", 1)[1], c) for k, c in comps.items() if k.startswith(part + ".") and c.bytes]
+        subs.sort(key=lambda kv: -kv[1].bytes)
+        for name, c in subs[:6]:
+            rows.append((f"  {name}", c.bytes, c.formula))
+        if len(subs) > 6:
+            rows.append((f"  ({len(subs) - 6} more)", sum(c.bytes for _, c in subs[6:]), ""))
+    return rows
+
+
+def render_table(est) -> str:
+    m, b = est.model, est.breakdown
+    lines = [
+        f"{m.name}  ({m.family}; {m.params_total / 1e9:.2f}B params, {m.params_trainable:,} trainable)",
+        f"stack: {est.stack.label()}  ·  micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
+        "",
+        f"{'per GPU':<34}{'bytes':>16}{'':>3}{'GB':>10}{'GiB':>10}",
+    ]
+    for name, n, _ in _rows(est):
+        lines.append(f"{name:<34}{n:>16,}{'':>3}{n / GB:>10.2f}{n / GiB:>10.2f}")
+    lines.append(f"{'total (as nvidia-smi shows it)':<34}{b.total:>16,}{'':>3}{b.total / GB:>10.2f}{b.total / GiB:>10.2f}")
+    lines += [
+        "",
+        f"static (weights+grads+optimizer): {gb(est.static_bytes)}   "
+        f"peak allocated: {gb(est.peak_allocated)}   peak reserved: {gb(est.peak_reserved)}",
+    ]
+    if est.cpu_ram_bytes:
+        lines.append(f"CPU RAM for offloaded states: {gb(est.cpu_ram_bytes)}")
+    if est.fit:
+        f = est.fit
+        verdict = "fits" if f.fits else "does NOT fit"
+        lines.append(
+            f"{f.gpu} ({f.usable_bytes / GiB:.1f} GiB usable, {f.headroom_fraction:.0%} headroom): {verdict}; "
+            f"largest micro-batch at seq {est.shape.seq_len}: {f.max_micro_batch}; "
+            f"longest seq at micro-batch {est.shape.micro_batch}: {f.max_seq_len}"
+        )
+    if est.throughput:
+        t = est.throughput
+        lines.append(f"throughput: {t.tokens_per_sec:,.0f} tokens/s (MFU {t.mfu:.0%}), {t.step_seconds:.2f} s per step")
+    lines.append("assumptions: " + "; ".join(f"{k}={v}" for k, v in est.assumptions.items()))
+    return "\n".join(lines)
+
+
+def render_markdown(est) -> str:
+    m, b = est.model, est.breakdown
+    lines = [
+        f"### {m.name}: {est.stack.label()}, micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
+        "",
+        f"{m.params_total:,} parameters ({m.params_trainable:,} trainable). Source: {m.source}",
+        "",
+        "| component | bytes | GB | how |",
+        "|---|---:|---:|---|",
+    ]
+    for name, n, how in _rows(est):
+        label = name.strip() if not name.startswith("  ") else f"↳ {name.strip()}"
+        lines.append(f"| {label} | {n:,} | {n / GB:.2f} | {how.replace('|', '/')} |")
+    lines.append(f"| **total** | {b.total:,} | {b.total / GB:.2f} | peak reserved + CUDA context |")
+    if est.fit:
+        f = est.fit
+        lines += ["", f"**{f.gpu}**: {'fits' if f.fits else 'does not fit'} with {f.headroom_fraction:.0%} headroom; "
+                      f"max micro-batch {f.max_micro_batch}, max sequence {f.max_seq_len}."]
+    return "\n".join(lines)

@@ -1,0 +1,407 @@
+"""Per-GPU memory of a fine-tuning run: every component named, sized and sourced.
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2020, §3 and §5: Ψ parameters,
+K bytes of optimizer state per parameter, partitioned by stage). QLoRA's NF4 storage follows
+Dettmers et al. 2023 (§3: 4-bit NormalFloat with a 64-element block absmax; double
+quantisation stores those constants in 8 bits with a second fp32 level per 256 blocks).
+Activations are in `advisor.activations`. The peak is taken over the two moments PyTorch
+allocates most: the start of backward (all saved activations plus the fp32 loss gradients)
+and the optimizer step (torch's foreach AdamW materialises sqrt(v) for every parameter).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.activations import ActivationEstimate, act_bytes, adapter_bytes, estimate_activations
+from advisor.architecture import Architecture, build
+from advisor.errors import BadInput
+from advisor.modelspec import ModelSpec
+from advisor.results import Breakdown, Component, FitCheck, MemoryEstimate, ModelInfo
+from advisor.stacks import Shape, Stack
+
+GiB = 2**30
+MiB = 2**20
+
+# CUDA context + cuBLAS/cuDNN module images once torch initialises a device: 0.3-0.6 GiB with
+# lazy module loading (CUDA >= 11.7; shared/reference/GPU_SPECS.md "Memory"; PyTorch notes on
+# CUDA_MODULE_LOADING=LAZY). It is outside max_memory_reserved, inside nvidia-smi's figure.
+CUDA_CONTEXT_BYTES = 512 * MiB
+# Caching-allocator slack (reserved - allocated): blocks are rounded (>1 MiB requests to 2 MiB
+# multiples, large segments kept for reuse) and freed activation blocks of varying sizes
+# fragment. PyTorch CUDA semantics docs; published runs show 0.5-3 GB
+# (shared/calibration/SOURCES.md, "mem_kind"). Modelled as a floor plus a share of the bytes
+# that are allocated and freed every step (activations and transients).
+ALLOCATOR_FLOOR_BYTES = 256 * MiB
+ALLOCATOR_DYNAMIC_FRACTION = 0.08
+# NCCL communicator buffers on each GPU for multi-GPU jobs (NCCL_BUFFSIZE defaults to 4 MiB
+# per channel and peer; NCCL environment-variable docs).
+NCCL_BUFFER_BYTES = 256 * MiB
+
+PARAM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
+
+
+def nf4_bytes_per_param(double_quant: bool) -> float:
+    """NF4 weight + quantisation constants per parameter (Dettmers et al. 2023, §3)."""
+    if double_quant:
+        return 0.5 + 1 / 64 + 4 / (64 * 256)  # 8-bit absmax per 64, fp32 per 256 blocks
+    return 0.5 + 4 / 64  # fp32 absmax per 64-element block
+
+
+@dataclass
+class _States:
+    weights: dict[str, Component]
+    gradients: dict[str, Component]
+    optimizer: dict[str, Component]
+    optimizer_step_transient: int
+    cpu_ram: int
+
+
+def _trainable(arch: Architecture, stack: Stack) -> tuple[int, int]:
+    """(trainable parameters, bytes per trainable parameter)."""
+    if stack.method == "full":
+        return arch.params_total, PARAM_BYTES[stack.precision]
+    return arch.lora_params(stack.lora_rank, stack.lora_targets), adapter_bytes(stack)
+
+
+def _adafactor_state_elems(arch: Architecture, stack: Stack) -> int:
+    """Adafactor (Shazeer & Stern 2018): row + column second-moment factors per matrix."""
+    if stack.method != "full":
+        return sum(lin.count * 2 * stack.lora_rank + lin.count * (lin.in_features + lin.out_features)
+                   for lin in arch.lora_targeted(stack.lora_targets))
+    spec = arch.spec
+    elems = sum(lin.count * (lin.in_features + lin.out_features) for lin in arch.linears())
+    elems += spec.vocab_size + spec.hidden_size  # embedding (and an untied lm_head)
+    if not spec.tie_word_embeddings:
+        elems += spec.vocab_size + spec.hidden_size
+    elems += sum(layer.norm_params for layer in arch.layers) + spec.hidden_size  # 1-D: full
+    return int(elems * arch.scale)
+
+
+def _model_states(arch: Architecture, stack: Stack) -> _States:
+    P = arch.params_total
+    pb = PARAM_BYTES[stack.precision]
+    n_p, n_g, n_o = stack.shard_degree_params, stack.shard_degree_grads, stack.shard_degree_optimizer
+    weights: dict[str, Component] = {}
+    compute_b = 4 if stack.precision == "fp32" else 2
+    largest_layer = max((layer.params for layer in arch.layers), default=0) * arch.scale
+
+    if stack.method == "qlora":
+        q = arch.linear_weight_params
+        nf4 = nf4_bytes_per_param(stack.double_quant)
+        weights["weights.nf4_linears"] = Component(
+            bytes=int(q * nf4 / n_p),
+            formula=f"{q:,} linear weights × {nf4:.4f} B (NF4{' + double-quant' if stack.double_quant else ''} constants)",
+            source="Dettmers et al. 2023, QLoRA §3",
+        )
+        weights["weights.16bit_rest"] = Component(
+            bytes=int((P - q) * 2 / n_p),
+            formula=f"{P - q:,} embedding/norm/bias/router params × 2 B (bnb keeps them in 16-bit)",
+            source="bitsandbytes Linear4bit replaces nn.Linear only; lm_head kept in 16-bit",
+        )
+    else:
+        weights["weights.base"] = Component(
+            bytes=int(P * pb / n_p),
+            formula=f"{P:,} params × {pb} B ({stack.precision}){f' / {n_p} shards' if n_p > 1 else ''}",
+            source="ZeRO (Rajbhandari et al. 2020) §3: Ψ parameters; stage 3 partitions them",
+        )
+    trainable, tb = _trainable(arch, stack)
+    if stack.method != "full":
+        weights["weights.lora_adapters"] = Component(
+            bytes=int(trainable * tb / n_p),
+            formula=f"{trainable:,} adapter params (r={stack.lora_rank}, {stack.lora_targets}) × {tb} B",
+            source="peft LoRA: A (in×r) + B (r×out) per target; fp32 unless autocast_adapter_dtype=False",
+        )
+    if n_p > 1 or stack.offload in ("params", "both"):
+        weights["weights.gathered_layers"] = Component(
+            bytes=int(2 * largest_layer * (0.5 if stack.method == "qlora" else compute_b)),
+            formula="two decoder layers unsharded (current + prefetched) in the compute dtype",
+            source="PyTorch FSDP2 fully_shard: all-gather per layer with forward/backward prefetch",
+        )
+    if stack.offload in ("params", "both"):
+        for key in ("weights.base", "weights.nf4_linears", "weights.16bit_rest", "weights.lora_adapters"):
+            if key in weights:
+                weights[key] = Component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
+
+    gradients = {
+        "gradients.trainable": Component(
+            bytes=int(trainable * tb / n_g),
+            formula=f"{trainable:,} trainable × {tb} B{f' / {n_g} shards' if n_g > 1 else ''}",
+            source="ZeRO §3 (gradients in the parameter dtype); stage 2/3 partitions them",
+        )
+    }
+    if n_g > 1 and stack.sharding == "fsdp" and stack.method == "full":
+        gradients["gradients.reduce_buffer"] = Component(
+            bytes=int(largest_layer * tb),
+            formula="one layer's unsharded gradients before reduce-scatter",
+            source="PyTorch FSDP2 reduce-scatter per layer",
+        )
+
+    opt = stack.optimizer
+    if opt == "adamw":
+        per, note = 2 * tb, f"2 states (exp_avg, exp_avg_sq) × {tb} B, parameter dtype (torch.optim.AdamW default)"
+    elif opt == "adamw-fp32":
+        master = 4 if tb < 4 else 0
+        per, note = 8 + master, "2 fp32 states" + (" + fp32 master weights" if master else "")
+    elif opt in ("adamw-8bit", "paged-adamw-8bit"):
+        per, note = 2 + 8 / 2048, "2 states × 1 B + fp32 absmax per 2048-block (bitsandbytes 8-bit Adam)"
+    elif opt == "sgd":
+        per, note = tb, f"momentum buffer × {tb} B"
+    else:  # adafactor
+        per, note = 0.0, "factored second moment (rows + columns per matrix), no first moment"
+    opt_bytes = trainable * per if opt != "adafactor" else _adafactor_state_elems(arch, stack) * tb
+    source = {
+        "adamw": "ZeRO §3: K = 12 B/param with fp32 master + states; torch keeps states in param dtype",
+        "adamw-fp32": "ZeRO §3 (mixed precision Adam: K = 12)",
+        "adamw-8bit": "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization",
+        "paged-adamw-8bit": "Dettmers et al. 2022 + bitsandbytes paged optimizers (unified memory)",
+        "sgd": "torch.optim.SGD(momentum>0)",
+        "adafactor": "Shazeer & Stern 2018, Adafactor",
+    }[opt]
+    offload_opt = stack.offload in ("optimizer", "both")
+    optimizer = {
+        "optimizer.states": Component(
+            bytes=0 if offload_opt else int(opt_bytes / n_o),
+            formula=note + (f" / {n_o} shards" if n_o > 1 else "") + (" (offloaded to CPU)" if offload_opt else ""),
+            source=source,
+        )
+    }
+    # torch foreach AdamW: torch._foreach_sqrt(exp_avg_sqs) allocates one state-sized copy
+    # for the whole parameter group during step() (torch/optim/adamw.py, _multi_tensor_adam).
+    step_transient = 0
+    if opt in ("adamw", "adamw-fp32") and not offload_opt:
+        step_transient = int(trainable * (tb if opt == "adamw" else 4) / n_o)
+
+    cpu = 0
+    if offload_opt:
+        # ZeRO-Offload (Ren et al. 2021) keeps fp32 master params, fp32 grads and Adam states on CPU.
+        cpu += int(trainable * (16 if opt.startswith("adamw") else 8))
+    if stack.offload in ("params", "both"):
+        cpu += int(P * (0.5 if stack.method == "qlora" else pb))
+    return _States(weights, gradients, optimizer, step_transient, cpu)
+
+
+def _resolve(model: ModelSpec | str) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    from advisor.models import load_model
+
+    return load_model(model)
+
+
+def _check(arch: Architecture, stack: Stack) -> None:
+    if stack.method != "full":
+        unknown = arch.unknown_targets(stack.lora_targets)
+        if unknown:
+            raise BadInput(
+                f"--lora-targets: {', '.join(unknown)} not in {arch.spec.name}; its linear modules are "
+                f"{', '.join(arch.linear_names())} (or use all-linear)."
+            )
+        if not arch.lora_targeted(stack.lora_targets):
+            raise BadInput("--lora-targets: selects no linear module; use all-linear or module names.")
+
+
+def estimate_memory(
+    model: ModelSpec | str,
+    stack: Stack | None = None,
+    shape: Shape | None = None,
+    gpu: str | None = None,
+    headroom: float = 0.10,
+) -> MemoryEstimate:
+    """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU)."""
+    spec = _resolve(model)
+    stack = stack or Stack()
+    shape = shape or Shape()
+    arch = build(spec)
+    _check(arch, stack)
+    est = _estimate(arch, stack, shape)
+    if gpu:
+        est.fit = fit_check(arch, stack, shape, gpu, headroom, est)
+    return est
+
+
+def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
+    spec = arch.spec
+    states = _model_states(arch, stack)
+    acts: ActivationEstimate = estimate_activations(arch, stack, shape)
+    comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
+    for key, val in acts.saved.items():
+        comps[key] = Component(bytes=val, formula="saved for backward (per micro-batch)", source="advisor.activations")
+    if acts.recompute:
+        comps["activations.recompute_layer"] = Component(
+            bytes=acts.recompute,
+            formula="one decoder layer's activations rebuilt during backward",
+            source="torch.utils.checkpoint (Chen et al. 2016, sublinear memory)",
+        )
+    W = sum(c.bytes for k, c in comps.items() if k.startswith("weights."))
+    G = sum(c.bytes for k, c in comps.items() if k.startswith("gradients."))
+    O = sum(c.bytes for k, c in comps.items() if k.startswith("optimizer."))
+    A = acts.saved_total + acts.recompute
+
+    tokens = shape.tokens
+    a = act_bytes(stack)
+    f = spec.moe_intermediate_size * spec.num_experts_per_tok if spec.is_moe else spec.intermediate_size
+    transients = {
+        "overhead.loss_gradients": Component(
+            bytes=acts.loss_transient,
+            formula="2 × b·s·vocab × 4 B: fp32 grads of log_softmax output and input",
+            source="transformers ForCausalLMLoss upcasts logits to fp32; torch log_softmax backward",
+        ),
+        "overhead.backward_workspace": Component(
+            bytes=int(2 * a * f * tokens),
+            formula="gradients of one MLP's gate and up outputs while a layer runs backward",
+            source="autograd: a layer's input-gradients are live while it computes backward",
+        ),
+    }
+    if stack.method == "qlora":
+        largest = max((lin.in_features * lin.out_features for lin in arch.linears() if not lin.expert), default=0)
+        transients["overhead.dequantised_weight"] = Component(
+            bytes=int(largest * 2),
+            formula="the largest linear dequantised to 16-bit for its matmul",
+            source="bitsandbytes matmul_4bit dequantises per call",
+        )
+    phase_backward = W + G + O + A + sum(c.bytes for c in transients.values())
+    phase_step = W + G + O + states.optimizer_step_transient
+    peak_allocated = max(phase_backward, phase_step)
+    if phase_step > phase_backward:
+        transients = {
+            "overhead.optimizer_step": Component(
+                bytes=phase_step - (W + G + O + A),
+                formula="foreach AdamW's sqrt(exp_avg_sq) copy during step() (beyond what activations freed)",
+                source="torch/optim/adamw.py _multi_tensor_adamw",
+            )
+        }
+    dynamic = A + acts.loss_transient
+    frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * dynamic)
+    ddp_buckets = G if stack.sharding == "ddp" and stack.gpus > 1 else 0
+    overhead = dict(transients)
+    if ddp_buckets:
+        overhead["overhead.ddp_buckets"] = Component(
+            bytes=ddp_buckets,
+            formula="DDP's flat gradient buckets (a second copy of the gradients)",
+            source="torch DDP Reducer, gradient_as_bucket_view=False (accelerate default)",
+        )
+    if stack.gpus > 1:
+        overhead["overhead.nccl_buffers"] = Component(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
+    overhead["overhead.allocator"] = Component(
+        bytes=frag,
+        formula=f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of activations and loss buffers",
+        source="PyTorch caching allocator: block rounding and fragmentation (reserved − allocated)",
+    )
+    overhead["overhead.cuda_context"] = Component(
+        bytes=CUDA_CONTEXT_BYTES, formula="CUDA context and kernel images", source="CUDA lazy module loading, typical 0.3-0.6 GiB"
+    )
+    comps.update(overhead)
+    peak_allocated += ddp_buckets + (NCCL_BUFFER_BYTES if stack.gpus > 1 else 0)
+    peak_reserved = peak_allocated + frag
+    device_total = peak_reserved + CUDA_CONTEXT_BYTES
+    overhead_total = device_total - (W + G + O + A)
+
+    trainable, _ = _trainable(arch, stack)
+    warnings = []
+    if shape.seq_len > spec.max_position_embeddings:
+        warnings.append(
+            f"seq_len {shape.seq_len} exceeds {spec.name}'s max_position_embeddings {spec.max_position_embeddings}."
+        )
+    assumptions: dict[str, str | int | float | bool] = {
+        "param_dtype": stack.precision,
+        "activation_dtype": "fp32" if act_bytes(stack) == 4 else "16-bit",
+        "gradients_resident_with_activations": True,
+        "attention_kernel": {"flash": "FlashAttention-2 (O(s) memory)", "sdpa": "SDPA fused kernel (O(s) memory), GQA without repeat_kv", "eager": "eager (b·heads·s² scores)"}[stack.attention],
+        "padding": "none (packed or equal-length sequences)",
+        "cuda_context_bytes": CUDA_CONTEXT_BYTES,
+        "allocator_fragmentation": f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of dynamic bytes",
+        "optimizer_impl": "torch foreach AdamW" if stack.optimizer.startswith("adamw") and "8bit" not in stack.optimizer else stack.optimizer,
+        "text_only": spec.vision is not None,
+    }
+    if stack.method != "full":
+        assumptions["adapter_dtype"] = "fp32 (peft autocast_adapter_dtype=True)" if adapter_bytes(stack) == 4 else "bf16"
+        assumptions["lora"] = f"r={stack.lora_rank}, alpha={stack.lora_alpha}, dropout={stack.lora_dropout}, targets={stack.lora_targets}"
+    if spec.params_override:
+        assumptions["architecture"] = "synthetic Llama-shaped (from --params) for activations and LoRA shapes"
+    return MemoryEstimate(
+        model=ModelInfo(
+            name=spec.name,
+            family=spec.family,
+            source=spec.source,
+            params_total=arch.params_total,
+            params_trainable=trainable,
+            params_active=arch.params_active,
+        ),
+        stack=stack,
+        shape=shape,
+        breakdown=Breakdown(weights=W, gradients=G, optimizer=O, activations=A, overhead=overhead_total, total=device_total),
+        components=comps,
+        peak_allocated=peak_allocated,
+        peak_reserved=peak_reserved,
+        device_total=device_total,
+        static_bytes=W + G + O,
+        cpu_ram_bytes=states.cpu_ram,
+        assumptions=assumptions,
+        warnings=warnings,
+    )
+
+
+def _limit(usable: int, headroom: float) -> int:
+    return int(usable * (1 - headroom))
+
+
+def fit_micro_batch(
+    model: ModelSpec | str,
+    stack: Stack,
+    seq_len: int,
+    usable_bytes: int,
+    headroom: float = 0.10,
+    max_micro_batch: int = 64,
+) -> tuple[int, MemoryEstimate]:
+    """Largest micro-batch whose device total fits in usable×(1−headroom); (0, mb=1 estimate) if none."""
+    spec = _resolve(model)
+    arch = build(spec)
+    _check(arch, stack)
+    limit = _limit(usable_bytes, headroom)
+    one = _estimate(arch, stack, Shape(micro_batch=1, seq_len=seq_len))
+    if one.device_total > limit:
+        return 0, one
+    lo, hi, best = 1, max_micro_batch, one
+    while lo < hi:  # memory grows monotonically with the micro-batch
+        mid = (lo + hi + 1) // 2
+        est = _estimate(arch, stack, Shape(micro_batch=mid, seq_len=seq_len))
+        if est.device_total <= limit:
+            lo, best = mid, est
+        else:
+            hi = mid - 1
+    return lo, best
+
+
+def _max_seq_len(arch: Architecture, stack: Stack, micro_batch: int, limit: int) -> int:
+    cap = max(arch.spec.max_position_embeddings, 1)
+    if _estimate(arch, stack, Shape(micro_batch=micro_batch, seq_len=1)).device_total > limit:
+        return 0
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _estimate(arch, stack, Shape(micro_batch=micro_batch, seq_len=mid)).device_total <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fit_check(arch: Architecture, stack: Stack, shape: Shape, gpu_name: str, headroom: float, est: MemoryEstimate) -> FitCheck:
+    from pricing.gpus import get_gpu
+
+    if not 0 <= headroom < 1:
+        raise BadInput("--headroom: must be a fraction in [0, 1), e.g. 0.1.")
+    gpu = get_gpu(gpu_name)
+    usable = gpu.usable_bytes
+    limit = _limit(usable, headroom)
+    mb, _ = fit_micro_batch(arch.spec, stack, shape.seq_len, usable, headroom, max_micro_batch=1024)
+    return FitCheck(
+        gpu=gpu.name,
+        usable_bytes=usable,
+        headroom_fraction=headroom,
+        fits=est.device_total <= limit,
+        free_bytes=usable - est.device_total,
+        max_micro_batch=mb,
+        max_seq_len=_max_seq_len(arch, stack, shape.micro_batch, limit),
+    )

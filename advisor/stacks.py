@@ -1,0 +1,116 @@
+"""Technique stacks: every training setting that moves memory or time, validated.
+
+A `Stack` is what a user would put in TrainingArguments + peft + accelerate; a `Shape` is
+the per-GPU micro-batch and sequence length. Invalid combinations fail here, once, with one
+sentence naming the field and the accepted values.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Method = Literal["full", "lora", "qlora"]
+Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
+Optimizer = Literal["adamw", "adamw-fp32", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor"]
+Attention = Literal["flash", "sdpa", "eager"]
+Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
+Offload = Literal["none", "optimizer", "params", "both"]
+AdapterDtype = Literal["fp32", "bf16"]
+
+METHODS: tuple[str, ...] = Method.__args__
+PRECISIONS: tuple[str, ...] = Precision.__args__
+OPTIMIZERS: tuple[str, ...] = Optimizer.__args__
+ATTENTIONS: tuple[str, ...] = Attention.__args__
+SHARDINGS: tuple[str, ...] = Sharding.__args__
+OFFLOADS: tuple[str, ...] = Offload.__args__
+
+
+class StackError(ValueError):
+    """An impossible combination of settings (exit 2)."""
+
+    exit_code = 2
+
+
+class Stack(BaseModel):
+    """How the model is trained: method, dtypes, optimizer, memory savers, parallelism."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Method = "full"
+    lora_rank: int = Field(16, gt=0)
+    lora_alpha: int = Field(32, gt=0)
+    lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    lora_targets: str = "all-linear"  # or comma list of module names: "q_proj,v_proj"
+    adapter_dtype: AdapterDtype = "fp32"  # peft >= 0.12 upcasts adapters to fp32 by default
+    double_quant: bool = True  # QLoRA: quantise the NF4 absmax constants too
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adamw"
+    grad_checkpointing: bool = False
+    attention: Attention = "sdpa"
+    gpus: int = Field(1, gt=0)  # total data-parallel ranks (all nodes)
+    sharding: Sharding = "none"
+    offload: Offload = "none"
+
+    @model_validator(mode="after")
+    def _check(self) -> "Stack":
+        if self.method == "qlora" and self.precision == "fp32":
+            raise StackError(
+                "--precision: QLoRA computes in 16-bit; use bf16, fp16, amp-bf16 or amp-fp16, not fp32."
+            )
+        if self.offload != "none" and self.sharding not in ("fsdp", "zero2", "zero3", "zero1"):
+            raise StackError(
+                "--offload: CPU offload needs --sharding fsdp, zero1, zero2 or zero3."
+            )
+        if self.offload in ("params", "both") and self.sharding not in ("fsdp", "zero3"):
+            raise StackError("--offload: parameter offload needs --sharding fsdp or zero3.")
+        if self.sharding in ("ddp", "fsdp", "zero1", "zero2", "zero3") and self.gpus == 1:
+            # Legal (FSDP on one GPU is used for CPU offload) -- nothing to shard, no error.
+            pass
+        return self
+
+    @property
+    def trainable_base(self) -> bool:
+        return self.method == "full"
+
+    @property
+    def shard_degree_params(self) -> int:
+        """Over how many ranks weights are split (ZeRO-3 / FSDP full shard)."""
+        return self.gpus if self.sharding in ("fsdp", "zero3") else 1
+
+    @property
+    def shard_degree_grads(self) -> int:
+        return self.gpus if self.sharding in ("fsdp", "zero2", "zero3") else 1
+
+    @property
+    def shard_degree_optimizer(self) -> int:
+        return self.gpus if self.sharding in ("fsdp", "zero1", "zero2", "zero3") else 1
+
+    def label(self) -> str:
+        """Short human label, e.g. 'qlora r16 · bf16 · adamw-8bit · ckpt · flash · fsdp×8'."""
+        parts = [self.method if self.method == "full" else f"{self.method} r{self.lora_rank}"]
+        parts += [self.precision, self.optimizer]
+        if self.grad_checkpointing:
+            parts.append("ckpt")
+        parts.append(self.attention)
+        if self.sharding != "none":
+            parts.append(f"{self.sharding}×{self.gpus}")
+        elif self.gpus > 1:
+            parts.append(f"×{self.gpus}")
+        if self.offload != "none":
+            parts.append(f"offload-{self.offload}")
+        return " · ".join(parts)
+
+
+class Shape(BaseModel):
+    """Per-GPU micro-batch (sequences) and sequence length (tokens)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    micro_batch: int = Field(1, gt=0)
+    seq_len: int = Field(2048, gt=0)
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch * self.seq_len
