@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor.architecture import ATTN_IN, MLP_IN, SHARED_IN, Architecture, Layer
+from advisor.architecture import ATTN_IN, ATTN_OUT, MLP_IN, SHARED_IN, Architecture, Layer
 from advisor.stacks import Shape, Stack
 
 FP32 = 4
@@ -52,14 +52,22 @@ class Saved:
     """Saved-tensor bytes per token, by named term (summed over layers by the caller)."""
 
     terms: dict[str, float] = field(default_factory=dict)
+    fixed: dict[str, float] = field(default_factory=dict)  # bytes per micro-batch, not per token
 
     def add(self, name: str, nbytes: float) -> None:
         if nbytes:
             self.terms[name] = self.terms.get(name, 0.0) + nbytes
 
+    def add_fixed(self, name: str, nbytes: float) -> None:
+        if nbytes:
+            self.fixed[name] = self.fixed.get(name, 0.0) + nbytes
+
     @property
     def total(self) -> float:
         return sum(self.terms.values())
+
+    def bytes_for(self, tokens: int) -> float:
+        return self.total * tokens + sum(self.fixed.values())
 
 
 def _norm(saved: Saved, name: str, h: int, stack: Stack, gemma: bool) -> None:
@@ -67,6 +75,7 @@ def _norm(saved: Saved, name: str, h: int, stack: Stack, gemma: bool) -> None:
     multiplies when that weight trains (LlamaRMSNorm: model dtype; Gemma and autocast: fp32).
     The norm's result is a separate tensor, saved by the linears that read it (_linears)."""
     saved.add(f"{name}.input_fp32", FP32 * h)
+    saved.add(f"{name}.rsqrt", FP32)  # (b, s, 1) fp32 reciprocal RMS
     if stack.method == "full":
         fp32_out = gemma or stack.precision.startswith("amp") or stack.precision == "fp32"
         saved.add(f"{name}.normalised", (FP32 if fp32_out else act_bytes(stack)) * h)
@@ -85,8 +94,13 @@ def lora_target_names(arch: Architecture, stack: Stack) -> set[str]:
     return {lin.name for lin in arch.lora_targeted(stack.lora_targets)}
 
 
-def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
-    """Inputs saved by the layer's dense linears and their LoRA adapters (experts: _mlp)."""
+def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, device: str, attn_in_grad: bool) -> None:
+    """Inputs saved by the layer's dense linears and their LoRA adapters (experts: _mlp).
+
+    Dropout keeps a bool mask on CUDA (fused native_dropout) but a mask in the input's dtype on
+    the CPU (at::_dropout multiplies by a noise tensor). `attn_in_grad` is False for the first
+    layer of a frozen-embedding model: nothing upstream needs a gradient, so the dropout there
+    saves nothing."""
     amp = stack.precision.startswith("amp")
     ab = adapter_bytes(stack)
     targets = lora_target_names(arch, stack)
@@ -98,27 +112,35 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> No
             shared.add(stream)
             saved.add(term, nbytes)
 
+    fused_attention = stack.attention != "eager"
     for lin in layer.linears:
         if lin.expert:
             continue
         width, sb = lin.in_features, _stream_bytes(stack, lin.stream)
+        mask_needed = dropout and (attn_in_grad or lin.stream != ATTN_IN)
         if stack.method == "full":
             if amp and sb == FP32:
                 saved.add("linear_inputs.autocast_casts", 2 * width)  # each linear casts separately
+            elif lin.stream == ATTN_OUT and fused_attention:
+                pass  # o_proj reads the attention kernel's output itself (same storage, counted there)
             else:
                 once(lin.stream, sb * width, f"linear_inputs.{lin.stream}")
             continue
+        if stack.method == "qlora" and stack.bnb_saves_inputs:
+            once(lin.stream, sb * width, "qlora.saved_inputs")
         if lin.name not in targets:
             continue  # frozen linear: backward needs only its weight
+        mask = BOOL if device == "cuda" else ab
         if amp:
             # autocast: lora_A reads its own bf16 cast of the (possibly dropped-out) input
-            if dropout:
-                saved.add("lora.dropout_masks", BOOL * width)
+            if mask_needed:
+                saved.add("lora.dropout_masks", mask * width)
             saved.add("lora.inputs", 2 * width)
             saved.add("lora.rank", 2 * stack.lora_rank)
             continue
         if dropout:
-            saved.add("lora.dropout_masks", BOOL * width)
+            if mask_needed:
+                saved.add("lora.dropout_masks", mask * width)
             saved.add("lora.inputs", ab * width)  # dropout output, one per adapter
         elif ab != sb:
             saved.add("lora.inputs", ab * width)  # x.to(adapter dtype), one per adapter
@@ -164,13 +186,24 @@ def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
         e, k = spec.num_experts, spec.num_experts_per_tok
         fe = spec.moe_intermediate_size or spec.intermediate_size
         h = spec.hidden_size
-        # grouped_mm experts (transformers 5 default): gathered inputs, gate_up output,
-        # activation, product, and the down output scaled by routing weights -- per routed pair.
-        saved.add("moe.experts", k * a * (2 * h + 4 * fe))
+        # grouped_mm experts (transformers 5 default), per routed (token, expert) pair: trained
+        # experts keep the gathered input, gate_up output, activation, product and the down
+        # output (scaled by the routing weight); frozen experts only the activation's inputs
+        # and the down output.
+        wrapped = arch.lora_wraps_experts(stack.lora_targets) and not full
+        if full:
+            saved.add("moe.experts", k * a * (2 * h + 4 * fe))
+        elif wrapped:
+            saved.add("moe.experts", k * a * (2 * h + 3 * fe))
+            # peft ParamWrapper adds B@A to each expert weight for the forward: the merged
+            # [E, 2f, h] and [E, h, f] weights (and the reshaped factors) stay saved.
+            saved.add_fixed("lora.merged_expert_weights", a * (e * 3 * fe * h + arch.expert_lora_params_per_layer(stack.lora_rank)))
+        else:
+            saved.add("moe.experts", k * a * (2 * fe + h))
         shared = spec.shared_expert_intermediate_size
         # router: fp32 softmax probabilities and top-k indices; its input when the router
         # trains (the same tensor the shared expert's linears keep, if there is one)
-        saved.add("moe.router", FP32 * e + INT64 * k + (a * h if full and not shared else 0))
+        saved.add("moe.router", FP32 * e + INT64 * k + (a * h if (full or wrapped) and not shared else 0))
         if shared:
             # shared expert's gate/activation/up, then sigmoid(shared_expert_gate) * output
             saved.add("moe.shared_expert", a * (3 * shared + h + 1))
@@ -181,16 +214,20 @@ def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
     del full
 
 
-def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape) -> Saved:
+def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, device: str = "cuda", first: bool = False) -> Saved:
     """Bytes per token one decoder layer saves for backward."""
     spec = arch.spec
     gemma = spec.family.startswith("gemma")
     h = spec.hidden_size
     saved = Saved()
-    for _ in range(spec.norms_per_layer):  # input/post-attention (+ Gemma's pre/post feed-forward)
-        _norm(saved, "norms", h, stack, gemma)
+    # With frozen embeddings (LoRA) and no checkpointing, the first layer's input needs no
+    # gradient: its input norm saves nothing (peft enables input grads only for checkpointing).
+    input_grad = not (first and stack.method != "full" and not stack.grad_checkpointing)
+    for i in range(spec.norms_per_layer):  # input/post-attention (+ Gemma's pre/post feed-forward)
+        if i > 0 or input_grad:
+            _norm(saved, "norms", h, stack, gemma)
     _attention(saved, arch, stack, shape.seq_len)
-    _linears(saved, arch, layer, stack)
+    _linears(saved, arch, layer, stack, device, input_grad)
     _mlp(saved, arch, layer, stack)
     return saved
 
@@ -207,7 +244,7 @@ class ActivationEstimate:
         return sum(self.saved.values())
 
 
-def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> ActivationEstimate:
+def estimate_activations(arch: Architecture, stack: Stack, shape: Shape, device: str = "cuda") -> ActivationEstimate:
     spec = arch.spec
     tokens = shape.micro_batch * shape.seq_len
     a = act_bytes(stack)
@@ -215,24 +252,29 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> Acti
     amp = stack.precision.startswith("amp")
     gemma = spec.family.startswith("gemma")
     totals: dict[str, float] = {}
+    fixed: dict[str, float] = {}
     per_layer_max = 0.0
     by_kind: dict[tuple, Saved] = {}  # layers of one kind (dense / MoE) save the same bytes
-    for layer in arch.layers:
-        key = (layer.moe, len(layer.linears))
+    for i, layer in enumerate(arch.layers):
+        key = (layer.moe, len(layer.linears), i == 0)
         if key not in by_kind:
-            by_kind[key] = layer_saved(arch, layer, stack, shape)
+            by_kind[key] = layer_saved(arch, layer, stack, shape, device, first=i == 0)
         s = by_kind[key]
-        per_layer_max = max(per_layer_max, s.total)
+        per_layer_max = max(per_layer_max, s.bytes_for(tokens))
         if not stack.grad_checkpointing:
             for k, val in s.terms.items():
                 totals[f"layers.{k}"] = totals.get(f"layers.{k}", 0.0) + val
+            for k, val in s.fixed.items():
+                fixed[f"layers.{k}"] = fixed.get(f"layers.{k}", 0.0) + val
     if stack.grad_checkpointing:
         # Reentrant checkpointing keeps each layer's input hidden states (residual stream).
         stream = FP32 if amp else a
         totals["checkpoint.layer_inputs"] = len(arch.layers) * stream * h
 
     # Rotary cos/sin, computed once per forward and shared by every layer.
-    totals["rope.cos_sin"] = 2 * a * spec.head_dim * (2 if spec.family == "gemma3" or spec.family == "gemma3_text" else 1)
+    # Shape (1, s, head_dim): one copy per sequence position, not per batch row.
+    ropes = 2 if spec.family in ("gemma3", "gemma3_text") else 1  # Gemma 3: local + global RoPE
+    totals["rope.cos_sin"] = 2 * a * spec.head_dim * ropes / shape.micro_batch
     if stack.method == "full":
         totals["embedding.indices"] = INT64
     # Final norm, lm_head input, loss.
@@ -257,9 +299,11 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> Acti
         copies = 0
 
     saved = {f"activations.{k}": int(round(val * tokens)) for k, val in totals.items()}
+    for k, val in fixed.items():
+        saved[f"activations.{k}"] = saved.get(f"activations.{k}", 0) + int(val)
     if copies:
         saved["activations.autocast_weight_copies"] = int(copies)
-    recompute = int(per_layer_max * tokens) if stack.grad_checkpointing else 0
+    recompute = int(per_layer_max) if stack.grad_checkpointing else 0
     # Backward of the loss: grad of log_softmax output and its input, both fp32 (b·s·vocab).
     loss_transient = int(2 * FP32 * v * tokens)
-    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient, per_layer=int(per_layer_max * tokens))
+    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient, per_layer=int(per_layer_max))

@@ -13,6 +13,11 @@ from functools import cached_property
 
 from advisor.modelspec import ModelSpec
 
+# Model types whose routed experts (3-D parameters) and router peft 0.21 wraps with LoRA
+# ParamWrappers under target_modules="all-linear" (peft's _MOE_TARGET_MODULE_MAPPING with
+# transformers 5's fused experts; observed: Mixtral and Qwen3-MoE yes, Qwen2-MoE no).
+EXPERT_LORA_FAMILIES = ("mixtral", "qwen3_moe")
+
 # Input streams a linear reads from; linears sharing a stream share one saved input tensor.
 ATTN_IN, ATTN_OUT, MLP_IN, MLP_ACT, SHARED_IN, SHARED_ACT = (
     "attn_in",
@@ -146,10 +151,23 @@ class Architecture:
         known = set(self.linear_names())
         return [t.strip() for t in targets.split(",") if t.strip() and t.strip() not in known]
 
+    def lora_wraps_experts(self, targets: str) -> bool:
+        return targets.strip() == "all-linear" and self.spec.family in EXPERT_LORA_FAMILIES and self.spec.is_moe
+
+    def expert_lora_params_per_layer(self, rank: int) -> int:
+        """peft ParamWrapper on fused experts: gate_up A (2rE×h), B (2f×2rE); down A (rE×f),
+        B (h×rE); plus the router gate A (r×h), B (E×r). Checked against peft 0.21.2."""
+        spec = self.spec
+        e, h = spec.num_experts, spec.hidden_size
+        fe = spec.moe_intermediate_size or spec.intermediate_size
+        return rank * e * (3 * h + 5 * fe) + rank * (h + e)
+
     def lora_params(self, rank: int, targets: str) -> int:
         """A: in×r and B: r×out for every targeted linear (peft LoRA, no bias)."""
-        per_arch = sum(lin.count * rank * (lin.in_features + lin.out_features) for lin in self.lora_targeted(targets))
-        return per_arch if self.spec.params_override is None else round(per_arch)
+        total = sum(lin.count * rank * (lin.in_features + lin.out_features) for lin in self.lora_targeted(targets))
+        if self.lora_wraps_experts(targets):
+            total += sum(1 for layer in self.layers if layer.moe) * self.expert_lora_params_per_layer(rank)
+        return total
 
 
 def _layer_linears(spec: ModelSpec, layer: int) -> tuple[list[Linear], int, bool]:

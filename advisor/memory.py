@@ -4,9 +4,10 @@ Model states follow the ZeRO paper (Rajbhandari et al. 2020, §3 and §5: Ψ par
 K bytes of optimizer state per parameter, partitioned by stage). QLoRA's NF4 storage follows
 Dettmers et al. 2023 (§3: 4-bit NormalFloat with a 64-element block absmax; double
 quantisation stores those constants in 8 bits with a second fp32 level per 256 blocks).
-Activations are in `advisor.activations`. The peak is taken over the two moments PyTorch
-allocates most: the start of backward (all saved activations plus the fp32 loss gradients)
-and the optimizer step (torch's foreach AdamW materialises sqrt(v) for every parameter).
+Activations are in `advisor.activations`. The peak is the start of backward: model states,
+every saved activation and the fp32 loss gradients are alive together. AdamW is the fused
+kernel (HF Trainer's default `adamw_torch_fused` since torch 2.8), which updates in place;
+the foreach variant would add one state-sized temporary during step().
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ class _States:
     weights: dict[str, Component]
     gradients: dict[str, Component]
     optimizer: dict[str, Component]
-    optimizer_step_transient: int
     cpu_ram: int
 
 
@@ -112,11 +112,14 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             formula=f"{trainable:,} adapter params (r={stack.lora_rank}, {stack.lora_targets}) × {tb} B",
             source="peft LoRA: A (in×r) + B (r×out) per target; fp32 unless autocast_adapter_dtype=False",
         )
+    root = (arch.embed_params + arch.lm_head_params + arch.final_norm_params) * arch.scale
     if n_p > 1 or stack.offload in ("params", "both"):
-        weights["weights.gathered_layers"] = Component(
-            bytes=int(2 * largest_layer * (0.5 if stack.method == "qlora" else compute_b)),
-            formula="two decoder layers unsharded (current + prefetched) in the compute dtype",
-            source="PyTorch FSDP2 fully_shard: all-gather per layer with forward/backward prefetch",
+        wb = 0.5 if stack.method == "qlora" else compute_b
+        weights["weights.gathered_units"] = Component(
+            bytes=int((2 * largest_layer + root) * wb),
+            formula="two decoder layers (current + prefetched) and the root unit (embeddings, lm_head, "
+            "final norm, kept unsharded from forward to backward) in the compute dtype",
+            source="PyTorch FSDP2 fully_shard: per-layer all-gather with prefetch; root not resharded after forward",
         )
     if stack.offload in ("params", "both"):
         for key in ("weights.base", "weights.nf4_linears", "weights.16bit_rest", "weights.lora_adapters"):
@@ -130,11 +133,11 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             source="ZeRO §3 (gradients in the parameter dtype); stage 2/3 partitions them",
         )
     }
-    if n_g > 1 and stack.sharding == "fsdp" and stack.method == "full":
-        gradients["gradients.reduce_buffer"] = Component(
-            bytes=int(largest_layer * tb),
-            formula="one layer's unsharded gradients before reduce-scatter",
-            source="PyTorch FSDP2 reduce-scatter per layer",
+    if n_g > 1 and stack.sharding in ("fsdp", "zero2", "zero3") and stack.method == "full":
+        gradients["gradients.unsharded_buffers"] = Component(
+            bytes=int((largest_layer + root) * tb),
+            formula="one layer's and the root unit's unsharded gradients before reduce-scatter",
+            source="PyTorch FSDP2 / DeepSpeed reduce-scatter per unit (root last)",
         )
 
     opt = stack.optimizer
@@ -149,9 +152,15 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         per, note = tb, f"momentum buffer × {tb} B"
     else:  # adafactor
         per, note = 0.0, "factored second moment (rows + columns per matrix), no first moment"
+    deepspeed_mixed = stack.sharding.startswith("zero") and tb == 2 and opt in ("adamw", "adamw-fp32")
+    if deepspeed_mixed:
+        # DeepSpeed's bf16/fp16 mode always keeps fp32 master weights and fp32 Adam states (ZeRO
+        # §3, K = 12) plus an fp32 gradient partition the optimizer reads (DeepSpeed
+        # stage_1_and_2.py / stage3.py: single_partition_of_fp32_groups and its .grad).
+        per, note = 16, "fp32 master + 2 fp32 Adam states + fp32 gradient partition (DeepSpeed mixed precision)"
     opt_bytes = trainable * per if opt != "adafactor" else _adafactor_state_elems(arch, stack) * tb
     source = {
-        "adamw": "ZeRO §3: K = 12 B/param with fp32 master + states; torch keeps states in param dtype",
+        "adamw": "ZeRO §3: K = 12 B/param with fp32 master + states (DeepSpeed); torch keeps states in param dtype",
         "adamw-fp32": "ZeRO §3 (mixed precision Adam: K = 12)",
         "adamw-8bit": "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization",
         "paged-adamw-8bit": "Dettmers et al. 2022 + bitsandbytes paged optimizers (unified memory)",
@@ -166,11 +175,6 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             source=source,
         )
     }
-    # torch foreach AdamW: torch._foreach_sqrt(exp_avg_sqs) allocates one state-sized copy
-    # for the whole parameter group during step() (torch/optim/adamw.py, _multi_tensor_adam).
-    step_transient = 0
-    if opt in ("adamw", "adamw-fp32") and not offload_opt:
-        step_transient = int(trainable * (tb if opt == "adamw" else 4) / n_o)
 
     cpu = 0
     if offload_opt:
@@ -178,7 +182,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         cpu += int(trainable * (16 if opt.startswith("adamw") else 8))
     if stack.offload in ("params", "both"):
         cpu += int(P * (0.5 if stack.method == "qlora" else pb))
-    return _States(weights, gradients, optimizer, step_transient, cpu)
+    return _States(weights, gradients, optimizer, cpu)
 
 
 def _resolve(model: ModelSpec | str) -> ModelSpec:
@@ -220,10 +224,10 @@ def estimate_memory(
     return est
 
 
-def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
+def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cuda") -> MemoryEstimate:
     spec = arch.spec
     states = _model_states(arch, stack)
-    acts: ActivationEstimate = estimate_activations(arch, stack, shape)
+    acts: ActivationEstimate = estimate_activations(arch, stack, shape, device)
     comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
     for key, val in acts.saved.items():
         comps[key] = Component(bytes=val, formula="saved for backward (per micro-batch)", source="advisor.activations")
@@ -260,17 +264,7 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
             formula="the largest linear dequantised to 16-bit for its matmul",
             source="bitsandbytes matmul_4bit dequantises per call",
         )
-    phase_backward = W + G + O + A + sum(c.bytes for c in transients.values())
-    phase_step = W + G + O + states.optimizer_step_transient
-    peak_allocated = max(phase_backward, phase_step)
-    if phase_step > phase_backward:
-        transients = {
-            "overhead.optimizer_step": Component(
-                bytes=phase_step - (W + G + O + A),
-                formula="foreach AdamW's sqrt(exp_avg_sq) copy during step() (beyond what activations freed)",
-                source="torch/optim/adamw.py _multi_tensor_adamw",
-            )
-        }
+    peak_allocated = W + G + O + A + sum(c.bytes for c in transients.values())
     dynamic = A + acts.loss_transient
     frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * dynamic)
     ddp_buckets = G if stack.sharding == "ddp" and stack.gpus > 1 else 0
@@ -299,6 +293,11 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
 
     trainable, _ = _trainable(arch, stack)
     warnings = []
+    if arch.lora_wraps_experts(stack.lora_targets) and stack.method != "full" and stack.lora_dropout > 0:
+        warnings.append(
+            "peft wraps this MoE's experts with LoRA ParamWrappers, which refuse lora_dropout != 0; "
+            "use --lora-dropout 0 (estimated as if dropout were 0 for the experts)."
+        )
     if shape.seq_len > spec.max_position_embeddings:
         warnings.append(
             f"seq_len {shape.seq_len} exceeds {spec.name}'s max_position_embeddings {spec.max_position_embeddings}."
@@ -311,9 +310,10 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         "padding": "none (packed or equal-length sequences)",
         "cuda_context_bytes": CUDA_CONTEXT_BYTES,
         "allocator_fragmentation": f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of dynamic bytes",
-        "optimizer_impl": "torch foreach AdamW" if stack.optimizer.startswith("adamw") and "8bit" not in stack.optimizer else stack.optimizer,
-        "text_only": spec.vision is not None,
+        "optimizer_impl": "fused AdamW (adamw_torch_fused)" if stack.optimizer in ("adamw", "adamw-fp32") else stack.optimizer,
     }
+    if spec.vision is not None:
+        assumptions["vision_tower"] = "weights counted; text-only batches (no image activations)"
     if stack.method != "full":
         assumptions["adapter_dtype"] = "fp32 (peft autocast_adapter_dtype=True)" if adapter_bytes(stack) == 4 else "bf16"
         assumptions["lora"] = f"r={stack.lora_rank}, alpha={stack.lora_alpha}, dropout={stack.lora_dropout}, targets={stack.lora_targets}"

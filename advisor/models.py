@@ -104,20 +104,20 @@ def catalog_names() -> list[str]:
 
 
 def close_names(ref: str, n: int = 4) -> list[str]:
-    """Catalog names that look like `ref` (for "did you mean" messages); the closest, however far."""
+    """Catalog names that look like `ref`, one per model (for "did you mean"); the closest, however far."""
     import difflib  # only on the error path
 
+    index = _catalog()[1]
     by_lower = {name.lower(): name for name in catalog_names()}
-    queries = {ref.lower(), ref.lower().rsplit("/", 1)[-1]}
-    out: list[str] = []
+    queries = dict.fromkeys([ref.lower(), ref.lower().rsplit("/", 1)[-1]])  # full id first, then the bare name
+    out: dict[str, str] = {}  # model id -> the name that matched
     for cutoff in (0.6, 0.4, 0.0):
         for query in queries:
             for hit in difflib.get_close_matches(query, list(by_lower), n=n, cutoff=cutoff):
-                if by_lower[hit] not in out:
-                    out.append(by_lower[hit])
+                out.setdefault(index[hit]["id"], by_lower[hit])
         if out:
             break
-    return out[:n]
+    return list(out.values())[:n]
 
 
 # ----------------------------------------------------------------------------- loading
@@ -143,13 +143,8 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
         return from_hf_config(fetch_hub_config(text), name=text, source=f"{_endpoint()}/{text}/blob/main/config.json")
     if text.endswith(".json") or os.sep in text:
         raise BadInput(f"model: no such file '{text}'.")
-    raise BadInput(f"model: unknown model '{text}'{_did_you_mean(text)}; pass a catalog name "
-                   "(list them with `gpu-advisor models`), a Hugging Face id or a path to a config.json.")
-
-
-def _did_you_mean(ref: str) -> str:
-    names = close_names(ref)
-    return f" (did you mean: {', '.join(names)}?)" if names else ""
+    raise BadInput(f"model: unknown model '{text}'; did you mean: {', '.join(close_names(text))}? Pass a "
+                   "catalog name (`gpu-advisor models` lists them), a Hugging Face id or a path to a config.json.")
 
 
 def _local_name(path: Path) -> str:
@@ -216,6 +211,12 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         )
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise BadInput(f"model: config.json has a missing or non-numeric size ({exc}).") from None
+    bad = [k for k, v in out.items() if k != "tie_word_embeddings" and v < 1]
+    if bad:
+        raise BadInput(f"model: config.json {bad[0]} must be a positive integer (got {out[bad[0]]}).")
+    if heads % out["num_key_value_heads"]:
+        raise BadInput(f"model: config.json num_key_value_heads ({out['num_key_value_heads']}) must divide "
+                       f"num_attention_heads ({heads}).")
     # q/k/v biases: hard-wired on in Qwen2, a `qkv_bias` switch in Qwen2-MoE, `attention_bias` elsewhere.
     if family == "qwen2":
         out["attention_bias"] = True
@@ -330,8 +331,8 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
             raise ValueError("config.json is not a JSON object")
     except Exception as exc:  # noqa: BLE001 - every failure becomes the same actionable line
         raise BadInput(f"model: cannot get config.json for '{repo_id}' from the Hugging Face Hub "
-                       f"({_hub_reason(exc)}); pass a local path to its config.json or a catalog name"
-                       f"{_did_you_mean(repo_id)} (list them with `gpu-advisor models`).") from None
+                       f"({_hub_reason(exc)}); pass a local path to its config.json or a catalog name "
+                       f"(`gpu-advisor models` lists them); did you mean: {', '.join(close_names(repo_id))}?") from None
     _write_atomic(cached, raw)
     return data
 
@@ -353,7 +354,7 @@ def _check_reachable(endpoint: str) -> None:
     try:
         socket.create_connection((url.hostname or "", port), timeout=5).close()
     except OSError as exc:
-        raise _Offline(f"{endpoint} is unreachable, are you offline? ({exc.strerror or exc})") from None
+        raise _Offline(f"{endpoint} is unreachable: {exc.strerror or exc}; are you offline?") from None
 
 
 def _hub_reason(exc: Exception) -> str:

@@ -45,6 +45,9 @@ class Stack(BaseModel):
     lora_targets: str = "all-linear"  # or comma list of module names: "q_proj,v_proj"
     adapter_dtype: AdapterDtype = "fp32"  # peft >= 0.12 upcasts adapters to fp32 by default
     double_quant: bool = True  # QLoRA: quantise the NF4 absmax constants too
+    # Older bitsandbytes (the 0.41-0.42 releases of 2023-24) kept every 4-bit linear's input
+    # for backward (MatMul4Bit ctx.tensors = (A, B)); current releases keep only the weight.
+    bnb_saves_inputs: bool = False
     precision: Precision = "bf16"
     optimizer: Optimizer = "adamw"
     grad_checkpointing: bool = False

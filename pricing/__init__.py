@@ -1,12 +1,16 @@
 """Price sheets: one schema for every provider, a bundled dated snapshot, user sheets,
-importers, live fetchers and an atomic cache. Knows nothing of `advisor` or `reports`."""
+importers, live fetchers and an atomic cache. Knows nothing of `advisor` or `reports`.
 
-__all__ = ["load_offers"]
+`load_offers(...)` -> validated pandas DataFrame (see pricing.loader); imports are lazy so
+`import pricing` costs nothing until prices are needed.
+"""
+
+__all__ = ["load_offers", "sources_status"]
 
 
 def __getattr__(name: str):
-    if name == "load_offers":
-        from pricing.loader import load_offers
+    if name in __all__:
+        from pricing import loader
 
-        return load_offers
+        return getattr(loader, name)
     raise AttributeError(name)

@@ -1,0 +1,69 @@
+"""`gpu-advisor launch`: write the runnable bundle (accelerate config, training args, script) for a plan candidate."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import click
+
+from advisor.errors import BadInput
+
+
+@click.command()
+@click.option("--from", "plan_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Plan JSON written by `gpu-advisor plan --format json`.")
+@click.option("--rank", type=int, default=1, show_default=True, help="Candidate rank in the plan (1 = best).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder to write the bundle into (must not exist or be empty).")
+@click.option("--force", is_flag=True, help="Write into an existing non-empty folder (bundle files are replaced).")
+@click.option("--dataset", default="data/train.jsonl", show_default=True,
+              help="Training data path written into training_args.yaml (JSONL {'text': ...} or .txt).")
+def launch(plan_file: Path, rank: int, out_dir: Path, force: bool, dataset: str) -> None:
+    """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README."""
+    from advisor.launch import build_bundle, write_bundle
+    from advisor.results import Plan
+
+    if plan_file is None:
+        raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json).")
+    if not plan_file.is_file():
+        raise BadInput(f"--from: plan file {plan_file} not found.")
+    plan = Plan.model_validate_json(plan_file.read_text(encoding="utf-8"))
+    if not plan.candidates:
+        raise BadInput(f"--from: plan {plan_file} has no candidates{': ' + plan.notice if plan.notice else ''}.")
+    if not 1 <= rank <= len(plan.candidates):
+        raise BadInput(f"--rank: must be between 1 and {len(plan.candidates)} for this plan (got {rank}).")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
+        raise BadInput(f"--out: folder {out_dir} exists and is not empty; pass --force to overwrite its bundle files.")
+    candidate = plan.candidates[rank - 1]
+    model = model_spec(plan)
+    options = {**{k: v for k, v in plan.assumptions.items() if v is not None},
+               **{k: v for k, v in plan.workload.items() if v is not None}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = build_bundle(candidate, model, dataset=dataset, options=options)
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+    write_bundle(files, out_dir, force=force)
+    click.echo(f"Wrote {len(files)} files to {out_dir}: {', '.join(sorted(files))}")
+    click.echo(f"Run: bash {out_dir / 'launch.sh'}   (or: cd {out_dir} && sky launch sky.yaml)")
+
+
+def model_spec(plan):
+    """The plan's model from the catalog; a minimal spec from the plan itself if that is unavailable."""
+    from advisor.modelspec import ModelSpec
+
+    try:
+        from advisor.models import load_model
+    except ImportError:
+        load_model = None
+    if load_model is not None:
+        try:
+            return load_model(plan.model.name)
+        except Exception as exc:  # noqa: BLE001 - offline / unknown name: the bundle needs only name + family
+            click.echo(f"warning: could not load model {plan.model.name!r} ({exc}); using the plan's family only.",
+                       err=True)
+    # Only name and family reach the bundle; the shape fields are placeholders.
+    return ModelSpec(name=plan.model.name, family=plan.model.family, source=plan.model.source,
+                     vocab_size=1, hidden_size=1, intermediate_size=1, num_hidden_layers=1,
+                     num_attention_heads=1, num_key_value_heads=1, head_dim=1, max_position_embeddings=1)

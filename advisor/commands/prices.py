@@ -1,0 +1,204 @@
+"""`gpu-advisor prices`: list, refresh, import and inspect price sheets.
+
+A thin layer over `pricing`: parse options, call the library, format. `prices list` must
+start fast (< 0.5 s), so it imports only pandas + the loader and prints a plain-text table.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+SOURCE_NAMES = ["skypilot", "azure", "aws", "lambda", "runpod", "vast"]
+
+
+def _warn(problems, limit: int = 10) -> None:
+    if not problems:
+        return
+    click.echo(f"warning: {len(problems)} price row(s) skipped:", err=True)
+    for p in problems[:limit]:
+        click.echo(f"  {p}", err=True)
+    if len(problems) > limit:
+        click.echo(f"  ... and {len(problems) - limit} more", err=True)
+
+
+@click.group()
+def prices() -> None:
+    """Price sheets: bundled snapshot, your own sheets, the fetch cache."""
+
+
+@prices.command("list")
+@click.option("--gpu", help="GPU model, e.g. H100, A100-80GB, L4.")
+@click.option("--provider", help="Provider id, e.g. aws, gcp, azure, lambda.")
+@click.option("--region", help="Provider region id, e.g. us-east-1.")
+@click.option("--min-gpus", type=float, default=None, help="Only instances with at least this many GPUs.")
+@click.option("--spot", is_flag=True, help="Show and sort by spot prices (rows without spot are hidden).")
+@click.option("--sort", "sort_by", type=click.Choice(["price", "per-gpu"]), default="per-gpu",
+              show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+@click.option("--prices", "sheets", multiple=True, type=click.Path(dir_okay=False),
+              help="Your price sheet (CSV/YAML/JSON); overrides list prices. Repeatable.")
+@click.option("--discount", multiple=True, metavar="PROVIDER=FRACTION",
+              help="Negotiated discount, e.g. aws=0.3 (30% off). Repeatable.")
+@click.option("--limit", type=int, default=0, help="Show at most N rows (0 = all).")
+def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, limit) -> None:
+    """List GPU instance offers with their source and date."""
+    from pricing.loader import load
+
+    df, problems = load(user_sheets=sheets, discounts=list(discount))
+    _warn([str(p) for p in problems])
+    df = _filter(df, gpu, provider, region, min_gpus, spot)
+    price = "spot_price_hour" if spot else "price_hour"
+    df = df.assign(_sort=df[price] / (df["gpu_count"] if sort_by == "per-gpu" else 1))
+    df = df.sort_values(["_sort", "provider", "region"], na_position="last", kind="stable")
+    df = df.drop(columns="_sort")
+    if limit > 0:
+        df = df.head(limit)
+    if fmt == "json":
+        click.echo(df.to_json(orient="records", indent=1))
+    elif fmt == "csv":
+        click.echo(df.to_csv(index=False, float_format="%.6g"), nl=False)
+    else:
+        _table(df, spot)
+
+
+def _filter(df, gpu, provider, region, min_gpus, spot):
+    from pricing.errors import PriceInputError, unknown
+
+    known = set(df["provider"])  # before any filter: every provider we have prices for
+    if gpu:
+        from pricing.gpus import get_gpu
+
+        gpu = get_gpu(gpu).name  # unknown GPU: exit 2 with suggestions
+        df = df[df["gpu_model"] == gpu]
+    if provider:
+        if provider.lower() not in known:
+            raise unknown("--provider", provider, known)
+        df = df[df["provider"] == provider.lower()]
+    if region:
+        if region not in set(df["region"]):
+            raise unknown("--region", region, set(df["region"]) or {"(none for this filter)"})
+        df = df[df["region"] == region]
+    if min_gpus is not None:
+        if min_gpus <= 0:
+            raise PriceInputError(f"--min-gpus: must be > 0 (got {min_gpus:g})")
+        df = df[df["gpu_count"] >= min_gpus]
+    if spot:
+        df = df[df["spot_price_hour"].notna()]
+    return df
+
+
+def _money(v) -> str:
+    return "-" if v != v or v is None else f"{v:,.3f}"
+
+
+def _table(df, spot: bool) -> None:
+    if not len(df):
+        click.echo("no offers match", err=True)
+        return
+    head = ["provider", "region", "instance_type", "gpu", "n", "$/h", "$/gpu-h", "spot $/h",
+            "origin", "date"]
+    rows = []
+    for r in df.itertuples(index=False):
+        rows.append([r.provider, r.region, r.instance_type, r.gpu_model, f"{r.gpu_count:g}",
+                     _money(r.price_hour), _money(r.price_per_gpu_hour), _money(r.spot_price_hour),
+                     r.price_origin, r.fetched_at[:10] + (" STALE" if r.stale else "")])
+    widths = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(head)]
+    right = {4, 5, 6, 7}
+    line = lambda cells: "  ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    out = [line(head), line(["-" * w for w in widths])] + [line(x) for x in rows]
+    sources = sorted(set(df["source"]))
+    out.append(f"{len(rows)} offers; USD per hour, whole instance (on-demand unless noted). "
+               f"Sources: {', '.join(sources[:4])}{' ...' if len(sources) > 4 else ''}")
+    if df["stale"].any():
+        out.append("STALE: older than the stale threshold (30 days by default) or from an old "
+                   "catalog generation; run `gpu-advisor prices refresh`.")
+    click.echo("\n".join(out))
+
+
+@prices.command()
+@click.option("--source", "sources", multiple=True, type=click.Choice(SOURCE_NAMES),
+              help="Source to fetch (repeatable; default: all).")
+@click.option("--region", "regions", multiple=True, help="Only these regions (repeatable).")
+@click.option("--endpoint", help="Base URL replacing the source's public one (one --source).")
+@click.option("--offline", is_flag=True, help="Fetch nothing; report what the cache holds.")
+def refresh(sources, regions, endpoint, offline) -> None:
+    """Fetch live prices into the cache (a failed fetch keeps the last good sheet)."""
+    from pricing.errors import PricingError
+    from pricing.refresh import refresh as run
+
+    outcomes = run(sources or None, regions, endpoint, offline,
+                   notify=lambda m: click.echo(m, err=True))
+    if offline:
+        click.echo("offline: nothing fetched; prices come from the cache and the bundled snapshot",
+                   err=True)
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        raise PricingError(f"{len(failed)} source(s) failed: "
+                           + "; ".join(f"{o.source}: {o.message}" for o in failed))
+
+
+@prices.command("import")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--name", help="Cache name for the imported sheet (default: from PATH).")
+def import_(path, name) -> None:
+    """Import SkyPilot vms.csv files (a file or folder) or a sheet in our schema into the cache."""
+    from pathlib import Path
+
+    from pricing import cache
+    from pricing.errors import PriceInputError
+    from pricing.loader import read_sheet
+    from pricing.schema import validate
+    from pricing.sources import skypilot
+
+    p = Path(path)
+    ours = p.is_file() and p.suffix.lower() in (".yaml", ".yml", ".json") or (
+        p.is_file() and "gpu_model" in p.open(encoding="utf-8", errors="replace").readline())
+    if ours:
+        good, problems = read_sheet(p)
+    else:
+        df, problems = skypilot.import_path(p)
+        good, more = validate(df, str(p)) if len(df) else (df, [])
+        problems += more
+    _warn([str(x) for x in problems])
+    if not len(good):
+        raise PriceInputError(f"PATH: no valid offers in {p}; nothing imported")
+    meta = cache.write_sheet(f"import-{name or p.stem}", good, source=str(p.resolve()),
+                             url=None, kind="import")
+    click.echo(f"imported {meta['rows']} offers from {p} into {cache.sheet_path(meta['name'])}")
+
+
+@prices.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+def sources(fmt) -> None:
+    """Each price source: rows, age, and where it lives."""
+    import json
+    import os
+
+    from pricing.loader import sources_status
+    from pricing.refresh import base_url
+    from pricing.sources import SOURCES
+
+    status = sources_status()
+    fetchers = [{"name": n, "url": base_url(n),
+                 "key": (k and ("set" if os.environ.get(k) else f"missing ({k})")) or "not needed"}
+                for n, (_, k) in SOURCES.items()]
+    if fmt == "json":
+        click.echo(json.dumps({"sheets": status, "fetchers": fetchers}, indent=1))
+        return
+    click.echo("sheets (highest precedence first: --prices files, then cache, then bundled):")
+    for s in status:
+        age = "?" if s["age_days"] is None else f"{s['age_days']:.1f} d"
+        flag = " STALE" if s["stale"] else ""
+        click.echo(f"  {s['name']:<22} {s['kind']:<18} {s['rows']:>6} rows  {age:>8}{flag}  {s['path']}")
+    click.echo("fetchers (`gpu-advisor prices refresh --source NAME`):")
+    for f in fetchers:
+        click.echo(f"  {f['name']:<10} key: {f['key']:<28} {f['url']}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(prices())

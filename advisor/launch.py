@@ -1,0 +1,417 @@
+"""Launch bundles: the files that run one plan candidate on exactly the stack that was estimated.
+
+`build_bundle` is pure (candidate + model spec in, filename -> text out); `write_bundle` puts the
+files on disk atomically. Every memory-relevant setting of the candidate appears once in
+`training_args.yaml` / `accelerate_config.yaml`, following the traps listed in
+shared/reference/ACCELERATE_CONFIG.md (accelerate 1.15.0, transformers 5.24.0, peft 0.21.2).
+
+Precision mapping (why): the estimator's "bf16"/"fp16" mean pure 16-bit weights. accelerate's
+FSDP2 path upcasts trainable parameters to fp32 whenever `mixed_precision != 'no'`
+(accelerate/utils/fsdp_utils.py, fsdp2_prepare_model), and transformers' grad scaler refuses fp16
+gradients, so pure 16-bit runs load the model in that dtype with autocast off. "amp-*" loads fp32
+weights and autocasts. DeepSpeed needs its bf16/fp16 mode to train 16-bit weights at all; that mode
+keeps fp32 master weights and Adam states (ZeRO paper, Rajbhandari et al. 2020, K = 12 B/param).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from advisor.errors import BadInput
+from advisor.modelspec import ModelSpec
+from advisor.results import Candidate
+
+
+class LaunchWarning(UserWarning):
+    """A bundle setting that differs from, or could not be checked against, the estimate."""
+
+
+# config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's
+# *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0).
+DECODER_LAYERS: dict[str, str] = {
+    "llama": "LlamaDecoderLayer",
+    "mistral": "MistralDecoderLayer",
+    "mixtral": "MixtralDecoderLayer",
+    "qwen2": "Qwen2DecoderLayer",
+    "qwen2_moe": "Qwen2MoeDecoderLayer",
+    "qwen3": "Qwen3DecoderLayer",
+    "qwen3_moe": "Qwen3MoeDecoderLayer",
+    "gemma": "GemmaDecoderLayer",
+    "gemma2": "Gemma2DecoderLayer",
+    "gemma3": "Gemma3DecoderLayer",
+    "gemma3_text": "Gemma3DecoderLayer",
+    "phi3": "Phi3DecoderLayer",
+}
+
+# The 1.15.0 wizard's neutral values; launch ignores these keys (reference §2), we keep them for parity.
+_COMMON_KEYS = {
+    "use_cpu": False,
+    "debug": False,
+    "main_training_function": "main",
+    "enable_cpu_affinity": False,
+    "downcast_bf16": "no",
+    "rdzv_backend": "static",
+    "same_network": True,
+    "tpu_env": [],
+    "tpu_use_cluster": False,
+    "tpu_use_sudo": False,
+}
+
+OPTIM_NAMES = {  # our optimizer -> transformers OptimizerNames (reference §10)
+    "adamw": "adamw_torch_fused",
+    "adamw-fp32": "adamw_torch_fused",
+    "adamw-8bit": "adamw_bnb_8bit",
+    "paged-adamw-8bit": "paged_adamw_8bit",
+    "sgd": "sgd",
+    "adafactor": "adafactor",
+}
+ATTN_NAMES = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
+# precision -> (load dtype, autocast mode)
+PRECISIONS = {
+    "bf16": ("bfloat16", "no"),
+    "fp16": ("float16", "no"),
+    "fp32": ("float32", "no"),
+    "amp-bf16": ("float32", "bf16"),
+    "amp-fp16": ("float32", "fp16"),
+}
+SKY_CLOUDS = {"lambdalabs": "lambda", "google": "gcp", "lambda-labs": "lambda", "amazon": "aws"}
+HEAD_NODE_PLACEHOLDER = "HEAD_NODE_IP"
+MAIN_PROCESS_PORT = 29500
+MAX_GRAD_NORM = 1.0
+DEEPSPEED = ("zero1", "zero2", "zero3")
+TEMPLATES = Path(__file__).resolve().parent / "data" / "launch"
+
+
+def total_gpus(c: Candidate) -> int:
+    return c.gpu_count * c.nodes
+
+
+def distributed_type(c: Candidate) -> str:
+    if c.sharding == "fsdp":
+        return "FSDP"
+    if c.sharding in DEEPSPEED:
+        return "DEEPSPEED"
+    return "MULTI_GPU" if total_gpus(c) > 1 else "NO"
+
+
+def mixed_precision(c: Candidate) -> str:
+    """accelerate's `mixed_precision`: autocast for amp-*, DeepSpeed's 16-bit mode for pure 16-bit."""
+    amp = PRECISIONS[c.precision][1]
+    if c.sharding in DEEPSPEED and c.precision in ("bf16", "fp16"):
+        return c.precision
+    return amp
+
+
+def accelerate_config(c: Candidate, model: ModelSpec) -> tuple[dict, list[str]]:
+    """The accelerate YAML as a dict (schema of reference §3-§6) and the warnings it raised."""
+    notes: list[str] = []
+    dist = distributed_type(c)
+    cfg: dict = {
+        "compute_environment": "LOCAL_MACHINE",
+        "distributed_type": dist,
+        "mixed_precision": mixed_precision(c),
+        "num_machines": c.nodes,
+        "num_processes": total_gpus(c),
+        "machine_rank": 0,
+        "gpu_ids": "0" if dist == "NO" else "all",
+    }
+    if c.nodes > 1:
+        cfg["main_process_ip"] = HEAD_NODE_PLACEHOLDER
+    if dist != "NO":
+        cfg["main_process_port"] = MAIN_PROCESS_PORT
+    cfg.update(_COMMON_KEYS)
+    if dist == "FSDP":
+        cfg["fsdp_config"] = _fsdp_config(c, model, notes)
+    elif dist == "DEEPSPEED":
+        cfg["deepspeed_config"] = _deepspeed_config(c)
+    return cfg, notes
+
+
+def _fsdp_config(c: Candidate, model: ModelSpec, notes: list[str]) -> dict:
+    fsdp: dict = {"fsdp_version": 2, "fsdp_reshard_after_forward": True}
+    layer = DECODER_LAYERS.get(model.family)
+    if layer:
+        fsdp["fsdp_auto_wrap_policy"] = "TRANSFORMER_BASED_WRAP"
+        fsdp["fsdp_transformer_layer_cls_to_wrap"] = layer  # one string, never a list (reference §4)
+    else:
+        fsdp["fsdp_auto_wrap_policy"] = "SIZE_BASED_WRAP"
+        fsdp["fsdp_min_num_params"] = 100_000_000
+        known = ", ".join(sorted(DECODER_LAYERS))
+        notes.append(
+            f"model family {model.family!r} has no known decoder-layer class (known: {known}); "
+            "FSDP falls back to SIZE_BASED_WRAP (100M parameters per unit), so the gathered working set "
+            "can differ from the estimate."
+        )
+    fsdp["fsdp_offload_params"] = c.offload != "none"
+    if c.offload == "optimizer":
+        notes.append(
+            "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
+            "optimizer states to the CPU (less GPU memory, more host RAM than estimated)."
+        )
+    fsdp["fsdp_state_dict_type"] = "SHARDED_STATE_DICT"
+    fsdp["fsdp_cpu_ram_efficient_loading"] = True
+    fsdp["fsdp_activation_checkpointing"] = c.grad_checkpointing
+    return fsdp
+
+
+def _deepspeed_config(c: Candidate) -> dict:
+    stage = int(c.sharding[-1])
+    ds: dict = {
+        "deepspeed_multinode_launcher": "standard",  # torchrun on every node, no pdsh/hostfile
+        "zero_stage": stage,
+        "offload_optimizer_device": "cpu" if c.offload in ("optimizer", "both") else "none",
+        "offload_param_device": "cpu" if c.offload in ("params", "both") else "none",
+        "zero3_init_flag": stage == 3,
+        "zero3_save_16bit_model": stage == 3,
+        # Must equal TrainingArguments or the Trainer raises (reference §5).
+        "gradient_accumulation_steps": c.grad_accum,
+        "gradient_clipping": MAX_GRAD_NORM,
+    }
+    return ds
+
+
+def training_args(
+    c: Candidate, model: ModelSpec, *, dataset: str, options: Mapping[str, object] | None = None
+) -> tuple[dict, list[str]]:
+    """training_args.yaml as a dict: sections model / data / training / lora / quantization / estimate."""
+    opts = dict(options or {})
+    notes: list[str] = []
+    dtype, _ = PRECISIONS[c.precision]
+    mp = mixed_precision(c)
+    dist = distributed_type(c)
+    fsdp_ckpt = dist == "FSDP"  # checkpointing lives in fsdp_config; transformers refuses both (§4)
+    training: dict = {
+        "output_dir": "output",
+        "per_device_train_batch_size": c.micro_batch,
+        "gradient_accumulation_steps": c.grad_accum,
+        "gradient_checkpointing": c.grad_checkpointing and not fsdp_ckpt,
+        "optim": OPTIM_NAMES[c.optimizer],
+        "bf16": mp == "bf16",
+        "fp16": mp == "fp16",
+        "learning_rate": 2e-5 if c.method == "full" else 2e-4,
+        "num_train_epochs": float(opts.get("epochs") or 1),
+        "max_grad_norm": MAX_GRAD_NORM,
+        "logging_steps": 10,
+        "save_strategy": "steps",
+        "save_steps": 500,
+        "save_total_limit": 2,
+        "report_to": "none",
+        "seed": 42,
+    }
+    if training["gradient_checkpointing"]:
+        training["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if dist == "MULTI_GPU":
+        training["ddp_find_unused_parameters"] = False
+    lora = None
+    if c.method in ("lora", "qlora"):
+        rank = c.lora_rank or 16
+        targets = str(opts.get("lora_targets") or "all-linear")
+        lora = {
+            "task_type": "CAUSAL_LM",
+            "r": rank,
+            "lora_alpha": int(opts.get("lora_alpha") or 2 * rank),
+            "lora_dropout": float(opts.get("lora_dropout", 0.05)),
+            "target_modules": targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
+            "bias": "none",
+        }
+    quant = None
+    if c.method == "qlora":
+        compute = "float16" if c.precision in ("fp16", "amp-fp16") else "bfloat16"
+        quant = {
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_use_double_quant": bool(opts.get("double_quant", True)),
+            "bnb_4bit_compute_dtype": compute,
+        }
+        if c.sharding in ("fsdp", "zero3"):
+            quant["bnb_4bit_quant_storage"] = compute  # so FSDP/ZeRO-3 can flatten the packed weights (§9)
+            if c.sharding == "fsdp":
+                notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
+                             "run a few steps before a long job.")
+    if c.optimizer == "adamw-fp32" and c.method == "full" and c.precision in ("bf16", "fp16") and dist != "DEEPSPEED":
+        notes.append(
+            "adamw-fp32 is written as adamw_torch_fused, whose states follow the weights' dtype: with pure "
+            f"{c.precision} weights transformers keeps 16-bit states (less memory than estimated, no fp32 master copy)."
+        )
+    if dist == "DEEPSPEED" and c.precision in ("bf16", "fp16") and c.method == "full":
+        notes.append(
+            f"DeepSpeed's {c.precision} mode keeps fp32 master weights and fp32 Adam states "
+            "(12 B per trainable parameter, ZeRO paper); check the estimate assumed that."
+        )
+    cfg = {
+        "model": {
+            "name_or_path": model.name,
+            "family": model.family,
+            "dtype": dtype,
+            "attn_implementation": ATTN_NAMES[c.attention],
+            "adapter_dtype": str(opts.get("adapter_dtype") or "fp32"),
+        },
+        "data": {"path": dataset, "max_seq_length": c.seq_len, "packing": True},
+        "training": training,
+        "lora": lora,
+        "quantization": quant,
+        "estimate": {
+            "stack": c.stack_label,
+            "peak_memory_bytes_per_gpu": c.peak_memory_bytes,
+            "gpu_memory_bytes": c.gpu_memory_bytes,
+            "hours": c.hours,
+            "cost_usd": c.cost_usd,
+        },
+    }
+    return cfg, notes
+
+
+def sky_task(c: Candidate, model: ModelSpec) -> dict:
+    cloud = SKY_CLOUDS.get(c.provider.lower(), c.provider.lower())
+    setup = "set -e\npip install -r requirements.txt\n"
+    if c.attention == "flash":
+        setup += "pip install flash-attn --no-build-isolation\n"
+    return {
+        "name": _slug(f"ft-{model.name}"),
+        "resources": {
+            "cloud": cloud,
+            "region": c.region,
+            "instance_type": c.instance_type,
+            "accelerators": f"{c.gpu_model}:{c.gpu_count}",
+            "use_spot": c.spot,
+        },
+        "num_nodes": c.nodes,
+        "workdir": ".",
+        "envs": {"HF_TOKEN": ""},
+        "setup": setup,
+        # launch.sh reads SKYPILOT_NODE_RANK and SKYPILOT_NODE_IPS itself.
+        "run": "bash launch.sh\n",
+    }
+
+
+def requirements(c: Candidate) -> list[str]:
+    reqs = ["torch>=2.6", "transformers>=4.45", "accelerate>=1.15,<2", "pyyaml"]
+    if c.method != "full":
+        reqs.append("peft>=0.12")
+    if c.method == "qlora" or "8bit" in c.optimizer:
+        reqs.append("bitsandbytes>=0.43")
+    if c.sharding in DEEPSPEED:
+        reqs.append("deepspeed>=0.15")
+    return reqs
+
+
+def build_bundle(
+    candidate: Candidate,
+    model: ModelSpec,
+    *,
+    dataset: str = "data/train.jsonl",
+    options: Mapping[str, object] | None = None,
+) -> dict[str, str]:
+    """Every file of the bundle, filename -> content. Emits a LaunchWarning per caveat (also in README)."""
+    c = candidate
+    if c.precision not in PRECISIONS or c.optimizer not in OPTIM_NAMES or c.attention not in ATTN_NAMES:
+        raise BadInput(
+            f"candidate: precision {c.precision!r}, optimizer {c.optimizer!r} or attention {c.attention!r} "
+            f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(OPTIM_NAMES)}, {sorted(ATTN_NAMES)}."
+        )
+    acc, notes = accelerate_config(c, model)
+    args, more = training_args(c, model, dataset=dataset, options=options)
+    notes += more
+    for note in notes:
+        warnings.warn(note, LaunchWarning, stacklevel=2)
+    reqs = requirements(c)
+    env = _templates()
+    ctx = {
+        "c": c,
+        "model": model,
+        "gpus": total_gpus(c),
+        "dist": acc["distributed_type"],
+        "mp": acc["mixed_precision"],
+        "args": args,
+        "notes": notes,
+        "dataset": dataset,
+        "gb": lambda b: f"{b / 1e9:.1f} GB",
+        "gib": lambda b: f"{b / 2**30:.1f} GiB",
+        "port": MAIN_PROCESS_PORT,
+        "placeholder": HEAD_NODE_PLACEHOLDER,
+    }
+    header = (
+        f"# accelerate {acc['distributed_type']} config written by gpu-advisor for {model.name}\n"
+        f"# stack: {c.stack_label or c.method}; {c.nodes} node(s) x {c.gpu_count} {c.gpu_model}\n"
+        "# num_processes is the total over all nodes. launch.sh passes --machine_rank / --main_process_ip\n"
+        "# on multi-node runs; rdzv_backend and same_network are ignored by accelerate launch 1.15.0.\n"
+    )
+    return {
+        "accelerate_config.yaml": header + _dump(acc),
+        "training_args.yaml": _args_header(c, acc) + _dump(args),
+        "train.py": (TEMPLATES / "train.py").read_text(encoding="utf-8"),
+        "launch.sh": env.get_template("launch.sh.j2").render(ctx),
+        "README.md": env.get_template("README.md.j2").render(ctx),
+        "sky.yaml": "# SkyPilot task: sky launch sky.yaml\n" + _dump(sky_task(c, model)),
+        "requirements.txt": "\n".join(reqs) + "\n",
+    }
+
+
+def _args_header(c: Candidate, acc: dict) -> str:
+    text = "# Read by train.py. Every memory-relevant setting equals the estimate.\n"
+    if acc["distributed_type"] == "FSDP" and c.grad_checkpointing:
+        text += "# Gradient checkpointing is ON, applied by FSDP (fsdp_activation_checkpointing in\n"
+        text += "# accelerate_config.yaml); transformers refuses it in both places.\n"
+    return text
+
+
+def write_bundle(files: Mapping[str, str], out_dir: str | os.PathLike, force: bool = False) -> Path:
+    """Write the bundle; refuse an existing non-empty folder unless `force`. Each file is atomic."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out: {out} exists and is not a folder.")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise BadInput(f"--out: folder {out} exists and is not empty; pass --force to overwrite its bundle files.")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        target = out / name
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o755 if name.endswith((".sh", ".py")) else 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return out
+
+
+def _templates():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # shell and Markdown, not HTML
+    )
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str):
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def _dump(data: dict) -> str:
+    # safe_dump quotes 'NO' and 'no' itself (YAML 1.1 booleans, reference §1.5).
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def _slug(text: str) -> str:
+    out = "".join(ch.lower() if ch.isalnum() else "-" for ch in text)
+    return "-".join(p for p in out.split("-") if p)[:60] or "ft"

@@ -1,0 +1,113 @@
+"""The fetch cache: one CSV sheet + one metadata JSON per source, written atomically.
+
+Location: $GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor.
+Every write goes to a temp file in the same folder, is fsynced, then `os.replace`d over the
+old file, so a crash or a failed fetch can never leave a half-written or emptied sheet
+(SkyPilot writes its cached catalog in place; we don't). Callers only write after a fetch
+has fully succeeded and validated.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+STALE_DAYS = 30.0  # default threshold; GPU_ADVISOR_STALE_DAYS overrides
+
+
+def cache_dir() -> Path:
+    if os.environ.get("GPU_ADVISOR_CACHE_DIR"):
+        return Path(os.environ["GPU_ADVISOR_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "gpu-advisor"
+
+
+def sheets_dir() -> Path:
+    return cache_dir() / "sheets"
+
+
+def stale_days() -> float:
+    try:
+        return float(os.environ.get("GPU_ADVISOR_STALE_DAYS", STALE_DAYS))
+    except ValueError:
+        return STALE_DAYS
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "sheet"
+
+
+def sheet_path(name: str) -> Path:
+    return sheets_dir() / f"{safe_name(name)}.csv"
+
+
+def meta_path(name: str) -> Path:
+    return sheets_dir() / f"{safe_name(name)}.json"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes so readers see either the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; keep the usual file mode
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_sheet(name: str, df, *, source: str, url: str | None, kind: str = "fetch") -> dict:
+    """Store a validated sheet and its metadata; returns the metadata."""
+    from pricing.schema import COLUMNS
+
+    cols = [c for c in COLUMNS if c in df.columns]
+    frame = df[cols].copy()
+    if "fetched_at" in frame and hasattr(frame["fetched_at"], "dt"):
+        frame["fetched_at"] = frame["fetched_at"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    data = frame.to_csv(index=False, float_format="%.6g").encode()
+    meta = {
+        "name": safe_name(name), "source": source, "url": url, "kind": kind,
+        "fetched_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "rows": int(len(frame)),
+    }
+    atomic_write(sheet_path(name), data)
+    atomic_write(meta_path(name), (json.dumps(meta, indent=2) + "\n").encode())
+    return meta
+
+
+def read_meta(name: str) -> dict | None:
+    try:
+        return json.loads(meta_path(name).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cached_sheets() -> list[tuple[str, Path, dict | None]]:
+    """(name, csv path, metadata) of every sheet in the cache, sorted by name."""
+    folder = sheets_dir()
+    if not folder.is_dir():
+        return []
+    return [(p.stem, p, read_meta(p.stem)) for p in sorted(folder.glob("*.csv"))]
+
+
+def age_days(stamp: str | None, now: dt.datetime | None = None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return ((now or dt.datetime.now(dt.UTC)) - t).total_seconds() / 86400

@@ -1,0 +1,85 @@
+"""`prices refresh`: run fetchers, validate, and replace cached sheets only on full success.
+
+Each source's base URL is `--endpoint` (one source at a time), else $GPU_ADVISOR_<NAME>_URL,
+else the provider's public URL. Sources that need a key (LAMBDA_API_KEY, RUNPOD_API_KEY,
+VAST_API_KEY) are skipped with a one-line notice when it is absent; keys go only into request
+headers, never into sheets, metadata, messages or logs. A fetch that fails at any point —
+HTTP error after retries, timeout, truncated body, malformed payload, zero valid rows — leaves
+the last good cached sheet untouched.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+
+from pricing.errors import FetchError, PriceInputError
+from pricing.sources import SOURCES
+
+
+@dataclass
+class Outcome:
+    source: str
+    status: str  # ok | skipped | failed
+    message: str
+    rows: int = 0
+    skipped_rows: int = 0
+
+
+def base_url(name: str, endpoint: str | None = None) -> str:
+    module = importlib.import_module(SOURCES[name][0])
+    return endpoint or os.environ.get(f"GPU_ADVISOR_{name.upper()}_URL") or module.DEFAULT_URL
+
+
+def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool = False,
+            notify=None) -> list[Outcome]:
+    from pricing import cache, http
+    from pricing.schema import validate
+
+    names = list(sources or SOURCES)
+    bad = [n for n in names if n not in SOURCES]
+    if bad:
+        from pricing.errors import unknown
+
+        raise unknown("--source", bad[0], SOURCES)
+    if endpoint and len(names) != 1:
+        raise PriceInputError("--endpoint: give exactly one --source with it "
+                              f"(got {len(names)}: {', '.join(names)})")
+    notify = notify or (lambda msg: None)
+    out: list[Outcome] = []
+    for name in names:
+        if offline:
+            out.append(Outcome(name, "skipped", "offline: kept the cached/bundled sheet"))
+            continue
+        module_name, key_env = SOURCES[name]
+        key = os.environ.get(key_env, "") if key_env else ""
+        if key_env and not key:
+            out.append(Outcome(name, "skipped", f"set {key_env} to fetch {name} prices"))
+            notify(f"{name}: skipped (set {key_env} to fetch)")
+            continue
+        module = importlib.import_module(module_name)
+        url = base_url(name, endpoint)
+        kwargs = {"key": key} if key_env else {}
+        sess = http.session()
+        try:
+            bar, advance = http.progress(None, f"fetching {name}")
+            with bar:
+                df, problems = module.fetch(url, list(regions) or None, session=sess,
+                                            progress=advance, **kwargs)
+            good, more = validate(df, f"{name} feed")
+            problems = list(problems) + more
+            if not len(good):
+                raise FetchError(url, "no valid GPU offers in the response; cache left as it was")
+            cache.write_sheet(name, good, source=name, url=url)
+        except FetchError as exc:
+            msg = str(exc).replace(key, "***") if key else str(exc)
+            out.append(Outcome(name, "failed", msg))
+            notify(f"{name}: failed: {msg} (kept the last good sheet)")
+            continue
+        finally:
+            sess.close()
+        out.append(Outcome(name, "ok", f"{len(good)} offers cached", len(good), len(problems)))
+        notify(f"{name}: {len(good)} offers cached" +
+               (f", {len(problems)} rows skipped" if problems else ""))
+    return out

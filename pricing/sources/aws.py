@@ -1,0 +1,139 @@
+"""AWS public bulk price files (per region, CSV, no auth) -> our schema (PRICE_SOURCES.md §2).
+
+GET <base>/offers/v1.0/aws/AmazonEC2/current/<region>/index.csv, streamed. The file starts
+with metadata lines (FormatVersion, Disclaimer, Publication Date, Version, OfferCode) before
+the header; we skip until the line that starts with "SKU". Kept rows: TermType OnDemand,
+Operating System Linux, Tenancy Shared, CapacityStatus Used, no pre-installed software,
+Unit Hrs, USD, price > 0 (parenthesised properly, unlike SkyPilot's filter). No spot here
+(that needs credentials). GPU model/count from our instance table by family, else from the
+file's GPU column.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+
+from pricing.instances import lookup
+from pricing.schema import Problem
+
+NAME = "aws"
+DEFAULT_URL = "https://pricing.us-east-1.amazonaws.com"
+DEFAULT_REGIONS = ["us-east-1", "us-west-2"]
+PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.csv"
+
+
+def parse_lines(lines, region: str, url: str, fetched_at: str):
+    """Lines of one offer file -> (DataFrame, problems). Raises FetchError if no header."""
+    import pandas as pd
+
+    from pricing.errors import FetchError
+    from pricing.gpus import get_gpu
+
+    lines = iter(lines)
+    meta: dict[str, str] = {}
+    header = None
+    for line in lines:
+        rec = next(csv.reader([line]), [])
+        if rec and rec[0] == "SKU":
+            header = rec
+            break
+        if len(rec) >= 2:
+            meta[rec[0]] = rec[1]
+    if header is None:
+        raise FetchError(url, "no CSV header line starting with \"SKU\" (not an AWS offer file)")
+    need = ["Instance Type", "PricePerUnit", "TermType", "Operating System", "Tenancy"]
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise FetchError(url, f"offer file has no column(s) {', '.join(missing)}")
+    stamp = meta.get("Publication Date") or fetched_at
+    rows, problems, seen = [], [], set()
+    for i, rec in enumerate(csv.reader(lines), start=1):
+        if len(rec) != len(header):
+            problems.append(Problem(url, i, "*", f"has {len(rec)} fields, header has {len(header)}"))
+            continue
+        r = dict(zip(header, rec))
+        if not (r["TermType"] == "OnDemand" and r["Operating System"] == "Linux"
+                and r["Tenancy"] == "Shared" and r.get("CapacityStatus", "Used") == "Used"
+                and r.get("Pre Installed S/W", "NA") in ("", "NA")
+                and r.get("License Model", "") != "Bring your own license"
+                and r.get("Unit", "Hrs") == "Hrs" and r.get("Currency", "USD") == "USD"):
+            continue
+        itype = r["Instance Type"]
+        spec = lookup("aws", itype)
+        gpus = r.get("GPU", "")
+        if spec is None and gpus in ("", "0", "NA"):
+            continue  # not a GPU instance
+        try:
+            price = float(r["PricePerUnit"])
+        except ValueError:
+            problems.append(Problem(url, i, "PricePerUnit", "is not a number", r["PricePerUnit"]))
+            continue
+        if price <= 0 or itype in seen:
+            continue
+        if spec is None or not spec.gpu_model:
+            problems.append(Problem(url, i, "Instance Type", "GPU family not in pricing/data/instances.csv",
+                                    itype))
+            continue
+        seen.add(itype)
+        try:
+            count = spec.gpu_count or float(gpus)
+        except ValueError:
+            problems.append(Problem(url, i, "GPU", "is not a number", gpus))
+            continue
+
+        def num(v):
+            try:
+                return float(str(v).split()[0].replace(",", ""))
+            except (ValueError, IndexError):
+                return None
+        rows.append({"provider": "aws", "region": r.get("Region Code") or region,
+                     "instance_type": itype, "gpu_model": spec.gpu_model, "gpu_count": count,
+                     "gpu_memory_gb": get_gpu(spec.gpu_model).memory_gb,
+                     "vcpus": spec.vcpus or num(r.get("vCPU")), "ram_gb": spec.ram_gb or num(r.get("Memory")),
+                     "price_hour": price, "spot_price_hour": None, "currency": "USD",
+                     "source": f"aws-offer-file:{url}", "fetched_at": stamp,
+                     "interconnect": spec.interconnect, "notes": None})
+    return pd.DataFrame(rows), problems
+
+
+def _lines(resp, url: str):
+    """Decoded lines of a streamed body; a body that stops mid-line is a truncated download."""
+    from pricing.errors import FetchError
+
+    tail = b""
+    for chunk in resp.iter_content(1 << 16):
+        parts = (tail + chunk).split(b"\n")
+        tail = parts.pop()
+        for part in parts:
+            yield part.rstrip(b"\r").decode("utf-8", "replace")
+    if tail.strip():
+        raise FetchError(url, "download truncated: the file ends mid-line")
+
+
+def fetch(base_url: str, regions=None, session=None, progress=None):
+    import pandas as pd
+
+    from pricing import http
+    from pricing.errors import FetchError
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    frames, problems = [], []
+    for region in regions or DEFAULT_REGIONS:
+        url = base_url.rstrip("/") + PATH.format(region=region)
+        resp = http.request("GET", url, session=session, stream=True)
+        try:
+            df, probs = parse_lines(_lines(resp, url), region, url, now)
+        except FetchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a broken stream is a failed fetch
+            raise FetchError(url, f"download truncated or broken mid-way ({type(exc).__name__})") from None
+        finally:
+            resp.close()
+        if not len(df):
+            raise FetchError(url, "offer file has no on-demand Linux GPU rows")
+        frames.append(df)
+        problems += probs
+        if progress:
+            progress(region)
+    return pd.concat(frames, ignore_index=True), problems

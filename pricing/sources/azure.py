@@ -1,0 +1,110 @@
+"""Azure Retail Prices API -> our schema (public, no auth; PRICE_SOURCES.md §4).
+
+GET <base>?$filter=serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and
+armRegionName eq '<region>', then follow `NextPageLink` wherever it points until it is null.
+Items are classified: Windows (productName contains ' Windows' or ' Win'), Low Priority,
+DevTest, Reservation and Cloud Services items are dropped; skuName containing ' Spot' is the
+spot price; the rest is on-demand. Specs (GPU, count, vCPUs, RAM) are not in this API: they
+come from our instance table; GPU sizes missing from it are reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pricing.http import field
+from pricing.instances import lookup
+from pricing.schema import Problem
+
+NAME = "azure"
+DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
+DEFAULT_REGIONS = ["eastus", "eastus2", "westus2", "westus3", "southcentralus", "centralus",
+                   "northcentralus", "westus", "westeurope"]
+MAX_PAGES = 2000  # a guard against a NextPageLink loop
+
+
+def classify(item: dict) -> str | None:
+    """'ondemand' | 'spot' | None (excluded) for one Items entry."""
+    product = str(item.get("productName", ""))
+    sku = str(item.get("skuName", ""))
+    if item.get("type") not in (None, "Consumption") or item.get("reservationTerm"):
+        return None
+    if " Windows" in product or " Win" in product or "Cloud Services" in product:
+        return None
+    if sku.endswith("Low Priority") or str(item.get("unitOfMeasure", "1 Hour")) != "1 Hour":
+        return None
+    return "spot" if " Spot" in sku else "ondemand"
+
+
+def parse_items(items: list, url: str, fetched_at: str):
+    """Items from every page -> (DataFrame in our schema, problems)."""
+    import pandas as pd
+
+    from pricing.gpus import get_gpu
+
+    prices: dict[tuple[str, str], dict] = {}
+    problems: list[Problem] = []
+    for i, it in enumerate(items, start=1):
+        if not isinstance(it, dict):
+            problems.append(Problem(url, i, "Items", "item is not an object", it))
+            continue
+        sku = it.get("armSkuName")
+        if not isinstance(sku, str) or not sku.startswith("Standard_N"):
+            continue  # not a GPU size
+        kind = classify(it)
+        price = it.get("retailPrice")
+        if kind is None:
+            continue
+        if not isinstance(price, (int, float)) or price <= 0:
+            problems.append(Problem(url, i, "retailPrice", "missing or <= 0", price))
+            continue
+        if str(it.get("currencyCode", "USD")) != "USD":
+            problems.append(Problem(url, i, "currencyCode", "only USD is accepted",
+                                    it.get("currencyCode")))
+            continue
+        region = str(it.get("armRegionName", "")).lower()
+        slot = prices.setdefault((sku, region), {})
+        slot[kind] = min(price, slot.get(kind, price))  # several meters: keep the cheapest
+    rows = []
+    for (sku, region), p in sorted(prices.items()):
+        spec = lookup("azure", sku)
+        if spec is None or not spec.gpu_model:
+            problems.append(Problem(url, 0, "armSkuName", "GPU size not in pricing/data/instances.csv; "
+                                    "add it to price this size", sku))
+            continue
+        od, spot = p.get("ondemand"), p.get("spot")
+        notes = None
+        if od is not None and spot is not None and spot >= od:
+            spot, notes = None, "spot_suspect"
+        rows.append({"provider": "azure", "region": region, "instance_type": sku,
+                     "gpu_model": spec.gpu_model, "gpu_count": spec.gpu_count,
+                     "gpu_memory_gb": get_gpu(spec.gpu_model).memory_gb, "vcpus": spec.vcpus,
+                     "ram_gb": spec.ram_gb, "price_hour": od, "spot_price_hour": spot,
+                     "currency": "USD", "source": f"azure-retail:{url}", "fetched_at": fetched_at,
+                     "interconnect": spec.interconnect, "notes": notes})
+    return pd.DataFrame(rows), problems
+
+
+def fetch(base_url: str, regions=None, session=None, progress=None):
+    from pricing import http
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    items: list = []
+    for region in regions or DEFAULT_REGIONS:
+        flt = ("serviceName eq 'Virtual Machines' and priceType eq 'Consumption' "
+               f"and armRegionName eq '{region}'")
+        url, params = base_url, {"$filter": flt}
+        for _ in range(MAX_PAGES):
+            page = http.get_json(url, session=session, params=params)
+            items += field(page, "Items", url, list)
+            nxt = page.get("NextPageLink") if isinstance(page, dict) else None
+            if progress:
+                progress(region)
+            if not nxt:
+                break
+            if not isinstance(nxt, str):
+                from pricing.errors import FetchError
+
+                raise FetchError(url, f"field 'NextPageLink' is {type(nxt).__name__}, expected a URL")
+            url, params = nxt, None  # follow it wherever it points
+    return parse_items(items, base_url, now)

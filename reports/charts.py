@@ -1,0 +1,215 @@
+"""Charts for plan reports: matplotlib figures saved as SVG, then sanitised for inlining.
+
+matplotlib is imported inside the functions so `import reports` stays cheap. We draw on a bare
+`matplotlib.figure.Figure` (no pyplot, no global backend switch), with text kept as <text>
+(`svg.fonttype = "none"`), maths parsing off (a `$` in a provider name stays a `$`) and a fixed
+hash salt so the same plan gives byte-identical SVG.
+
+`clean_svg` re-parses what matplotlib wrote and rebuilds it from an allow-list of SVG elements:
+even if a label ever reached the file unescaped, it could not add a script, an event handler,
+an external link or a <style> that leaks into the host page.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import xml.etree.ElementTree as ET
+
+from advisor.results import Candidate, Plan
+
+GB = 1e9
+SVG_NS = "http://www.w3.org/2000/svg"
+XLINK_NS = "http://www.w3.org/1999/xlink"
+# Okabe & Ito (2008) colour-blind-safe palette, one colour per memory component.
+COMPONENT_COLOURS = {
+    "weights": "#0072B2",
+    "gradients": "#E69F00",
+    "optimizer": "#009E73",
+    "activations": "#CC79A7",
+    "overhead": "#999999",
+}
+COMPONENTS = tuple(COMPONENT_COLOURS)
+RC = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "gpu-advisor",
+    "text.parse_math": False,
+    "font.size": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+ALLOWED_TAGS = {
+    "svg", "g", "defs", "path", "clipPath", "use", "text", "tspan", "rect", "line",
+    "polyline", "polygon", "circle", "ellipse", "title", "desc",
+}
+DROPPED_TAGS = {"metadata", "style", "script"}  # removed with their content
+
+
+def bar_label(c: Candidate, tag: str) -> str:
+    nodes = f" ×{c.nodes} nodes" if c.nodes > 1 else ""
+    text = f"{tag} {c.provider} {c.instance_type}{nodes} · {c.method}"
+    return text if len(text) <= 48 else text[:47] + "…"
+
+
+def memory_rows(plan: Plan, top: int = 5) -> list[tuple[str, Candidate]]:
+    """(label, candidate) for the memory chart: the top picks, then the baseline."""
+    rows = [(f"#{c.rank or i + 1}", c) for i, c in enumerate(plan.candidates[:top])]
+    if plan.baseline is not None:
+        rows.append(("baseline", plan.baseline))
+    return rows
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight",
+                pad_inches=0.1)
+    return buf.getvalue()
+
+
+def memory_chart(plan: Plan, top: int = 5) -> str | None:
+    """Stacked per-GPU memory by component (GB) for the top candidates and the baseline,
+    with each GPU's usable capacity marked. None when there is nothing to draw."""
+    rows = memory_rows(plan, top)
+    if not rows:
+        return None
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(7.5, 0.5 * len(rows) + 1.5))
+        fig.subplots_adjust(left=0.36, right=0.80)  # fixed margins: cheaper than tight_layout
+        ax = fig.add_subplot()
+        ys = list(range(len(rows)))[::-1]
+        for y, (tag, c) in zip(ys, rows):
+            left = 0.0
+            if c.memory is None:
+                ax.barh(y, c.peak_memory_bytes / GB, color="#bbbbbb", height=0.6)
+            else:
+                for comp in COMPONENTS:
+                    width = getattr(c.memory, comp) / GB
+                    ax.barh(y, width, left=left, color=COMPONENT_COLOURS[comp], height=0.6,
+                            label=comp if y == ys[0] else None)
+                    left += width
+            cap = c.gpu_memory_bytes / GB
+            ax.plot([cap, cap], [y - 0.42, y + 0.42], color="#000000", linewidth=2,
+                    label="usable GPU memory" if y == ys[0] else None)
+        ax.set_yticks(ys, [bar_label(c, tag) for tag, c in rows])
+        ax.set_xlabel("memory per GPU (GB)")
+        ax.set_title("Peak memory per GPU, by component, against the GPU's usable memory")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+        ax.set_xlim(0, max(max(c.gpu_memory_bytes, c.peak_memory_bytes) for _, c in rows) / GB * 1.05)
+        return _svg(fig)
+
+
+def cost_time_chart(plan: Plan) -> str | None:
+    """Cost (USD) against wall time (hours) for every candidate, Pareto front joined,
+    top pick and baseline marked. None when there are no candidates."""
+    if not plan.candidates:
+        return None
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    cands = plan.candidates
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(7.5, 4.5))
+        fig.subplots_adjust(left=0.11, right=0.74)
+        ax = fig.add_subplot()
+        ax.scatter([c.hours for c in cands], [c.cost_usd for c in cands], s=12, color="#9aa5b1",
+                   alpha=0.7, label=f"candidates ({len(cands)})", linewidths=0)
+        front = sorted(plan.pareto, key=lambda c: c.hours)
+        if front:
+            ax.plot([c.hours for c in front], [c.cost_usd for c in front], "-o", color="#D55E00",
+                    markersize=5, linewidth=1.5, label="Pareto front")
+        top = cands[0]
+        ax.scatter([top.hours], [top.cost_usd], marker="*", s=180, color="#0072B2", zorder=5,
+                   label="recommended (#1)")
+        points = list(cands) + ([plan.baseline] if plan.baseline else [])
+        if plan.baseline is not None:
+            ax.scatter([plan.baseline.hours], [plan.baseline.cost_usd], marker="X", s=90,
+                       color="#000000", zorder=5, label="naive baseline")
+        for axis, values, fmt in ((ax.xaxis, [c.hours for c in points], "{:,g} h"),
+                                  (ax.yaxis, [c.cost_usd for c in points], "${:,g}")):
+            if min(values) > 0 and max(values) / min(values) > 20:  # spans decades: log scale
+                (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+                axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                axis.set_minor_formatter(NullFormatter())
+            axis.set_major_formatter(FuncFormatter(lambda v, _pos, f=fmt: f.format(float(f"{v:.3g}"))))
+        ax.set_xlabel("wall time (hours)")
+        ax.set_ylabel("cost (USD)")
+        ax.set_title("Cost against wall time")
+        ax.grid(True, linewidth=0.3, alpha=0.5)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        return _svg(fig)
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def clean_svg(svg: str, *, id_prefix: str, title: str, desc: str) -> str:
+    """Rebuild matplotlib's SVG from an allow-list, give it a <title>/<desc> and role="img",
+    and prefix every id so several charts can share one HTML page. Raises ValueError if the
+    input is not well-formed XML."""
+    try:
+        root = ET.fromstring(svg.encode("utf-8"))
+    except ET.ParseError as exc:
+        raise ValueError(f"chart SVG is not well-formed: {exc}") from exc
+    if _local(root.tag) != "svg":
+        raise ValueError("chart SVG has no <svg> root")
+
+    def rename(value: str) -> str:
+        value = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{id_prefix}-{m.group(1)})", value)
+        return value
+
+    def walk(elem: ET.Element) -> ET.Element | None:
+        name = _local(elem.tag)
+        if name in DROPPED_TAGS or name not in ALLOWED_TAGS:
+            return None
+        out = ET.Element(f"{{{SVG_NS}}}{name}")
+        for key, value in elem.attrib.items():
+            attr = _local(key)
+            if attr.lower().startswith("on"):
+                continue
+            if attr == "href":
+                if not value.startswith("#"):
+                    continue
+                out.set(f"{{{XLINK_NS}}}href", f"#{id_prefix}-{value[1:]}")
+                continue
+            if attr == "id":
+                value = f"{id_prefix}-{value}"
+            elif "url(" in value:
+                value = rename(value)
+            if "javascript:" in value.lower():
+                continue
+            if "}" in key:  # only xlink:href is expected in a namespace
+                continue
+            out.set(attr, value)
+        out.text = elem.text
+        out.tail = elem.tail
+        for child in elem:
+            kept = walk(child)
+            if kept is not None:
+                out.append(kept)
+            elif child.tail and len(out):
+                out[-1].tail = (out[-1].tail or "") + child.tail
+        return out
+
+    clean = walk(root)
+    assert clean is not None
+    clean.set("class", "chart")
+    clean.set("role", "img")
+    clean.set("aria-labelledby", f"{id_prefix}-title {id_prefix}-desc")
+    t = ET.Element(f"{{{SVG_NS}}}title", {"id": f"{id_prefix}-title"})
+    t.text = title
+    d = ET.Element(f"{{{SVG_NS}}}desc", {"id": f"{id_prefix}-desc"})
+    d.text = desc
+    clean.insert(0, d)
+    clean.insert(0, t)
+    ET.register_namespace("", SVG_NS)
+    ET.register_namespace("xlink", XLINK_NS)
+    return ET.tostring(clean, encoding="unicode")
+
+
+# The one global rule matplotlib puts in its <style>; re-applied by the page's CSS.
+SVG_CSS = "svg.chart *{stroke-linejoin:round;stroke-linecap:butt}"

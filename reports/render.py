@@ -1,0 +1,431 @@
+"""Render a `Plan` to one self-contained HTML page or GitHub Markdown (+ SVG charts beside it).
+
+Everything shown is computed here into plain strings and rows (`build_context`), so the two
+templates only lay it out and cannot disagree. HTML goes through jinja2 autoescape; Markdown
+goes through a `finalize` hook that escapes every value (`|`, `<`, `*`, `$` ...), so no value
+can break a table or inject markup in either format.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import quote
+
+from advisor.errors import BadInput
+from advisor.results import Candidate, Plan
+
+from reports import charts
+
+GB = 1e9
+STALE_DAYS = 30
+TOP_ROWS = 10
+FORMATS = ("html", "md")
+SUFFIXES = {".html": "html", ".htm": "html", ".md": "md"}
+
+
+# ---------- number formatting ------------------------------------------------------------
+
+def money(v: float | None) -> str:
+    return "n/a" if v is None else f"${v:,.2f}"
+
+
+def duration(h: float) -> str:
+    if h < 1:
+        return f"{h * 60:.0f} min"
+    if h < 48:
+        return f"{h:.1f} h"
+    return f"{h:,.1f} h ({h / 24:.1f} days)"
+
+
+def gb(n: int | float) -> str:
+    return f"{n / GB:,.1f} GB"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def value(v: object, key: str = "") -> str:
+    """An assumption or workload value as a reader wants it (the key hints at its unit)."""
+    key = key.lower()
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if "hour" in key:
+            return duration(v)
+        if "usd" in key or "price" in key or "budget" in key:
+            return money(v)
+    if v is None:
+        return "not set"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:g}" if v >= 1 or v == 0 else f"{v:g} ({pct(v)})"
+    return str(v)
+
+
+def gpus(c: Candidate) -> str:
+    per_node = f"{c.gpu_count}× {c.gpu_model}"
+    return f"{c.nodes} nodes × {per_node} ({c.nodes * c.gpu_count} GPUs)" if c.nodes > 1 else per_node
+
+
+def stack(c: Candidate) -> str:
+    if c.stack_label:
+        return c.stack_label
+    parts = [c.method if c.lora_rank is None else f"{c.method} r{c.lora_rank}", c.precision, c.optimizer]
+    if c.grad_checkpointing:
+        parts.append("ckpt")
+    parts.append(c.attention)
+    if c.sharding != "none":
+        parts.append(c.sharding)
+    if c.offload != "none":
+        parts.append(f"offload-{c.offload}")
+    return " · ".join(parts)
+
+
+def pricing(c: Candidate) -> str:
+    return "spot" if c.spot else "on-demand"
+
+
+# ---------- price age ----------------------------------------------------------------------
+
+def _parse(ts: str) -> datetime | None:
+    try:
+        d = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+
+
+def price_age_days(c: Candidate, generated_at: str) -> int | None:
+    when, now = _parse(c.price_date), _parse(generated_at) or datetime.now(timezone.utc)
+    return None if when is None else (now - when).days
+
+
+def is_stale(c: Candidate, generated_at: str) -> bool:
+    age = price_age_days(c, generated_at)
+    return c.price_stale or (age is not None and age > STALE_DAYS)
+
+
+# ---------- context ------------------------------------------------------------------------
+
+def _find(assumptions: dict, *words: str) -> tuple[str, object] | None:
+    for key, v in assumptions.items():
+        if all(w in key.lower() for w in words):
+            return key, v
+    return None
+
+
+def _frac(v: object, key: str) -> str:
+    if "hour" in key:
+        return value(v, key)
+    return pct(v) if isinstance(v, float) and 0 <= v < 1 else value(v, key)
+
+
+def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
+    """The answer paragraph as (text, emphasised) segments, so both formats can bold safely."""
+    if not plan.candidates:
+        parts: list[tuple[str, bool]] = [
+            ("Nothing fits.", True),
+            (f" No offer can run {plan.model.name} with the allowed settings. ", False),
+        ]
+        if plan.rejected:
+            top = max(plan.rejected, key=lambda r: r.count)
+            parts.append((f"The most common reason ({top.count:,} options): {top.reason}", False))
+            parts.append((f" (e.g. {top.example})." if top.example else ".", False))
+        parts.append((" See the closest rejections below.", False))
+        return parts
+    c = plan.candidates[0]
+    parts = [
+        ("Recommended: ", False), (f"{c.provider} {c.instance_type}", True),
+        (f" ({gpus(c)}, {pricing(c)}, {c.region}) with ", False), (stack(c), True),
+        (f", micro-batch {c.micro_batch} × grad-accum {c.grad_accum} at {c.seq_len:,} tokens. "
+         "It should cost about ", False), (money(c.cost_usd), True), (" and take ", False),
+        (duration(c.hours), True), (" wall time", False),
+    ]
+    if c.train_hours:
+        parts.append((f" ({duration(c.train_hours)} of training plus setup"
+                      f"{' and spot allowance' if c.spot else ''})", False))
+    tokens = plan.workload.get("tokens")
+    per = f" for {tokens:,} tokens" if isinstance(tokens, int) else ""
+    parts.append((f"{per} at {c.tokens_per_sec:,.0f} tokens/s. ", False))
+    assumed = [f"MFU {pct(c.mfu)}"] if c.mfu else []
+    for words, label in ((("headroom",), "memory headroom"), (("setup",), "setup"),
+                         (("spot",), "spot interruption allowance")):
+        found = _find(plan.assumptions, *words)
+        if found is not None:
+            assumed.append(f"{label} {_frac(found[1], found[0])}")
+    if assumed:
+        parts.append(("It assumes " + ", ".join(assumed) + "; ", False))
+    parts.append((f"peak memory is {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} usable per GPU, "
+                  f"and the price ({money(c.price_hour)}/h) is from {c.price_source}, {c.price_date}. ", False))
+    b = plan.baseline
+    if b is not None and plan.saving_vs_baseline_usd is not None:
+        saving = plan.saving_vs_baseline_usd
+        share = f" ({pct(saving / b.cost_usd)})" if b.cost_usd > 0 else ""
+        parts.append((f"Against the naive baseline ({b.provider} {b.instance_type}, {stack(b)}: "
+                      f"{money(b.cost_usd)}, {duration(b.hours)}) it ", False))
+        parts.append((f"saves {money(saving)}{share}" if saving >= 0 else f"costs {money(-saving)} more", True))
+        parts.append((".", False))
+    else:
+        parts.append(("No naive baseline fits, so there is no saving to compare.", False))
+    return parts
+
+
+def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = None) -> dict:
+    return {"headers": headers, "rows": rows, "flags": flags or [False] * len(rows)}
+
+
+def candidate_table(plan: Plan) -> dict:
+    front = {(c.rank, c.instance_type, c.cost_usd) for c in plan.pareto}
+    rows, flags = [], []
+    for c in plan.candidates[:TOP_ROWS]:
+        on_front = (c.rank, c.instance_type, c.cost_usd) in front
+        stale = is_stale(c, plan.generated_at)
+        rows.append([str(c.rank), c.provider, c.region, c.instance_type, gpus(c), stack(c), pricing(c),
+                     f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}",
+                     f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}", duration(c.hours),
+                     money(c.cost_usd), money(c.usd_per_m_tokens), "yes" if on_front else "",
+                     c.price_date + (" ⚠" if stale else "")])
+        flags.append(stale)
+    return table(["#", "Provider", "Region", "Instance", "GPUs", "Stack", "Pricing",
+                  "Micro-batch × accum × seq", "Peak / usable memory per GPU", "Wall time", "Cost",
+                  "$ per M tokens", "Pareto", "Price date"], rows, flags)
+
+
+def best_tables(plan: Plan) -> tuple[dict, dict]:
+    gpu_rows = [[g, str(c.rank), c.provider, c.instance_type, stack(c), duration(c.hours), money(c.cost_usd)]
+                for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: kv[1].cost_usd)]
+    prov_rows = [[p, str(c.rank), c.instance_type, gpus(c), stack(c), duration(c.hours), money(c.cost_usd)]
+                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: kv[1].cost_usd)]
+    return (table(["GPU", "Rank", "Provider", "Instance", "Stack", "Wall time", "Cost"], gpu_rows),
+            table(["Provider", "Rank", "Instance", "GPUs", "Stack", "Wall time", "Cost"], prov_rows))
+
+
+def price_table(plan: Plan) -> dict:
+    """Every distinct price the plan used, with its source, date and age."""
+    seen: dict[tuple, Candidate] = {}
+    pool = list(plan.candidates) + ([plan.baseline] if plan.baseline else [])
+    pool += list(plan.best_per_gpu.values()) + list(plan.best_per_provider.values())
+    for c in pool:
+        key = (c.provider, c.region, c.instance_type, c.spot, c.nodes, round(c.price_hour, 6),
+               c.price_source, c.price_date)
+        seen.setdefault(key, c)
+    rows, flags = [], []
+    for c in sorted(seen.values(), key=lambda c: (c.provider, c.instance_type, c.spot, c.nodes)):
+        age = price_age_days(c, plan.generated_at)
+        stale = is_stale(c, plan.generated_at)
+        node_note = f" ({c.nodes} nodes)" if c.nodes > 1 else ""
+        rows.append([c.provider, c.region, c.instance_type + node_note, pricing(c), money(c.price_hour),
+                     c.price_source, c.price_date, "unknown" if age is None else f"{age:,}",
+                     f"⚠ older than {STALE_DAYS} days" if stale else "ok"])
+        flags.append(stale)
+    return table(["Provider", "Region", "Instance", "Pricing", "$ per hour", "Source", "Date", "Age (days)",
+                  "Status"], rows, flags)
+
+
+def memory_table(plan: Plan) -> dict:
+    rows = []
+    for tag, c in charts.memory_rows(plan):
+        m = c.memory
+        parts = [gb(getattr(m, k)) for k in charts.COMPONENTS] if m else ["n/a"] * len(charts.COMPONENTS)
+        rows.append([tag, f"{c.provider} {c.instance_type}", stack(c), *parts, gb(c.peak_memory_bytes),
+                     gb(c.gpu_memory_bytes), "yes" if c.peak_memory_bytes <= c.gpu_memory_bytes else "no"])
+    return table(["", "Instance", "Stack", "Weights", "Gradients", "Optimizer", "Activations", "Overhead",
+                  "Peak", "Usable", "Fits"], rows)
+
+
+def pareto_table(plan: Plan) -> dict:
+    rows = [[str(c.rank), f"{c.provider} {c.instance_type}", gpus(c), stack(c), pricing(c),
+             duration(c.hours), money(c.cost_usd)] for c in sorted(plan.pareto, key=lambda c: c.hours)]
+    return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Wall time", "Cost"], rows)
+
+
+def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
+    best_gpu, best_provider = best_tables(plan)
+    prices = price_table(plan)
+    stale_count = sum(prices["flags"])
+    top = plan.candidates[0] if plan.candidates else None
+    rejected = sorted(plan.rejected, key=lambda r: -r.count)
+    return {
+        "title": f"GPU plan: {plan.model.name}",
+        "model": plan.model,
+        "generated_at": plan.generated_at or "unknown time",
+        "has_candidates": top is not None,
+        "n_candidates": len(plan.candidates),
+        "notice": plan.notice,
+        "warnings": plan.warnings,
+        "answer": answer_parts(plan),
+        "top_stale": top is not None and is_stale(top, plan.generated_at),
+        "candidates": candidate_table(plan),
+        "shown": min(TOP_ROWS, len(plan.candidates)),
+        "memory": memory_table(plan),
+        "pareto": pareto_table(plan),
+        "best_gpu": best_gpu,
+        "best_provider": best_provider,
+        "rejected": table(["Reason", "Options ruled out", "Example"],
+                          [[r.reason, f"{r.count:,}", r.example] for r in rejected]),
+        "rejected_total": sum(r.count for r in rejected),
+        "workload": table(["Setting", "Value"], [[k, value(v, k)] for k, v in plan.workload.items()]),
+        "assumptions": table(["Assumption", "Value"], [[k, value(v, k)] for k, v in plan.assumptions.items()]),
+        "prices": prices,
+        "stale_count": stale_count,
+        "stale_days": STALE_DAYS,
+        "command": plan.command,
+        "plan_file": plan_file,
+        "launch": f"gpu-advisor launch --from {plan_file} --rank 1 --out launch/",
+        "svg_css": charts.SVG_CSS,
+    }
+
+
+# ---------- templates ----------------------------------------------------------------------
+
+class Raw(str):
+    """A Markdown fragment built by us (code fence); passed through `md_escape` untouched."""
+
+
+MD_SPECIAL = "\\`*_[]|~$"
+
+
+def md_escape(v: object) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, Raw):
+        return str(v)
+    s = str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = re.sub(r"\s+", " ", s)  # no newlines inside a paragraph or table cell
+    return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in s)
+
+
+def md_code(text: str) -> Raw:
+    """A fenced code block whose fence is longer than any backtick run inside."""
+    longest = max((len(run) for run in text.split("\n") for run in _runs(run, "`")), default=0)
+    fence = "`" * max(3, longest + 1)
+    return Raw(f"{fence}\n{text}\n{fence}")
+
+
+def _runs(s: str, ch: str) -> list[str]:
+    out, cur = [], ""
+    for c in s:
+        if c == ch:
+            cur += c
+        else:
+            if cur:
+                out.append(cur)
+            cur = ""
+    return out + ([cur] if cur else [])
+
+
+@lru_cache(maxsize=None)
+def _env(fmt: str):
+    import jinja2
+
+    loader = jinja2.FileSystemLoader(str(Path(__file__).parent / "templates"))
+    if fmt == "html":
+        return jinja2.Environment(loader=loader, autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                                  undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(loader=loader, autoescape=False, finalize=md_escape, trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.globals["md_code"] = md_code
+    env.globals["Raw"] = Raw
+    return env
+
+
+CHART_TEXT = {
+    "memory": ("Peak memory per GPU by component",
+               "Stacked horizontal bars: weights, gradients, optimizer states, activations and overhead "
+               "per GPU for the top candidates and the naive baseline; a black tick marks each GPU's "
+               "usable memory. The table below gives the same numbers."),
+    "cost-time": ("Cost against wall time",
+                  "Scatter of every candidate's cost (USD) against wall time (hours); the Pareto front "
+                  "(options with no cheaper and faster alternative) is joined in orange, the recommended "
+                  "option is a blue star and the naive baseline a black cross. The table below lists "
+                  "the Pareto front."),
+}
+
+
+def _charts(plan: Plan) -> dict[str, str]:
+    out = {}
+    for key, svg in (("memory", charts.memory_chart(plan)), ("cost-time", charts.cost_time_chart(plan))):
+        if svg is not None:
+            title, desc = CHART_TEXT[key]
+            out[key] = charts.clean_svg(svg, id_prefix=f"chart-{key}", title=title, desc=desc)
+    return out
+
+
+def render(plan: Plan, fmt: str, *, chart_dir: Path | None = None, chart_stem: str = "plan",
+           plan_file: str = "plan.json") -> str:
+    """The report as a string. HTML inlines its charts; Markdown writes them as
+    `<chart_stem>-memory.svg` / `<chart_stem>-cost-time.svg` into `chart_dir` and links them
+    (without `chart_dir` it omits the images and keeps their data tables)."""
+    if fmt not in FORMATS:
+        raise BadInput(f"report format: expected one of {', '.join(FORMATS)}, got {fmt!r}.")
+    ctx = build_context(plan, plan_file)
+    svgs = _charts(plan)
+    if fmt == "html":
+        from markupsafe import Markup
+
+        ctx["charts"] = {k: Markup(v) for k, v in svgs.items()}
+        return _env("html").get_template("report.html.j2").render(**ctx)
+    links = {}
+    if chart_dir is not None:
+        for key, svg in svgs.items():
+            name = f"{chart_stem}-{key}.svg"
+            atomic_write(Path(chart_dir) / name, '<?xml version="1.0" encoding="utf-8"?>\n' + svg + "\n")
+            links[key] = {"alt": CHART_TEXT[key][0], "href": Raw(quote(name))}
+    ctx["charts"] = links
+    ctx["command_block"] = md_code(plan.command) if plan.command else None
+    ctx["launch_block"] = md_code(ctx["launch"])
+    ctx["report_block"] = md_code(f"gpu-advisor report {plan_file} -o report.md")
+    return _env("md").get_template("report.md.j2").render(**ctx)
+
+
+def chart_paths(path: Path) -> list[Path]:
+    return [path.with_name(f"{path.stem}-{k}.svg") for k in CHART_TEXT]
+
+
+def write(plan: Plan, path: Path, *, plan_file: str = "plan.json") -> list[Path]:
+    """Write the report to `path` (.html/.htm or .md, atomically). Returns every file written:
+    the report first, then (Markdown) its chart SVGs."""
+    path = Path(path)
+    fmt = SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise BadInput(f"--report/-o {path.name}: the suffix picks the format; expected "
+                       f"{', '.join(SUFFIXES)}, got {path.suffix or 'no suffix'!r}.")
+    if not path.parent.is_dir():
+        raise BadInput(f"--report/-o {path}: directory {path.parent} does not exist.")
+    text = render(plan, fmt, chart_dir=path.parent if fmt == "md" else None, chart_stem=path.stem,
+                  plan_file=plan_file)
+    atomic_write(path, text)
+    written = [path]
+    if fmt == "md":
+        written += [p for p in chart_paths(path) if _linked(text, p.name)]
+    return written
+
+
+def _linked(text: str, name: str) -> bool:
+    return f"({quote(name)})" in text
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write to a temp file in the same directory, fsync, then os.replace: readers never see
+    a half-written report."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

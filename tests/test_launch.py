@@ -1,0 +1,333 @@
+"""Launch bundles: accelerate, transformers, peft and SkyPilot accept what we write, with the values we meant."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from advisor.launch import DECODER_LAYERS, LaunchWarning, build_bundle, write_bundle
+from launch_fixtures import candidate, spec, write_plan
+
+# (sharding, offload, gpus per node, nodes) -> the accelerate mode it must become
+CONFIGS = [
+    ("none", "none", 1, 1, "NO"),
+    ("ddp", "none", 8, 1, "MULTI_GPU"),
+    ("ddp", "none", 8, 2, "MULTI_GPU"),
+    ("fsdp", "none", 8, 1, "FSDP"),
+    ("fsdp", "params", 8, 2, "FSDP"),
+    ("zero2", "optimizer", 8, 1, "DEEPSPEED"),
+    ("zero3", "both", 8, 2, "DEEPSPEED"),
+    ("zero3", "none", 4, 1, "DEEPSPEED"),
+]
+
+
+def bundle(c, family="llama", **kw) -> dict[str, str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LaunchWarning)
+        return build_bundle(c, spec(family), **kw)
+
+
+def launcher_check(path: Path):
+    """accelerate 1.15.0's own loader, launcher merge, worker env and plugin (reference §7.3)."""
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import patch_environment
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
+
+    cfg = load_config_from_file(str(path))
+    parser = launch_command_parser()
+    known = {a.dest for a in parser._actions}
+    for section, prefix in (("fsdp_config", "fsdp_"), ("deepspeed_config", "")):
+        for key in getattr(cfg, section) or {}:
+            dest = key if key.startswith(prefix) else prefix + key
+            assert dest in known, f"{section}.{key} is not an accelerate launch option (would be ignored)"
+    args = parser.parse_args(["--config_file", str(path), "train.py"])
+    args, defaults, mp_from_config = _validate_launch_command(args)
+    if args.use_deepspeed:
+        fields = list(defaults.deepspeed_config) + (["mixed_precision"] if mp_from_config else [])
+        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+        _, env = prepare_deepspeed_cmd_env(args)
+    elif args.use_fsdp or args.multi_gpu:
+        env = prepare_multi_gpu_env(args)
+    else:
+        _, env = prepare_simple_launcher_cmd_env(args)
+    added = {k: v for k, v in env.items() if os.environ.get(k) != v and k != "PYTHONPATH"}
+    plugin = None
+    with patch_environment(**added):
+        if args.use_fsdp:
+            from accelerate.utils import FullyShardedDataParallelPlugin
+
+            plugin = FullyShardedDataParallelPlugin()
+        if args.use_deepspeed:
+            from accelerate.utils import DeepSpeedPlugin
+
+            plugin = DeepSpeedPlugin()
+    return cfg, args, plugin
+
+
+@pytest.mark.parametrize("sharding,offload,per_node,nodes,expected", CONFIGS)
+def test_every_accelerate_config_loads_with_accelerates_launcher(tmp_path, sharding, offload, per_node, nodes, expected):
+    c = candidate(sharding=sharding, offload=offload, gpu_count=per_node, nodes=nodes, grad_accum=4)
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(bundle(c)["accelerate_config.yaml"])
+    cfg, args, plugin = launcher_check(path)
+
+    assert cfg.distributed_type.value == expected  # an enum, not the YAML-1.1 boolean False
+    assert cfg.num_processes == per_node * nodes and cfg.num_machines == nodes
+    assert cfg.mixed_precision == ("bf16" if expected == "DEEPSPEED" else "no")
+    if nodes > 1:
+        assert cfg.main_process_ip and cfg.main_process_port == 29500
+    if expected == "FSDP":
+        assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+        assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]
+        assert plugin.activation_checkpointing is True
+        assert plugin.state_dict_type.name == "SHARDED_STATE_DICT"
+        assert bool(getattr(plugin.cpu_offload, "pin_memory", False)) == (offload == "params")
+    if expected == "DEEPSPEED":
+        zero = plugin.deepspeed_config["zero_optimization"]
+        assert zero["stage"] == int(sharding[-1])
+        assert zero.get("offload_optimizer", {}).get("device", "none") == ("cpu" if offload in ("optimizer", "both") else "none")
+        assert zero.get("offload_param", {}).get("device", "none") == ("cpu" if offload == "both" else "none")
+        assert plugin.deepspeed_config["gradient_accumulation_steps"] == 4
+        assert plugin.zero3_init_flag == (sharding == "zero3")
+    if expected == "MULTI_GPU":
+        assert args.multi_gpu and args.num_processes == per_node * nodes
+
+
+def test_multi_node_launch_uses_rank_and_head_ip_from_the_command_line(tmp_path):
+    c = candidate(sharding="fsdp", gpu_count=8, nodes=2)
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(bundle(c)["accelerate_config.yaml"])
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_multi_gpu_env
+
+    parser = launch_command_parser()
+    args = parser.parse_args(["--config_file", str(path), "--machine_rank", "1", "--main_process_ip", "10.0.0.7",
+                              "train.py"])
+    args, _, _ = _validate_launch_command(args)
+    prepare_multi_gpu_env(args)
+    assert (int(args.nnodes), int(args.node_rank), int(args.nproc_per_node)) == (2, 1, 8)
+    assert args.rdzv_endpoint == "10.0.0.7:29500"
+
+
+@pytest.mark.parametrize("precision,expected_mp,expected_dtype", [
+    ("bf16", "no", "bfloat16"), ("amp-bf16", "bf16", "float32"), ("fp32", "no", "float32"),
+    ("amp-fp16", "fp16", "float32"), ("fp16", "no", "float16"),
+])
+def test_pure_16bit_weights_never_get_upcast_by_fsdp(precision, expected_mp, expected_dtype):
+    # accelerate's FSDP2 upcasts trainable params to fp32 whenever mixed_precision != 'no'.
+    files = bundle(candidate(precision=precision, sharding="fsdp"))
+    acc = yaml.safe_load(files["accelerate_config.yaml"])
+    args = yaml.safe_load(files["training_args.yaml"])
+    assert acc["mixed_precision"] == expected_mp
+    assert args["model"]["dtype"] == expected_dtype
+    assert args["training"]["bf16"] == (expected_mp == "bf16") and args["training"]["fp16"] == (expected_mp == "fp16")
+
+
+def test_training_args_match_the_estimate_and_load_into_transformers_and_peft():
+    from peft import LoraConfig
+    from transformers import BitsAndBytesConfig, TrainingArguments
+
+    c = candidate(method="qlora", lora_rank=32, optimizer="paged-adamw-8bit", micro_batch=3, grad_accum=5,
+                  seq_len=4096, attention="flash", sharding="fsdp", precision="bf16")
+    args = yaml.safe_load(bundle(c)["training_args.yaml"])
+    ta = TrainingArguments(**args["training"], use_cpu=True)
+    assert (ta.per_device_train_batch_size, ta.gradient_accumulation_steps) == (3, 5)
+    assert ta.optim.value == "paged_adamw_8bit"
+    assert ta.gradient_checkpointing is False  # FSDP does it: transformers refuses both
+    acc = yaml.safe_load(bundle(c)["accelerate_config.yaml"])
+    assert acc["fsdp_config"]["fsdp_activation_checkpointing"] is True
+    lora = LoraConfig(**args["lora"])
+    assert (lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules) == (32, 64, 0.05, "all-linear")
+    # BitsAndBytesConfig silently ignores misspelt kwargs: every key must be a real field.
+    import inspect
+
+    assert set(args["quantization"]) <= set(inspect.signature(BitsAndBytesConfig.__init__).parameters)
+    bnb = BitsAndBytesConfig(**args["quantization"])
+    assert bnb.load_in_4bit and bnb.bnb_4bit_quant_type == "nf4" and bnb.bnb_4bit_use_double_quant
+    assert str(bnb.bnb_4bit_compute_dtype) == "torch.bfloat16" and str(bnb.bnb_4bit_quant_storage) == "torch.bfloat16"
+    assert args["model"]["attn_implementation"] == "flash_attention_2"
+    assert args["data"]["max_seq_length"] == 4096
+
+
+@pytest.mark.parametrize("ours,hf", [("adamw", "adamw_torch_fused"), ("adamw-8bit", "adamw_bnb_8bit"),
+                                     ("sgd", "sgd"), ("adafactor", "adafactor"), ("adamw-fp32", "adamw_torch_fused")])
+def test_every_optimizer_maps_to_a_valid_transformers_name(ours, hf):
+    from transformers import TrainingArguments
+
+    c = candidate(optimizer=ours, sharding="none", gpu_count=1, grad_checkpointing=True)
+    args = yaml.safe_load(bundle(c)["training_args.yaml"])
+    ta = TrainingArguments(**args["training"], use_cpu=True)
+    assert ta.optim.value == hf and ta.gradient_checkpointing is True
+
+
+def test_lora_target_list_and_options_from_the_plan():
+    from peft import LoraConfig
+
+    c = candidate(method="lora", lora_rank=8, sharding="none", gpu_count=1)
+    args = yaml.safe_load(bundle(c, options={"lora_targets": "q_proj, v_proj", "lora_alpha": 8})["training_args.yaml"])
+    lora = LoraConfig(**args["lora"])
+    assert set(lora.target_modules) == {"q_proj", "v_proj"} and lora.lora_alpha == 8
+    assert args["quantization"] is None
+
+
+@pytest.mark.parametrize("family", sorted(DECODER_LAYERS))
+def test_fsdp_wraps_a_decoder_class_that_exists_in_transformers(family):
+    import importlib
+
+    module_name = family.removesuffix("_text")
+    module = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
+    layer = DECODER_LAYERS[family]
+    assert hasattr(module, layer)
+    no_split = {cls for name in dir(module) if name.endswith("ForCausalLM")
+                for cls in (getattr(module, name)._no_split_modules or [])}
+    assert layer in no_split
+
+
+def test_unknown_family_falls_back_to_size_based_wrapping_with_a_warning(tmp_path):
+    with pytest.warns(LaunchWarning, match="no known decoder-layer class"):
+        files = build_bundle(candidate(sharding="fsdp"), spec("falcon_h1"))
+    acc = yaml.safe_load(files["accelerate_config.yaml"])
+    assert acc["fsdp_config"]["fsdp_auto_wrap_policy"] == "SIZE_BASED_WRAP"
+    assert "fsdp_transformer_layer_cls_to_wrap" not in acc["fsdp_config"]
+    assert "no known decoder-layer class" in files["README.md"]
+    path = tmp_path / "a.yaml"
+    path.write_text(files["accelerate_config.yaml"])
+    _, _, plugin = launcher_check(path)
+    assert plugin.min_num_params == 100_000_000
+
+
+def test_readme_states_expected_memory_time_cost_and_command():
+    readme = bundle(candidate(nodes=2))["README.md"]
+    assert "61.0 GB" in readme and "3.50 h" in readme and "$114.70" in readme
+    assert "bash launch.sh" in readme and "sky launch sky.yaml" in readme
+
+
+def fake_accelerate(tmp_path: Path) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "accelerate").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "accelerate").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SKYPILOT_", "MACHINE_RANK", "MAIN_PROCESS"))}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    return env
+
+
+def test_multi_node_launch_script_takes_rank_and_head_ip_from_skypilot(tmp_path):
+    out = write_bundle(bundle(candidate(nodes=2)), tmp_path / "b")
+    env = fake_accelerate(tmp_path)
+    env.update(SKYPILOT_NODE_RANK="1", SKYPILOT_NODE_IPS="10.1.0.4\n10.1.0.5")
+    run = subprocess.run(["bash", str(out / "launch.sh"), "--max_steps", "3"], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    argv = run.stdout.split("\n")
+    assert argv[argv.index("--machine_rank") + 1] == "1"
+    assert argv[argv.index("--main_process_ip") + 1] == "10.1.0.4"
+    assert argv[argv.index("--config_file") + 1] == str(out / "accelerate_config.yaml")
+    assert argv[-3:-1] == ["--max_steps", "3"]
+    # outside SkyPilot, without MACHINE_RANK: a clear refusal
+    env.pop("SKYPILOT_NODE_RANK")
+    run = subprocess.run(["bash", str(out / "launch.sh")], env=env, capture_output=True, text=True)
+    assert run.returncode == 2 and "MACHINE_RANK" in run.stderr
+
+
+def test_sky_yaml_has_the_candidates_machines():
+    task = yaml.safe_load(bundle(candidate(nodes=2, spot=True, provider="lambda", gpu_model="H100",
+                                           instance_type="gpu_8x_h100_sxm5", region="us-east-1"))["sky.yaml"])
+    assert task["resources"] == {"cloud": "lambda", "region": "us-east-1", "instance_type": "gpu_8x_h100_sxm5",
+                                 "accelerators": "H100:8", "use_spot": True}
+    assert task["num_nodes"] == 2 and "launch.sh" in task["run"] and "requirements.txt" in task["setup"]
+    sky = pytest.importorskip("sky", reason="skypilot not installed: schema checked above only")
+    from sky.utils import common_utils, schemas
+
+    common_utils.validate_schema(task, schemas.get_task_schema(), "task: ")
+    common_utils.validate_schema(task["resources"], schemas.get_resources_schema(), "resources: ")
+    assert sky
+
+
+def test_sky_yaml_loads_with_skypilots_task_loader(tmp_path):
+    pytest.importorskip("sky", reason="skypilot not installed (optional extra)")
+    out = write_bundle(bundle(candidate(nodes=2, spot=True)), tmp_path / "b")
+    # SkyPilot validates the instance against its catalog; give it a one-row AWS catalog in a private HOME.
+    script = textwrap.dedent(f"""
+        import csv, os
+        from sky.catalog import common
+        path = common.get_catalog_path("aws/vms.csv")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch".split(","))
+            w.writerow(["p4d.24xlarge", "A100", "8.0", "96.0", "1152.0", "", "32.77", "12.0", "us-east-1", "us-east-1a", "x86_64"])
+        import sky
+        task = sky.Task.from_yaml({str(out / 'sky.yaml')!r})
+        (r,) = task.resources
+        print(task.num_nodes, r.cloud, r.region, r.instance_type, r.accelerators, r.use_spot)
+    """)
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[-2] == "2 AWS us-east-1 p4d.24xlarge {'A100': 8} True"
+
+
+def test_existing_folder_is_never_overwritten_silently(tmp_path):
+    files = bundle(candidate())
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="--force") as err:
+        write_bundle(files, out)
+    assert err.value.exit_code == 2 and not (out / "train.py").exists()
+    write_bundle(files, out, force=True)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == sorted([*files, "notes.txt"])  # no temp files left
+    assert os.access(out / "launch.sh", os.X_OK)
+
+
+def run_cli(*args):
+    from advisor.cli import cli
+
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_cli_writes_the_bundle_for_the_chosen_rank(tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [candidate(), candidate(rank=2, sharding="zero3", gpu_count=4)])
+    result = run_cli("launch", "--from", str(plan), "--rank", "2", "--out", str(tmp_path / "b"))
+    assert result.exit_code == 0, result.output
+    acc = yaml.safe_load((tmp_path / "b" / "accelerate_config.yaml").read_text())
+    assert acc["distributed_type"] == "DEEPSPEED" and acc["num_processes"] == 4
+
+
+def test_rank_beyond_the_plan_is_one_line_exit_2(tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [candidate()])
+    proc = subprocess.run([sys.executable, "-m", "advisor", "launch", "--from", str(plan), "--rank", "3",
+                           "--out", str(tmp_path / "b")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: --rank: must be between 1 and 1 for this plan (got 3)."
+    assert not (tmp_path / "b").exists()
+
+
+def test_cli_refuses_an_existing_folder_unless_forced(tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [candidate()])
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "x").write_text("keep")
+    proc = subprocess.run([sys.executable, "-m", "advisor", "launch", "--from", str(plan), "--out", str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--force" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert run_cli("launch", "--from", str(plan), "--out", str(out), "--force").exit_code == 0
+    assert (out / "train.py").exists() and (out / "x").read_text() == "keep"
+
+
+def test_cli_warns_about_unknown_family_on_stderr(tmp_path):
+    plan = write_plan(tmp_path / "plan.json", [candidate()], family="falcon_h1", name="my-falcon-h1")
+    proc = subprocess.run([sys.executable, "-m", "advisor", "launch", "--from", str(plan), "--out",
+                           str(tmp_path / "b")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "SIZE_BASED_WRAP" in proc.stderr

@@ -1,0 +1,208 @@
+"""Price sheets: validation with row+column reasons, user sheets, precedence, discounts, staleness."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pricing import cache
+from pricing.loader import load, load_offers, read_sheet
+from pricing.schema import COLUMNS, validate
+
+GOOD = {"provider": "aws", "region": "us-east-1", "instance_type": "p5.48xlarge", "gpu_model": "H100",
+        "gpu_count": "8", "gpu_memory_gb": "80", "vcpus": "192", "ram_gb": "2048", "price_hour": "55.04",
+        "spot_price_hour": "", "currency": "USD", "source": "test", "fetched_at": "2026-11-30T00:00:00Z",
+        "interconnect": "nvlink", "notes": ""}
+
+
+@pytest.fixture(autouse=True)
+def empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def write_csv(path, rows, columns=None):
+    columns = columns or list(COLUMNS)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+# Each corruption: column -> values that must be rejected for that column.
+BAD_VALUES = {
+    "provider": [""],
+    "instance_type": ["", "   "],
+    "gpu_model": ["GTX 480", "H1OO", "", "🙂"],
+    "gpu_count": ["0", "-8", "eight", "", "nan", "inf"],
+    "gpu_memory_gb": ["-80", "0", "lots"],
+    "vcpus": ["-1", "many"],
+    "ram_gb": ["-5", "2 TB"],
+    "price_hour": ["-1", "0", "$55", "free", "1e400"],
+    "currency": ["EUR", "dollars"],
+    "fetched_at": ["yesterday", "2026-13-45", "30/11/2026"],
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_malformed_row_gets_a_reason_naming_row_and_column(tmp_path, data):
+    n = data.draw(st.integers(2, 8), label="rows")
+    rows = [dict(GOOD, instance_type=f"type-{i}") for i in range(n)]
+    bad_rows = data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=n - 1), label="bad")
+    expected = {}
+    for i in bad_rows:
+        col = data.draw(st.sampled_from(sorted(BAD_VALUES)), label="column")
+        rows[i][col] = data.draw(st.sampled_from(BAD_VALUES[col]), label="value")
+        expected[i + 1] = col
+    path = write_csv(tmp_path / f"sheet{n}.csv", rows)
+    good, problems = read_sheet(path, derive=False)
+    assert len(good) == n - len(bad_rows)
+    got = {p.row: p.column for p in problems}
+    assert got == expected
+    for p in problems:
+        assert f"row {p.row}" in str(p) and f"column '{p.column}'" in str(p) and str(path) in str(p)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cells=st.lists(st.lists(st.one_of(st.text(max_size=12), st.integers(), st.floats(),
+                                         st.none(), st.booleans()), max_size=18), max_size=6))
+def test_arbitrary_junk_never_crashes_the_loader(tmp_path, cells):
+    path = tmp_path / "junk.json"
+    rows = [dict(zip(COLUMNS, r)) for r in cells]
+    path.write_text(json.dumps(rows))
+    good, problems = read_sheet(path)
+    flagged = {p.row for p in problems}
+    if rows and 0 not in flagged:  # no sheet-level problem: every row is kept or explained
+        assert len(good) + len(flagged) == len(rows)
+    for p in problems:
+        assert p.column and str(p)
+
+
+def test_ragged_csv_line_is_reported_with_its_row(tmp_path):
+    path = tmp_path / "ragged.csv"
+    text = io.StringIO()
+    w = csv.DictWriter(text, list(COLUMNS))
+    w.writeheader()
+    w.writerow(GOOD)
+    path.write_text(text.getvalue() + "aws,us-east-1,too,few\n")
+    good, problems = read_sheet(path)
+    assert len(good) == 1
+    assert [(p.row, p.column) for p in problems] == [(2, "*")]
+    assert "has 4 fields" in str(problems[0])
+
+
+def test_missing_required_column_is_one_sheet_level_problem(tmp_path):
+    path = write_csv(tmp_path / "s.csv", [GOOD], [c for c in COLUMNS if c != "gpu_model"])
+    good, problems = read_sheet(path, derive=False)
+    assert len(good) == 0 and [(p.row, p.column) for p in problems] == [(0, "gpu_model")]
+
+
+def test_private_cluster_yaml_with_price_per_gpu_hour_derives_the_rest(tmp_path):
+    path = tmp_path / "ours.yaml"
+    path.write_text("offers:\n  - provider: private\n    gpu_model: A100 80GB\n    gpu_count: 8\n"
+                    "    price_per_gpu_hour: 1.10\n")
+    good, problems = read_sheet(path)
+    assert problems == []
+    row = good.iloc[0]
+    assert row.gpu_model == "A100-80GB" and row.gpu_memory_gb == 80
+    assert row.price_hour == pytest.approx(8.8) and row.currency == "USD"
+    assert row.instance_type == "8xA100 80GB" and row.source == "user:ours.yaml"
+
+
+def test_user_sheet_beats_cache_beats_bundled_and_each_row_says_where_it_came_from(tmp_path):
+    cached = write_csv(tmp_path / "c.csv", [dict(GOOD, price_hour="50"),
+                                             dict(GOOD, instance_type="p4d.24xlarge", gpu_model="A100",
+                                                  price_hour="30")])
+    good, _ = read_sheet(cached)
+    cache.write_sheet("aws", good, source="aws", url="http://x")
+    user = write_csv(tmp_path / "neg.csv", [dict(GOOD, price_hour="40", source="negotiated")])
+    df = load_offers([user])
+    key = (df.provider == "aws") & (df.region == "us-east-1")
+    p5 = df[key & (df.instance_type == "p5.48xlarge")]
+    assert len(p5) == 1 and p5.iloc[0].price_hour == 40 and p5.iloc[0].price_origin == "user"
+    p4d = df[key & (df.instance_type == "p4d.24xlarge")]
+    assert len(p4d) == 1 and p4d.iloc[0].price_hour == 30 and p4d.iloc[0].price_origin == "cache:aws"
+    other = df[(df.provider == "gcp")]
+    assert len(other) and set(other.price_origin) == {"bundled"}
+
+
+def test_discount_multiplies_one_providers_prices_and_says_so():
+    base = load()[0]
+    df = load(discounts={"aws": 0.3})[0]
+    aws_b, aws_d = base[base.provider == "aws"], df[df.provider == "aws"]
+    assert aws_d.price_hour.sum() == pytest.approx(0.7 * aws_b.price_hour.sum())
+    assert aws_d.notes.str.contains("discount 30%").all()
+    gcp = df.provider == "gcp"
+    assert df[gcp].price_hour.sum() == pytest.approx(base[base.provider == "gcp"].price_hour.sum())
+
+
+@pytest.mark.parametrize("bad", [{"aws": 1.5}, {"aws": "x"}, ["aws0.3"], ["nosuchcloud=0.1"]])
+def test_bad_discount_is_bad_input_naming_the_option(bad):
+    with pytest.raises(ValueError) as err:
+        load(discounts=bad)
+    assert err.value.exit_code == 2 and "--discount" in str(err.value)
+
+
+def test_old_prices_are_marked_stale(tmp_path):
+    path = write_csv(tmp_path / "old.csv", [dict(GOOD, fetched_at="2026-09-01"),
+                                             dict(GOOD, instance_type="new", fetched_at="2026-11-29")])
+    df = load_offers([path], include_cache=False, include_bundled=False)
+    assert df.set_index("instance_type").stale.to_dict() == {"p5.48xlarge": True, "new": False}
+    df = load_offers([path], include_cache=False, include_bundled=False, stale_days=120)
+    assert not df.stale.any()
+
+
+def test_snapshot_rows_from_old_catalogs_are_stale_and_v9_rows_are_not():
+    df = load_offers()
+    assert df[df.provider == "azure"].stale.all() and df[df.provider == "runpod"].stale.all()
+    assert not df[df.provider == "aws"].stale.any()
+
+
+def test_validate_reports_spot_only_rows_as_good_and_priceless_rows_as_bad():
+    import pandas as pd
+
+    df = pd.DataFrame([dict(GOOD, price_hour="", spot_price_hour="44.8"),
+                       dict(GOOD, instance_type="x", price_hour="", spot_price_hour="")])
+    good, problems = validate(df, "t")
+    assert len(good) == 1 and good.price_hour.isna().all()
+    assert [(p.row, p.column) for p in problems] == [(2, "price_hour")]
+
+
+def test_offer_model_checks_a_single_row():
+    from pydantic import ValidationError
+
+    from pricing.schema import Offer
+
+    o = Offer(**dict(GOOD, spot_price_hour=None, notes=None))
+    assert o.gpu_model == "H100" and o.price_per_gpu_hour == pytest.approx(6.88)
+    with pytest.raises(ValidationError):
+        Offer(**dict(GOOD, spot_price_hour=None, gpu_model="GTX 480"))
+
+
+def test_cache_write_is_atomic_and_leaves_no_temp_files(tmp_path, monkeypatch):
+    good, _ = read_sheet(write_csv(tmp_path / "a.csv", [GOOD]))
+    cache.write_sheet("x", good, source="x", url=None)
+    first = cache.sheet_path("x").read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("pricing.cache.os.replace", boom)
+    with pytest.raises(OSError):
+        cache.write_sheet("x", good.assign(price_hour=1.0), source="x", url=None)
+    assert cache.sheet_path("x").read_bytes() == first
+    assert [p.name for p in cache.sheets_dir().iterdir() if ".tmp" in p.name] == []
+
+
+def test_cache_dir_follows_env_precedence(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPU_ADVISOR_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "gpu-advisor"
+    monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache.cache_dir() == tmp_path / "mine"
