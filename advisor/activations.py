@@ -36,6 +36,51 @@ INT64 = 8
 BOOL = 1
 
 
+# What each saved-tensor term is, for reports and `estimate` tables (keys: the term's tail).
+TERMS = {
+    "norms.input_fp32": "RMSNorm inputs upcast to fp32 (pow/mul backward)",
+    "norms.rsqrt": "RMSNorm reciprocal RMS, fp32, one per token",
+    "norms.normalised": "normalised hidden states the norm weight multiplies (weight trains)",
+    "linear_inputs.attn_in": "q/k/v projection input (one tensor, shared)",
+    "linear_inputs.mlp_in": "gate/up projection input (one tensor, shared)",
+    "linear_inputs.mlp_act": "down_proj input (activation × up)",
+    "linear_inputs.shared_act": "shared expert's down_proj input",
+    "linear_inputs.autocast_casts": "bf16 casts of fp32 inputs, one per linear (autocast)",
+    "attention.qkv": "q, k, v after RoPE, kept by the attention kernel",
+    "attention.output": "attention output (also o_proj's input)",
+    "attention.logsumexp": "fp32 log-sum-exp per head (fused attention kernels)",
+    "attention.scores": "eager attention: fp32 softmax and its 16-bit copy, b·heads·s²",
+    "attention.softcap": "eager attention: tanh soft-capped scores (Gemma 2)",
+    "attention.qk_norm": "per-head q/k RMSNorm inputs (and outputs when they train)",
+    "mlp.gate_act_up": "gate output, activation output and up output",
+    "moe.experts": "routed expert intermediates, per (token, expert) pair",
+    "moe.router": "router probabilities (fp32) and top-k indices",
+    "moe.shared_expert": "shared expert intermediates and its sigmoid gate",
+    "lora.inputs": "adapter inputs (cast to the adapter dtype / after dropout), one per adapter",
+    "lora.dropout_masks": "LoRA dropout masks (bool on CUDA)",
+    "lora.rank": "rank-r intermediates between lora_A and lora_B",
+    "lora.merged_expert_weights": "peft ParamWrapper: experts' weights + B@A, merged per layer",
+    "qlora.saved_inputs": "inputs kept by older bitsandbytes 4-bit matmuls",
+    "checkpoint.layer_inputs": "each decoder layer's input (gradient checkpointing)",
+    "rope.cos_sin": "rotary cos/sin tables, shared by all layers",
+    "embedding.indices": "token ids for the embedding backward",
+    "final_norm.input_fp32": "final norm input upcast to fp32",
+    "final_norm.rsqrt": "final norm reciprocal RMS",
+    "final_norm.normalised": "final norm's normalised hidden states",
+    "lm_head.input": "lm_head input (lm_head trains)",
+    "logits.softcap_tanh": "Gemma 2 final logit soft-capping (tanh output)",
+    "loss.log_softmax_fp32": "fp32 log_softmax of the logits, b·s·vocab × 4 B (transformers upcasts logits)",
+    "loss.targets": "shifted labels (int64)",
+    "autocast_weight_copies": "bf16 copies of every linear weight kept by autocast",
+}
+
+
+def describe(term: str) -> str:
+    """Plain-language meaning of an activation term such as 'layers.mlp.gate_act_up'."""
+    key = term.removeprefix("activations.").removeprefix("layers.")
+    return TERMS.get(key, "saved for backward")
+
+
 def act_bytes(stack: Stack) -> int:
     """Bytes per element of activations between layers."""
     return 4 if stack.precision == "fp32" else 2

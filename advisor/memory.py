@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.activations import ActivationEstimate, act_bytes, adapter_bytes, estimate_activations
+from advisor.activations import ActivationEstimate, act_bytes, adapter_bytes, describe, estimate_activations
 from advisor.architecture import Architecture, build
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
@@ -230,7 +230,8 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
     acts: ActivationEstimate = estimate_activations(arch, stack, shape, device)
     comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
     for key, val in acts.saved.items():
-        comps[key] = Component(bytes=val, formula="saved for backward (per micro-batch)", source="advisor.activations")
+        where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
+        comps[key] = Component(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
     if acts.recompute:
         comps["activations.recompute_layer"] = Component(
             bytes=acts.recompute,

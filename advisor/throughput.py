@@ -1,0 +1,298 @@
+"""Time model: how many training tokens per second a stack reaches on a set of GPUs.
+
+step time = grad_accum × (compute + per-layer overhead + QLoRA dequantisation) + optimizer step
+            + the part of communication that compute does not hide.
+
+* FLOPs per token follow Kaplan et al. 2020 (C ≈ 6N per token, +attention 6·n_layer·n_ctx·d_attn)
+  and PaLM (Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T; MFU vs HFU). LoRA/QLoRA skip the
+  weight gradient of frozen weights (backward = 1× instead of 2× forward, so ≈ 4N);
+  activation checkpointing recomputes the forward (+2N, Korthikanti et al. 2022, §4).
+* Achieved compute = GPUs × dense peak × kernel efficiency (advisor/data/mfu.json, `--mfu`).
+* Communication volumes from the ZeRO paper (Rajbhandari et al. 2020, §7): DDP all-reduce 2Ψ,
+  ZeRO-3/FSDP all-gather (forward and backward) + reduce-scatter 3Ψ, ring factor (n−1)/n.
+* The reported `mfu` is PaLM's model-FLOPs utilisation: useful FLOPs (no recompute) per second
+  over peak, after every overhead — comparable with published MFU figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from advisor.modelspec import ModelSpec
+from advisor.results import Throughput
+from advisor.stacks import Shape, Stack
+
+MFU_FILE = Path(__file__).parent / "data" / "mfu.json"
+
+
+@lru_cache(maxsize=1)
+def table() -> dict:
+    """The documented efficiency table (advisor/data/mfu.json)."""
+    return json.loads(MFU_FILE.read_text())
+
+
+def gpu_class(gpu) -> str:
+    """Efficiency class of a GPU from its architecture (keys of mfu.json's kernel_efficiency)."""
+    arch = gpu.architecture.lower()
+    if gpu.vendor.upper() == "AMD":
+        return "cdna"
+    for key, cls in (("blackwell", "blackwell"), ("hopper", "hopper"), ("ada", "ada"),
+                     ("turing", "turing"), ("volta", "volta")):
+        if key in arch:
+            return cls
+    if "ga100" in arch:
+        return "ampere-datacenter"
+    return "ampere-workstation"  # GA102 parts: A10, A10G, A6000, RTX 3090
+
+
+# --------------------------------------------------------------------------- parameter counts
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Parameter counts the FLOPs and traffic terms need (text model; embeddings are lookups)."""
+
+    layers: int
+    d_attn: int  # num_attention_heads × head_dim
+    matmul_active: float  # weights multiplied per token: layer linears (routed experts only) + lm_head
+    layer_linear_total: float  # all layer linears (every expert): what NF4 quantises / dequantises
+    params_total: float
+    adapters_total: float  # LoRA parameters (0 for full)
+    adapters_active: float
+    window: int | None
+
+
+_TARGET_ALIASES = {  # module name -> our projection keys (Qwen-1 names included)
+    "q_proj": ("q",), "k_proj": ("k",), "v_proj": ("v",), "o_proj": ("o",),
+    "gate_proj": ("gate",), "up_proj": ("up",), "down_proj": ("down",),
+    "c_attn": ("q", "k", "v"), "c_proj": ("o", "down"), "w1": ("gate",), "w2": ("up",),
+    "qkv_proj": ("q", "k", "v"), "gate_up_proj": ("gate", "up"), "dense": ("o",),
+}
+
+
+def _targets(spec: str) -> set[str]:
+    if spec.strip() in ("all-linear", "all", ""):
+        return {"q", "k", "v", "o", "gate", "up", "down"}
+    out: set[str] = set()
+    for name in spec.split(","):
+        out.update(_TARGET_ALIASES.get(name.strip(), ()))
+    return out
+
+
+def counts(model: ModelSpec, stack: Stack) -> Counts:
+    """Linear-layer parameter counts from the config (dense and MoE decoders)."""
+    return _counts(model.model_dump_json(), stack.method, stack.lora_rank, stack.lora_targets)
+
+
+@lru_cache(maxsize=256)
+def _counts(model_json: str, method: str, rank: int, targets: str) -> Counts:
+    m = ModelSpec.model_validate_json(model_json)
+    h, hd, L = m.hidden_size, m.head_dim, m.num_hidden_layers
+    q_out, kv_out = m.num_attention_heads * hd, m.num_key_value_heads * hd
+    attn = {"q": (h, q_out), "k": (h, kv_out), "v": (h, kv_out), "o": (q_out, h)}
+    tg = _targets(targets) if method != "full" else set()
+
+    def mlp(inter: int) -> dict[str, tuple[int, int]]:
+        return {"gate": (h, inter), "up": (h, inter), "down": (inter, h)}
+
+    def size(mods: dict[str, tuple[int, int]]) -> tuple[int, int]:
+        full = sum(i * o for i, o in mods.values())
+        lora = sum(rank * (i + o) for k, (i, o) in mods.items() if k in tg)
+        return full, lora
+
+    matmul_active = linear_total = adapters_total = adapters_active = 0.0
+    a_full, a_lora = size(attn)
+    for layer in range(L):
+        matmul_active += a_full
+        linear_total += a_full
+        adapters_total += a_lora
+        adapters_active += a_lora
+        if m.is_moe_layer(layer):
+            e_full, e_lora = size(mlp(m.moe_intermediate_size or m.intermediate_size))
+            router = h * m.num_experts
+            shared = size(mlp(m.shared_expert_intermediate_size)) if m.shared_expert_intermediate_size else (0, 0)
+            linear_total += m.num_experts * e_full + router + shared[0]
+            matmul_active += m.num_experts_per_tok * e_full + router + shared[0]
+            adapters_total += m.num_experts * e_lora + shared[1]
+            adapters_active += m.num_experts_per_tok * e_lora + shared[1]
+        else:
+            d_full, d_lora = size(mlp(m.intermediate_size))
+            linear_total += d_full
+            matmul_active += d_full
+            adapters_total += d_lora
+            adapters_active += d_lora
+    embed = m.vocab_size * h
+    matmul_active += embed  # lm_head projection (tied or not, the matmul happens)
+    params_total = linear_total + embed * (1 if m.tie_word_embeddings else 2)
+    if m.params_override:  # --params mode: scale the synthetic shape to the given size
+        k = m.params_override / params_total
+        matmul_active, linear_total, params_total = matmul_active * k, linear_total * k, float(m.params_override)
+        adapters_total, adapters_active = adapters_total * math.sqrt(k), adapters_active * math.sqrt(k)
+    return Counts(L, q_out, matmul_active, linear_total, params_total, adapters_total, adapters_active,
+                  m.sliding_window)
+
+
+# --------------------------------------------------------------------------- FLOPs
+
+
+def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float]:
+    """(model FLOPs, executed FLOPs) per trained token.
+
+    Forward: 2 FLOPs per weight per token, plus attention 2·2·s_ctx·d_attn per layer (QKᵀ and
+    A·V) with s_ctx the average causal context (s/2: FlashAttention skips masked tiles; capped
+    by a sliding window). Backward: 2× forward for weights that get gradients, 1× for frozen
+    weights (input gradients only), 2× for attention (no weights). Checkpointing adds one
+    forward (executed, not model FLOPs).
+    """
+    s_ctx = seq_len / 2 if c.window is None else min(seq_len / 2, c.window)
+    attn_fwd = 4.0 * c.layers * s_ctx * c.d_attn
+    mm_fwd = 2.0 * c.matmul_active
+    ad_fwd = 2.0 * c.adapters_active
+    if stack.method == "full":
+        model = 3 * mm_fwd + 3 * attn_fwd
+    else:
+        model = 2 * mm_fwd + 3 * attn_fwd + 3 * ad_fwd
+    executed = model + ((mm_fwd + attn_fwd + ad_fwd) if stack.grad_checkpointing else 0.0)
+    return model, executed
+
+
+# --------------------------------------------------------------------------- the time model
+
+
+def internode_gbps(gpu, gpus_per_node: int, interconnect: str = "") -> float:
+    """Default per-node network: 400 Gb/s for 8-GPU NVLink (HPC) instances, else 100 Gb/s."""
+    t = table()["internode_gbps"]
+    hpc = gpus_per_node >= 8 and gpu.interconnect in ("nvlink", "infinity-fabric")
+    return float(t["hpc"] if hpc or "efa" in interconnect.lower() or "infiniband" in interconnect.lower()
+                 else t["other"])
+
+
+def kernel_efficiency(gpu, stack: Stack) -> float:
+    t = table()
+    return (t["kernel_efficiency"][gpu_class(gpu)] * t["method_factor"][stack.method]
+            * t["attention_factor"][stack.attention])
+
+
+def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1, nodes: int = 1,
+              gpus_per_node: int | None = None, mfu: float | None = None,
+              network_gbps: float | None = None) -> dict[str, float]:
+    """Seconds per optimizer step, by component (plain floats: the planner calls this per config)."""
+    t = table()
+    n = stack.gpus
+    gpn = gpus_per_node or max(1, n // nodes)
+    tokens_mb = shape.micro_batch * shape.seq_len
+    model_fpt, exec_fpt = flops_per_token(c, stack, shape.seq_len)
+    eff = mfu if mfu is not None else kernel_efficiency(gpu, stack)
+    peak = gpu.peak_tflops(stack.precision) * 1e12
+    bw = gpu.mem_bandwidth_tb_s * 1e12 * t["bandwidth_efficiency"]
+
+    compute = tokens_mb * exec_fpt / (peak * eff)
+    if nodes > 1:
+        compute /= t["multi_node_efficiency"] ** (nodes - 1)
+    overhead = c.layers * t["layer_overhead_s"]
+    if stack.sharding in ("zero3", "fsdp"):
+        overhead += c.layers * t["zero3_layer_overhead_s"]
+    passes = 3 if stack.grad_checkpointing else 2
+    dequant = c.layer_linear_total * t["nf4_dequant_bytes_per_param"] * passes / bw if stack.method == "qlora" else 0.0
+    per_mb = compute + overhead + dequant
+
+    trainable = c.params_total if stack.method == "full" else c.adapters_total
+    # LoRA adapters are fp32 (peft default), so their optimizer traffic is the mixed-precision kind
+    mixed = stack.precision.startswith("amp") or stack.precision == "fp32" or stack.method != "full"
+    mode = "amp" if mixed else "pure16"
+    opt_bytes = t["optimizer_bytes_per_param"][mode][stack.optimizer]
+    if stack.offload in ("optimizer", "both"):
+        shard = trainable / n
+        optimizer = trainable / nodes / t["cpu_adam_params_per_s"] + shard * 4 / (t["pcie_gb_s"] * 1e9)
+    else:
+        optimizer = trainable / stack.shard_degree_optimizer * opt_bytes / bw
+
+    comm = 0.0
+    hideable = 0.0
+    if n > 1 and stack.sharding != "none":
+        grad_bytes = trainable * (2 if stack.method == "full" else 4)  # LoRA adapters/grads in fp32
+        weight_bytes = (c.layer_linear_total * 0.53 + (c.params_total - c.layer_linear_total) * 2
+                        if stack.method == "qlora" else c.params_total * 2)
+        ring = (n - 1) / n
+        if stack.sharding == "ddp":
+            volume = 2 * ring * grad_bytes  # all-reduce once per step (no_sync while accumulating)
+            hideable = per_mb * 2 / 3  # overlaps the last micro-batch's backward
+        elif stack.sharding in ("zero1", "zero2"):
+            volume = ring * (grad_bytes + trainable * 2)  # reduce-scatter grads + all-gather params
+            hideable = per_mb * 2 / 3
+        else:  # fsdp / zero3: gather weights for forward and backward of every micro-batch
+            volume = ring * (2 * weight_bytes * grad_accum + grad_bytes)
+            hideable = per_mb * grad_accum
+        link = gpu.link_gb_s_per_direction
+        if nodes > 1:
+            # NCCL rings cross each node boundary once per direction, so across nodes the bus
+            # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
+            net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
+            link = min(link, net / 8)
+        comm = volume / (link * 1e9 * t["collective_efficiency"])
+    overlap = t["comm_overlap"].get(stack.sharding, 0.0)
+    exposed = comm - min(overlap * comm, hideable)
+
+    step = grad_accum * per_mb + optimizer + exposed + t["step_overhead_s"]
+    return {
+        "step_seconds": step, "compute_seconds": grad_accum * compute, "overhead_seconds": grad_accum * overhead,
+        "dequant_seconds": grad_accum * dequant, "optimizer_seconds": optimizer,
+        "step_overhead_seconds": t["step_overhead_s"], "comm_seconds": comm,
+        "comm_exposed_seconds": exposed, "model_flops_per_token": model_fpt, "executed_flops_per_token": exec_fpt,
+        "kernel_efficiency": eff, "tokens_per_step": tokens_mb * grad_accum * n, "peak_flops_per_gpu": peak,
+    }
+
+
+def _resolve(model: ModelSpec | str) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    from advisor.models import load_model
+
+    return load_model(model)
+
+
+def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1,
+                        nodes: int = 1, gpus_per_node: int | None = None, mfu: float | None = None,
+                        network_gbps: float | None = None) -> Throughput:
+    """Tokens per second (total over `stack.gpus` GPUs) for one setup, with every term visible."""
+    from pricing.gpus import GPU, get_gpu
+
+    spec = _resolve(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    if mfu is not None and not 0 < mfu <= 1:
+        from advisor.errors import BadInput
+
+        raise BadInput(f"--mfu: must be a fraction in (0, 1], got {mfu}.")
+    c = counts(spec, stack)
+    r = step_time(c, stack, shape, g, grad_accum=grad_accum, nodes=nodes, gpus_per_node=gpus_per_node,
+                  mfu=mfu, network_gbps=network_gbps)
+    tps = r["tokens_per_step"] / r["step_seconds"]
+    achieved = tps * r["model_flops_per_token"] / (stack.gpus * r["peak_flops_per_gpu"])
+    t = table()
+    assumptions: dict[str, str | int | float | bool] = {
+        "gpu_class": gpu_class(g),
+        "kernel_efficiency": round(r["kernel_efficiency"], 4),
+        "kernel_efficiency_source": "--mfu" if mfu is not None else "advisor/data/mfu.json",
+        "peak_tflops_per_gpu": g.peak_tflops(stack.precision),
+        "layer_overhead_s": t["layer_overhead_s"],
+        "comm_overlap": t["comm_overlap"].get(stack.sharding, 0.0),
+        "nodes": nodes,
+        "flops": "Kaplan 2020 / PaLM app. B: 6N full, 4N LoRA, +2N recompute, +attention (causal)",
+    }
+    if nodes > 1:
+        gpn = gpus_per_node or max(1, stack.gpus // nodes)
+        assumptions["internode_gbps"] = network_gbps if network_gbps is not None else internode_gbps(g, gpn)
+    return Throughput(
+        tokens_per_sec=tps,
+        mfu=achieved,
+        step_seconds=r["step_seconds"],
+        flops_per_token=r["model_flops_per_token"],
+        compute_seconds_per_step=r["compute_seconds"],
+        comm_seconds_per_step=r["comm_exposed_seconds"],
+        components={k: float(v) for k, v in r.items() if k.endswith("_seconds") or k.endswith("_per_token")},
+        assumptions=assumptions,
+    )

@@ -1,0 +1,184 @@
+"""The memory estimate agrees with what a real PyTorch training step holds.
+
+Small random-initialised transformers models (several families, full and LoRA, with and
+without gradient checkpointing, eager and sdpa, bf16 / fp32 / fp16 / amp) run one training step
+on the CPU under `advisor.measure`, which counts parameter, gradient and optimizer-state bytes
+exactly and the bytes autograd saves for backward (saved_tensors_hooks, one count per
+storage). The estimator must be within 2 % on weights, gradients and optimizer and within
+10 % on activations in every case. The first tests check the harness itself against facts
+that hold whatever the estimator says.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from advisor.measure import (  # noqa: E402
+    EXCLUDED_STACKS,
+    VALIDATION_CASES,
+    Unmeasurable,
+    activation_target,
+    measure,
+    model_spec,
+)
+from advisor.stacks import Shape, Stack  # noqa: E402
+
+TOLERANCE = {"weights": 0.02, "gradients": 0.02, "optimizer": 0.02, "activations": 0.10}
+
+# A small Llama for the harness's own checks (3 layers, GQA 4:2).
+LLAMA = {
+    "model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 688,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "max_position_embeddings": 2048, "tie_word_embeddings": False,
+}
+SHAPE = Shape(micro_batch=2, seq_len=256)
+
+
+@functools.lru_cache(maxsize=None)
+def _measured(config_key: str, stack: Stack, shape: Shape):
+    config = {"llama": LLAMA}.get(config_key) or _CASES[config_key].config
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return measure(config, stack, shape)
+
+
+_CASES = {c.name: c for c in VALIDATION_CASES}
+
+
+def _transformers_param_count(config: dict) -> int:
+    cfg = dict(config)
+    model_type = cfg.pop("model_type")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(
+                transformers.AutoConfig.for_model(model_type, **cfg)
+            )
+    return model.num_parameters()  # tied embeddings once
+
+
+# --- the harness measures what it claims ----------------------------------------------------
+
+
+def test_harness_counts_bf16_adamw_static_memory_exactly():
+    """bf16 full fine-tune with torch AdamW: 2 B weights, 2 B grads, 2x2 B states per parameter."""
+    m = _measured("llama", Stack(method="full", precision="bf16"), SHAPE)
+    params = _transformers_param_count(LLAMA)
+    assert m.params_total == m.params_trainable == params
+    assert m.weights == m.weights_by_dtype["bfloat16"] == 2 * params
+    assert m.gradients == m.weights
+    # exp_avg + exp_avg_sq in bf16, plus AdamW's fp32 scalar `step` per parameter tensor
+    assert m.optimizer_by_dtype["bfloat16"] == 4 * params
+    n_tensors = 3 * 9 + 3  # per layer: q k v o gate up down + 2 norms; embed, final norm, lm_head
+    assert m.optimizer_by_dtype["float32"] == 4 * n_tensors
+
+
+def test_tied_embeddings_are_counted_once():
+    case = _CASES["qwen2 full fp32 eager (bias, tied)"]
+    m = _measured(case.name, case.stack, case.shape)
+    assert m.params_total == _transformers_param_count(case.config)
+    assert m.weights == 4 * m.params_total
+
+
+def test_eager_attention_saves_the_score_matrix_sdpa_does_not():
+    """Eager keeps softmax in fp32 plus its bf16 cast: 6 B per score, per head, per layer."""
+    eager = _measured("llama", Stack(precision="bf16", attention="eager"), SHAPE)
+    sdpa = _measured("llama", Stack(precision="bf16", attention="sdpa"), SHAPE)
+    scores = LLAMA["num_hidden_layers"] * SHAPE.micro_batch * LLAMA["num_attention_heads"] * SHAPE.seq_len**2
+    assert 6 * scores <= eager.activations - sdpa.activations <= 6.5 * scores
+    assert not any(s.numel == scores // LLAMA["num_hidden_layers"] for s in sdpa.saved)
+
+
+def test_lora_dropout_saves_one_mask_per_adapted_input():
+    plain = _measured("llama", Stack(method="lora", lora_dropout=0.0), SHAPE)
+    dropped = _measured("llama", Stack(method="lora", lora_dropout=0.05), SHAPE)
+    assert plain.dropout_mask_elements == 0
+    assert dropped.activations > plain.activations
+    masks = [s for s in dropped.saved if s.op == "dropout"]
+    # layers 1-2: q/k/v share one input (one mask each: 3), o, gate, up (2 shared -> 2), down;
+    # layer 0's q/k/v input needs no grad under LoRA, so no mask there
+    assert len(masks) == 3 * 3 + 3 * 4 - 3
+    assert dropped.activations_cuda < dropped.activations  # bool masks on CUDA, fp32 noise on CPU
+
+
+def test_checkpointing_keeps_only_layer_inputs_in_forward():
+    m = _measured("llama", Stack(grad_checkpointing=True), SHAPE)
+    layer_bytes = sum(v for k, v in m.activations_by_module.items() if ".layers.*" in k)
+    tokens = SHAPE.micro_batch * SHAPE.seq_len
+    assert layer_bytes == LLAMA["num_hidden_layers"] * tokens * LLAMA["hidden_size"] * 2
+    full = _measured("llama", Stack(grad_checkpointing=False), SHAPE)
+    # one recomputed layer saves what a layer saves without checkpointing
+    per_layer = sum(v for k, v in full.activations_by_module.items() if ".layers.*" in k) / 3
+    assert 0.9 * per_layer <= m.recompute_max_layer <= 1.1 * per_layer
+
+
+def test_autocast_weight_copies_are_counted_as_saved():
+    """amp-bf16 saves a bf16 copy of every linear weight it multiplies (autocast's cache)."""
+    m = _measured("llama", Stack(precision="amp-bf16"), SHAPE)
+    h, i, L = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["num_hidden_layers"]
+    kv = LLAMA["num_key_value_heads"] * LLAMA["head_dim"]
+    linear = L * (2 * h * h + 2 * h * kv + 3 * h * i) + h * LLAMA["vocab_size"]
+    assert m.weight_copies == 2 * linear
+    assert m.weights == 4 * m.params_total
+
+
+@pytest.mark.parametrize("name", [n for n, _, _ in EXCLUDED_STACKS])
+def test_stacks_the_cpu_cannot_run_are_refused_with_a_reason(name):
+    stack = next(s for n, s, _ in EXCLUDED_STACKS if n == name)
+    with pytest.raises(Unmeasurable, match=r"\w"):
+        measure(LLAMA, stack, SHAPE)
+
+
+def test_validation_matrix_covers_the_promised_ground():
+    """Six+ families incl. MoE and a 256k vocabulary; every dimension in several families."""
+    families = {c.config["model_type"] for c in VALIDATION_CASES}
+    assert len(families) >= 6 and {"qwen3_moe", "gemma3_text"} <= families
+    vocabs = [c.config["vocab_size"] for c in VALIDATION_CASES]
+    assert min(vocabs) <= 4096 and max(vocabs) >= 262144
+    seqs = [c.shape.seq_len for c in VALIDATION_CASES]
+    assert min(seqs) <= 64 and max(seqs) >= 1024
+    assert {c.shape.micro_batch for c in VALIDATION_CASES} >= {1, 2, 4}
+
+    def fams(pred) -> int:
+        return len({c.config["model_type"] for c in VALIDATION_CASES if pred(c.stack)})
+
+    assert fams(lambda s: s.method == "lora") >= 4 and fams(lambda s: s.method == "full") >= 4
+    assert fams(lambda s: s.grad_checkpointing) >= 3 and fams(lambda s: not s.grad_checkpointing) >= 3
+    assert fams(lambda s: s.attention == "eager") >= 3 and fams(lambda s: s.attention == "sdpa") >= 3
+    assert fams(lambda s: s.precision == "amp-bf16") >= 3 and fams(lambda s: s.precision == "bf16") >= 3
+    assert fams(lambda s: s.precision == "fp32") >= 2
+    assert fams(lambda s: s.method == "lora" and s.lora_dropout > 0) >= 2
+
+
+# --- the estimator agrees with the measurement ----------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [c.name for c in VALIDATION_CASES])
+def test_estimate_matches_pytorch(name):
+    memory = pytest.importorskip("advisor.memory", reason="advisor/memory.py not written yet")
+    case = _CASES[name]
+    m = _measured(case.name, case.stack, case.shape)
+    est = memory.estimate_memory(model_spec(case.config, case.name), case.stack, case.shape)
+    measured = {
+        "weights": m.weights,
+        "gradients": m.gradients,
+        "optimizer": m.optimizer,
+        "activations": activation_target(m, case.stack),
+    }
+    errors = {}
+    for comp, value in measured.items():
+        guess = getattr(est.breakdown, comp)
+        err = (guess - value) / value
+        if abs(err) > TOLERANCE[comp]:
+            errors[comp] = f"measured {value:,d} estimated {guess:,d} ({err:+.1%})"
+    if errors:
+        top = sorted(m.activations_by_module.items(), key=lambda kv: -kv[1])[:6]
+        pytest.fail(f"{name}: {errors}; largest saved activations by module: {top}")

@@ -1,0 +1,224 @@
+"""The planner's promises: what fits fits, ranking invariants, constraints, rejections, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from advisor.errors import AdvisorError, BadInput
+from advisor.memory import estimate_memory
+from advisor.models import load_model
+from advisor.planner import plan
+from advisor.results import Breakdown, Plan
+from advisor.stacks import Shape, Stack
+from pricing.gpus import get_gpu
+
+MODEL = load_model("meta-llama/Llama-3.1-8B")
+DATE = "2026-11-25T00:00:00Z"
+
+
+def offer(provider, region, instance, gpu, count, price, spot=None, ram=None, **kw):
+    return dict(provider=provider, region=region, instance_type=instance, gpu_model=gpu, gpu_count=count,
+                gpu_memory_gb=get_gpu(gpu).memory_gb, vcpus=8 * count, ram_gb=ram or 128 * count,
+                price_hour=price, spot_price_hour=spot, currency="USD", source=f"test-{provider}", fetched_at=DATE,
+                interconnect=kw.get("interconnect", ""))
+
+
+OFFERS = pd.DataFrame([
+    offer("aws", "us-east-1", "g5.xlarge", "A10G", 1, 1.006, 0.45, ram=16),
+    offer("aws", "us-east-1", "g6e.xlarge", "L40S", 1, 1.861, 0.84, ram=32),
+    offer("aws", "us-east-1", "p5.48xlarge", "H100", 8, 98.32, 39.0, ram=2048),
+    offer("lambda", "us-west-1", "gpu_1x_a100_sxm4_80gb", "A100-80GB", 1, 1.79),
+    offer("lambda", "us-west-1", "gpu_1x_h100_sxm5", "H100", 1, 3.29),
+    offer("runpod", "US", "1x A100 80GB SXM", "A100-80GB", 1, 1.89, 1.05),
+    offer("gcp", "us-central1", "a2-ultragpu-2g", "A100-80GB", 2, 10.14, 3.2),
+])
+
+
+def run(offers=OFFERS, **kw) -> Plan:
+    kw.setdefault("tokens", 20e6)
+    kw.setdefault("top", 10**6)
+    return plan(MODEL, offers=offers, **kw)
+
+
+@pytest.fixture(scope="module")
+def base() -> Plan:
+    return run()
+
+
+def key(c):
+    return (c.provider, c.region, c.instance_type, c.spot, c.nodes, c.stack_label)
+
+
+def test_every_fitting_candidate_fits_per_the_estimator(base):
+    assert base.candidates
+    for c in base.candidates[:: max(1, len(base.candidates) // 60)]:
+        stack = Stack(method=c.method, precision=c.precision, optimizer=c.optimizer, grad_checkpointing=c.grad_checkpointing,
+                      attention=c.attention, gpus=c.gpu_count * c.nodes, sharding=c.sharding, offload=c.offload)
+        est = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch, seq_len=c.seq_len))
+        assert est.device_total == c.peak_memory_bytes
+        assert est.device_total <= c.gpu_memory_bytes * 0.9
+        assert isinstance(c.memory, Breakdown) and c.memory.total == est.breakdown.total
+
+
+def test_micro_batch_is_the_largest_that_fits(base):
+    c = next(c for c in base.candidates if c.gpu_model == "H100" and c.gpu_count == 1 and c.micro_batch < 32)
+    stack = Stack(method=c.method, precision=c.precision, optimizer=c.optimizer, grad_checkpointing=c.grad_checkpointing,
+                  attention=c.attention)
+    bigger = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch + 1, seq_len=c.seq_len))
+    assert bigger.device_total > c.gpu_memory_bytes * 0.9
+
+
+def test_ranked_by_cost_then_time(base):
+    costs = [c.cost_usd for c in base.candidates]
+    assert costs == sorted(costs)
+    assert [c.rank for c in base.candidates] == list(range(1, len(costs) + 1))
+
+
+def test_cheaper_price_never_ranks_worse_at_equal_time():
+    twin = pd.concat([OFFERS, pd.DataFrame([offer("aws", "us-east-1", "g6e.cheap", "L40S", 1, 1.50, None, ram=32)])])
+    p = run(twin, spot=False)
+    rank = {key(c): c.rank for c in p.candidates}
+    pairs = 0
+    for c in p.candidates:
+        if c.instance_type == "g6e.cheap":
+            dear = rank[("aws", "us-east-1", "g6e.xlarge", False, 1, c.stack_label)]
+            assert c.rank < dear
+            pairs += 1
+    assert pairs > 0
+
+
+@pytest.mark.parametrize("constraint", [
+    dict(providers=["aws"]), dict(regions=["us-west-1"]), dict(gpus=["A100-80GB"]), dict(spot=False),
+    dict(max_gpus=1), dict(methods=("qlora",)), dict(budget=5.0), dict(deadline_hours=3.0),
+])
+def test_a_constraint_never_adds_candidates(base, constraint):
+    p = run(**constraint)
+    assert {key(c) for c in p.candidates} <= {key(c) for c in base.candidates} or p.notice
+    assert p.assumptions["candidates_meeting_constraints"] <= base.assumptions["candidates_meeting_constraints"]
+
+
+def test_time_falls_as_gpus_are_added_but_not_below_linear():
+    h100 = pd.DataFrame([offer("x", "r", f"h100x{n}", "H100", n, 3.0 * n) for n in (1, 2, 4, 8)])
+    p = run(h100, methods=("lora",), spot=False)
+    best = {}
+    for c in p.candidates:
+        if c.optimizer == "adamw" and not c.grad_checkpointing and c.sharding in ("none", "ddp"):
+            best.setdefault(c.gpu_count, c.train_hours)
+    assert sorted(best) == [1, 2, 4, 8]
+    for n in (2, 4, 8):
+        assert best[n] < best[n // 2]
+        assert best[n] >= best[1] / n
+
+
+def test_too_small_gpu_is_rejected_with_the_memory_it_needs():
+    a10g = pd.DataFrame([offer("aws", "us-east-1", "g5.xlarge", "A10G", 1, 1.006, 0.45, ram=16)])
+    p = run(a10g, methods=("full",))
+    assert p.candidates == [] and "Nothing fits" in p.notice
+    reason = p.rejected[0].reason
+    assert reason.startswith("A10G 22 GiB: full fine-tuning needs") and " GB per GPU" in reason
+    assert p.rejected[0].count > 0 and "g5.xlarge" in p.rejected[0].example
+
+
+def test_offload_needs_host_ram():
+    small_ram = pd.DataFrame([offer("x", "r", "one-h100", "H100", 1, 3.0, ram=16)])
+    p = run(small_ram, methods=("full",))
+    assert not any(c.offload != "none" for c in p.candidates)
+    assert any("host RAM" in r.reason for r in p.rejected)
+
+
+def test_budget_nothing_meets_shows_the_closest():
+    p = run(budget=0.01, top=5)
+    assert "budget" in p.notice and len(p.candidates) == 5
+    assert any("over the budget" in r.reason for r in p.rejected)
+
+
+def test_pareto_front_is_not_dominated(base):
+    front = base.pareto
+    assert front and front[0].cost_usd == base.candidates[0].cost_usd
+    for a in front:
+        assert not any(c.cost_usd <= a.cost_usd and c.hours < a.hours for c in base.candidates)
+    assert [c.hours for c in front] == sorted((c.hours for c in front), reverse=True)
+
+
+def test_baseline_is_full_finetune_on_cheapest_instance_where_it_fits(base):
+    b = base.baseline
+    assert b.method == "full" and not b.spot
+    full_prices = [c.price_hour for c in base.candidates if c.method == "full" and not c.spot]
+    assert b.price_hour == min(full_prices)
+    assert base.saving_vs_baseline_usd == pytest.approx(b.cost_usd - base.candidates[0].cost_usd)
+
+
+def test_best_per_gpu_and_provider(base):
+    assert set(base.best_per_gpu) == {c.gpu_model for c in base.candidates}
+    for g, c in base.best_per_gpu.items():
+        assert c.cost_usd == min(x.cost_usd for x in base.candidates if x.gpu_model == g)
+    assert set(base.best_per_provider) == {"aws", "lambda", "runpod", "gcp"}
+
+
+def test_spot_costs_less_but_takes_longer(base):
+    by = {}
+    for c in base.candidates:
+        by.setdefault((c.instance_type, c.stack_label, c.spot), c)
+    pairs = [(by[k], by[(k[0], k[1], True)]) for k in by if not k[2] and (k[0], k[1], True) in by]
+    assert pairs
+    for od, sp in pairs:
+        assert sp.hours > od.hours and sp.cost_usd < od.cost_usd
+        assert od.cost_spot_usd == pytest.approx(sp.cost_usd) and sp.cost_on_demand_usd == pytest.approx(od.cost_usd)
+
+
+def test_unknown_provider_bills_per_started_hour():
+    p = run(pd.DataFrame([offer("tinycloud", "r", "box", "H100", 1, 2.0)]), methods=("qlora",), setup_hours=0.0)
+    c = p.candidates[0]
+    assert c.cost_usd == pytest.approx(-(-c.hours // 1) * 2.0)
+
+
+def test_two_nodes_of_eight_gpus_when_allowed():
+    p = run(pd.DataFrame([offer("aws", "us-east-1", "p5.48xlarge", "H100", 8, 98.32, interconnect="nvlink+efa")]),
+            methods=("full",), max_nodes=2, tokens=500e6, global_batch=128)
+    one = min(c.train_hours for c in p.candidates if c.nodes == 1)
+    two = min(c.train_hours for c in p.candidates if c.nodes == 2)
+    assert one / 2 <= two < one
+
+
+def test_unknown_provider_region_or_gpu_lists_valid_ones():
+    with pytest.raises(BadInput, match="--providers.*valid: aws, gcp, lambda, runpod"):
+        run(providers=["awz"])
+    with pytest.raises(BadInput, match="--regions.*us-east-1"):
+        run(regions=["mars-1"])
+    with pytest.raises(BadInput, match="--gpu.*valid: A100-80GB, A10G, H100, L40S"):
+        run(gpus=["B200"])
+    with pytest.raises(Exception, match="unknown GPU") as err:
+        run(gpus=["Z9000"])
+    assert err.value.exit_code == 2
+
+
+def test_no_usable_price_sheet_points_to_prices_command():
+    with pytest.raises(AdvisorError, match="gpu-advisor prices"):
+        run(OFFERS.iloc[0:0])
+
+
+def test_json_validates_against_plan(base):
+    text = base.model_dump_json()
+    again = Plan.model_validate_json(text)
+    data = json.loads(text)
+    assert {"candidates", "pareto", "baseline", "rejected", "assumptions"} <= set(data)
+    for field in ("provider", "region", "instance_type", "gpu_model", "gpu_count", "nodes", "spot", "method",
+                  "precision", "optimizer", "grad_checkpointing", "attention", "sharding", "micro_batch",
+                  "grad_accum", "peak_memory_bytes", "gpu_memory_bytes", "hours", "cost_usd", "price_source",
+                  "price_date"):
+        assert field in data["candidates"][0]
+    assert again.candidates[0] == base.candidates[0]
+
+
+def test_estimator_is_injectable():
+    calls = []
+
+    def stand_in(model, stack, shape):
+        calls.append(stack)
+        return estimate_memory(model, stack, shape).model_copy(update={"device_total": 10**9 * shape.micro_batch})
+
+    p = run(pd.DataFrame([offer("x", "r", "a10g", "A10G", 1, 1.0)]), methods=("full",), estimator=stand_in)
+    assert calls and p.candidates and p.candidates[0].peak_memory_bytes == 10**9 * p.candidates[0].micro_batch
