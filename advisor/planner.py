@@ -541,18 +541,21 @@ def plan(model: ModelSpec | str, *, tokens: float, epochs: float = 1, seq_len: i
             memory=f["breakdown"] if isinstance(f["breakdown"], Breakdown) else None,
         )
 
+    # every candidate carries its place in the full ranking (0: outside it, e.g. the baseline)
+    position = {int(i): k + 1 for k, i in enumerate(picked["ranked"])}
     candidates = [to_candidate(i, k + 1) for k, i in enumerate(picked["ranked"][:top])]
-    pareto_c = [to_candidate(i) for i in picked["pareto"]]
+    pareto_c = [to_candidate(i, position.get(int(i), 0)) for i in picked["pareto"]]
 
     def best_by(column: str) -> dict[str, Candidate]:
         out = {}
         for i in picked["best"][column]:
-            cand = to_candidate(i)
+            cand = to_candidate(i, position.get(int(i), 0))
             out[cand.gpu_model if column == "gpu_model" else cand.provider] = cand
         return out
 
     best_gpu, best_provider = best_by("gpu_model"), best_by("provider")
-    baseline = to_candidate(picked["baseline"][0]) if len(picked["baseline"]) else None
+    baseline = (to_candidate(picked["baseline"][0], position.get(int(picked["baseline"][0]), 0))
+                if len(picked["baseline"]) else None)
     saving = (baseline.cost_usd - candidates[0].cost_usd) if (baseline and candidates) else None
     scored, meets_n = picked["scored"], picked["meets"]
 

@@ -304,6 +304,25 @@ def test_cli_writes_the_bundle_for_the_chosen_rank(tmp_path):
     assert acc["distributed_type"] == "DEEPSPEED" and acc["num_processes"] == 4
 
 
+def test_cli_plans_inline_from_plan_options_and_bundles_exactly_that_candidate(tmp_path):
+    from advisor.commands.plan import build_plan
+
+    opts = ["--model", "qwen2.5-0.5b", "--tokens", "5M", "--gpu", "A10G", "--providers", "aws"]
+    result = run_cli("launch", *opts, "--rank", "2", "--out", str(tmp_path / "b"))
+    assert result.exit_code == 0, result.output
+    expected = build_plan(model="qwen2.5-0.5b", tokens="5M", gpu="A10G", providers="aws").candidates[1]
+    args = yaml.safe_load((tmp_path / "b" / "training_args.yaml").read_text())
+    assert args["training"]["per_device_train_batch_size"] == expected.micro_batch
+    assert args["training"]["gradient_accumulation_steps"] == expected.grad_accum
+    assert args["training"]["gradient_checkpointing"] == expected.grad_checkpointing or expected.sharding == "fsdp"
+
+
+def test_launch_without_a_plan_or_plan_options_is_one_line_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "advisor", "launch", "--out", str(tmp_path / "b")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--from" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_rank_beyond_the_plan_is_one_line_exit_2(tmp_path):
     plan = write_plan(tmp_path / "plan.json", [candidate()])
     proc = subprocess.run([sys.executable, "-m", "advisor", "launch", "--from", str(plan), "--rank", "3",

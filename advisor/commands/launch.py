@@ -7,30 +7,28 @@ from pathlib import Path
 
 import click
 
+from advisor.commands.plan import build_plan, plan_options
 from advisor.errors import BadInput
 
 
 @click.command()
-@click.option("--from", "plan_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Plan JSON written by `gpu-advisor plan --format json`.")
+@click.option("--from", "from_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Plan JSON written by `gpu-advisor plan --format json` (else: plan options, planned now).")
 @click.option("--rank", type=int, default=1, show_default=True, help="Candidate rank in the plan (1 = best).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write the bundle into (must not exist or be empty).")
 @click.option("--force", is_flag=True, help="Write into an existing non-empty folder (bundle files are replaced).")
 @click.option("--dataset", default="data/train.jsonl", show_default=True,
               help="Training data path written into training_args.yaml (JSONL {'text': ...} or .txt).")
-def launch(plan_file: Path, rank: int, out_dir: Path, force: bool, dataset: str) -> None:
-    """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README."""
+@plan_options
+def launch(from_file: Path | None, rank: int, out_dir: Path, force: bool, dataset: str, **plan_opts) -> None:
+    """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README
+    for candidate --rank of a saved plan (--from) or of a plan made now from the plan options."""
     from advisor.launch import build_bundle, write_bundle
-    from advisor.results import Plan
 
-    if plan_file is None:
-        raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json).")
-    if not plan_file.is_file():
-        raise BadInput(f"--from: plan file {plan_file} not found.")
-    plan = Plan.model_validate_json(plan_file.read_text(encoding="utf-8"))
+    plan, where = load_or_build_plan(from_file, plan_opts)
     if not plan.candidates:
-        raise BadInput(f"--from: plan {plan_file} has no candidates{': ' + plan.notice if plan.notice else ''}.")
+        raise BadInput(f"{where}: the plan has no candidates{': ' + plan.notice if plan.notice else ''}.")
     if not 1 <= rank <= len(plan.candidates):
         raise BadInput(f"--rank: must be between 1 and {len(plan.candidates)} for this plan (got {rank}).")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
@@ -47,6 +45,23 @@ def launch(plan_file: Path, rank: int, out_dir: Path, force: bool, dataset: str)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {out_dir}: {', '.join(sorted(files))}")
     click.echo(f"Run: bash {out_dir / 'launch.sh'}   (or: cd {out_dir} && sky launch sky.yaml)")
+
+
+def load_or_build_plan(from_file: Path | None, plan_opts: dict):
+    """The plan from --from, or planned now from the plan options (same as `gpu-advisor plan`)."""
+    from advisor.results import Plan
+
+    if from_file is None:
+        if not (plan_opts.get("model") or plan_opts.get("model_arg") or plan_opts.get("plan_file")):
+            raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json) "
+                           "or plan options (--model M --tokens N ...).")
+        return build_plan(**plan_opts), "plan"
+    if not from_file.is_file():
+        raise BadInput(f"--from: plan file {from_file} not found.")
+    try:
+        return Plan.model_validate_json(from_file.read_text(encoding="utf-8")), "--from"
+    except ValueError as exc:
+        raise BadInput(f"--from: {from_file} is not a plan JSON ({str(exc).splitlines()[0]}).") from None
 
 
 def model_spec(plan):

@@ -203,7 +203,7 @@ def _rows(plan) -> list[list[str]]:
             c.stack_label, f"{c.micro_batch}×{c.grad_accum}",
             f"{c.peak_memory_bytes / 1e9:.1f}/{c.gpu_memory_bytes / 1e9:.1f} GB",
             f"{c.hours:,.1f}", _money(c.cost_usd), _money(c.cost_on_demand_usd), _money(c.cost_spot_usd),
-            f"{c.usd_per_m_tokens:.3f}", f"{c.price_source[:28]} {c.price_date}",
+            f"{c.usd_per_m_tokens:.3f}", f"{c.price_source[:28]} {c.price_date}" + (" STALE" if c.price_stale else ""),
         ])
     return out
 
