@@ -190,7 +190,6 @@ def test_benchmark_compares_like_with_like_and_writes_markdown(tmp_path):
 @needs_calibration
 @pytest.mark.slow
 def test_published_rows_run_through_the_real_estimator(tmp_path):
-    pytest.importorskip("advisor.memory")
     s = accuracy.main(["--out", str(tmp_path / "a.md"), "--quiet"])
     ours = s["estimators"]["ours"]
     assert ours["rows"] >= 80 and not s["estimator_errors"]

@@ -101,7 +101,6 @@ def test_missing_dataset_size_is_bad_input():
 
 
 def test_report_is_written(tmp_path, sheet):
-    pytest.importorskip("reports")
     out = tmp_path / "plan.md"
     r = invoke("meta-llama/Llama-3.1-8B", "--tokens", "20M", "--prices", sheet, "--providers", "acme",
                "--report", str(out))
