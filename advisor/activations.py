@@ -335,7 +335,7 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape, device:
     totals["loss.targets"] = INT64
 
     if amp:
-        lin_w = sum(lin.weight_params for lin in arch.linears()) * arch.scale
+        lin_w = arch.linear_weights_unscaled * arch.scale
         lm = v * h
         if stack.grad_checkpointing:
             lin_w = lin_w / max(len(arch.layers), 1) * 0  # recomputed layer: counted in recompute

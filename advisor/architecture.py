@@ -75,6 +75,7 @@ class Architecture:
     vision_linears: tuple[Linear, ...] = ()
     vision_other_params: int = 0  # patch/position embeddings, layer norms, projector
     notes: list[str] = field(default_factory=list)
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)  # per-targets results (the planner asks thousands of times)
 
     # ---- parameter counts -------------------------------------------------------------
     @cached_property
@@ -117,6 +118,19 @@ class Architecture:
                     total -= round(lin.params / lin.count * inactive * self.scale)
         return total
 
+    @cached_property
+    def largest_layer_params(self) -> int:
+        return max((layer.params for layer in self.layers), default=0)
+
+    @cached_property
+    def largest_dense_linear(self) -> int:
+        """Weight elements of the biggest non-expert linear (what bitsandbytes dequantises at once)."""
+        return max((lin.in_features * lin.out_features for lin in self.linears() if not lin.expert), default=0)
+
+    @cached_property
+    def linear_weights_unscaled(self) -> int:
+        return sum(lin.weight_params for lin in self.linears())
+
     def linears(self, include_vision: bool = True) -> list[Linear]:
         out = [lin for layer in self.layers for lin in layer.linears]
         if include_vision:
@@ -138,12 +152,16 @@ class Architecture:
 
     def lora_targeted(self, targets: str) -> list[Linear]:
         """The linears a peft LoraConfig(target_modules=targets) wraps, per layer and in vision."""
-        if targets.strip() == "all-linear":
-            # peft's all-linear: every nn.Linear but the output embedding. Routed experts are
-            # 3-D nn.Parameters in transformers 5 (e.g. MixtralExperts), so not nn.Linear.
-            return [lin for lin in self.linears() if not lin.expert]
-        wanted = {t.strip() for t in targets.split(",") if t.strip()}
-        return [lin for lin in self.linears() if not lin.expert and lin.name in wanted]
+        key = ("targeted", targets)
+        if key not in self._memo:
+            if targets.strip() == "all-linear":
+                # peft's all-linear: every nn.Linear but the output embedding. Routed experts are
+                # 3-D nn.Parameters in transformers 5 (e.g. MixtralExperts), so not nn.Linear.
+                self._memo[key] = [lin for lin in self.linears() if not lin.expert]
+            else:
+                wanted = {t.strip() for t in targets.split(",") if t.strip()}
+                self._memo[key] = [lin for lin in self.linears() if not lin.expert and lin.name in wanted]
+        return self._memo[key]
 
     def unknown_targets(self, targets: str) -> list[str]:
         if targets.strip() == "all-linear":
@@ -164,9 +182,13 @@ class Architecture:
 
     def lora_params(self, rank: int, targets: str) -> int:
         """A: in×r and B: r×out for every targeted linear (peft LoRA, no bias)."""
+        key = ("lora_params", rank, targets)
+        if key in self._memo:
+            return self._memo[key]
         total = sum(lin.count * rank * (lin.in_features + lin.out_features) for lin in self.lora_targeted(targets))
         if self.lora_wraps_experts(targets):
             total += sum(1 for layer in self.layers if layer.moe) * self.expert_lora_params_per_layer(rank)
+        self._memo[key] = total
         return total
 
 

@@ -84,7 +84,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     n_p, n_g, n_o = stack.shard_degree_params, stack.shard_degree_grads, stack.shard_degree_optimizer
     weights: dict[str, Component] = {}
     compute_b = 4 if stack.precision == "fp32" else 2
-    largest_layer = max((layer.params for layer in arch.layers), default=0) * arch.scale
+    largest_layer = arch.largest_layer_params * arch.scale
 
     if stack.method == "qlora":
         q = arch.linear_weight_params
@@ -259,7 +259,7 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
         ),
     }
     if stack.method == "qlora":
-        largest = max((lin.in_features * lin.out_features for lin in arch.linears() if not lin.expert), default=0)
+        largest = arch.largest_dense_linear
         transients["overhead.dequantised_weight"] = Component(
             bytes=int(largest * 2),
             formula="the largest linear dequantised to 16-bit for its matmul",
