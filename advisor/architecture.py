@@ -139,8 +139,14 @@ class Architecture:
 
     @cached_property
     def linear_weight_params(self) -> int:
-        """Weights bitsandbytes quantises in QLoRA: every linear except lm_head (and the routers)."""
-        return round(sum(lin.weight_params for lin in self.linears()) * self.scale)
+        """Weights bitsandbytes quantises in QLoRA: every nn.Linear except lm_head. transformers 5
+        replaces only nn.Linear with Linear4bit (integrations/bitsandbytes.py), so fused MoE experts
+        (3-D parameters) and routers stay in the 16-bit compute dtype."""
+        return round(sum(lin.weight_params for lin in self.linears() if not lin.expert) * self.scale)
+
+    @cached_property
+    def expert_weight_params(self) -> int:
+        return round(sum(lin.weight_params for lin in self.linears() if lin.expert) * self.scale)
 
     # ---- LoRA ---------------------------------------------------------------------------
     def linear_names(self) -> list[str]:

@@ -94,10 +94,12 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             formula=f"{q:,} linear weights × {nf4:.4f} B (NF4{' + double-quant' if stack.double_quant else ''} constants)",
             source="Dettmers et al. 2023, QLoRA §3",
         )
+        experts = arch.expert_weight_params
         weights["weights.16bit_rest"] = Component(
             bytes=int((P - q) * 2 / n_p),
-            formula=f"{P - q:,} embedding/norm/bias/router params × 2 B (bnb keeps them in 16-bit)",
-            source="bitsandbytes Linear4bit replaces nn.Linear only; lm_head kept in 16-bit",
+            formula=f"{P - q:,} embedding/norm/bias/router{'/fused-expert' if experts else ''} params × 2 B "
+            "(not nn.Linear, so bitsandbytes leaves them 16-bit)",
+            source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit",
         )
     else:
         weights["weights.base"] = Component(
@@ -294,6 +296,11 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
 
     trainable, _ = _trainable(arch, stack)
     warnings = []
+    if stack.method == "qlora" and arch.expert_weight_params:
+        warnings.append(
+            f"QLoRA leaves this MoE's {arch.expert_weight_params / 1e9:.1f}B fused expert weights in 16-bit: "
+            "transformers 5 quantises nn.Linear modules only."
+        )
     if arch.lora_wraps_experts(stack.lora_targets) and stack.method != "full" and stack.lora_dropout > 0:
         warnings.append(
             "peft wraps this MoE's experts with LoRA ParamWrappers, which refuse lora_dropout != 0; "
