@@ -177,3 +177,42 @@ def test_cli_bad_input_is_one_line_exit_2(args, field):
     assert out.returncode == 2
     assert field in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_estimate_command_imports_no_torch_transformers_or_pandas():
+    code = (
+        "import sys\n"
+        "from advisor.cli import main\n"
+        "try:\n"
+        "    main(['estimate', 'llama-3.1-8b', '--gpu', 'A10G', '--format', 'json'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'pandas', 'peft', 'matplotlib') if m in sys.modules)\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in out.stderr, out.stderr
+
+
+def test_estimate_json_reports_throughput_for_the_gpu():
+    out = run_cli("estimate", "qwen2.5-7b", "--method", "lora", "--gpu", "H100", "--gpus", "8", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    t = json.loads(out.stdout)["throughput"]
+    assert t["tokens_per_sec"] > 0 and 0 < t["mfu"] < 1 and t["step_seconds"] > 0
+
+
+def test_qlora_keeps_fused_moe_experts_in_16bit():
+    dense_like = estimate_memory("mixtral-8x7b", Stack(method="qlora", lora_dropout=0.0, grad_checkpointing=True))
+    expert_bytes = dense_like.components["weights.16bit_rest"].bytes
+    assert expert_bytes > 45e9 * 2  # 45B expert weights stay bf16 (transformers 5 quantises nn.Linear only)
+    assert any("fused expert weights in 16-bit" in w for w in dense_like.warnings)
+
+
+def test_lora_on_moe_counts_peft_expert_adapters_and_merged_weights():
+    spec = load_model("qwen3-30b-a3b")
+    est = estimate_memory(spec, Stack(method="lora", lora_dropout=0.0), Shape(seq_len=512))
+    attn_only = estimate_memory(spec, Stack(method="lora", lora_dropout=0.0, lora_targets="q_proj,k_proj,v_proj,o_proj"),
+                                Shape(seq_len=512))
+    assert est.model.params_trainable > 10 * attn_only.model.params_trainable
+    merged = est.components["activations.layers.lora.merged_expert_weights"].bytes
+    assert merged > 0.9 * 2 * 30e9 * 0.95  # every layer keeps its merged bf16 expert weights without checkpointing
