@@ -231,8 +231,11 @@ def plan(model: ModelSpec | str, *, tokens: float, epochs: float = 1, seq_len: i
          headroom: float = 0.10, mfu: float | None = None, setup_hours: float | None = None,
          sort: str = "cost", top: int = 20, interruptions_per_hour: float | None = None,
          checkpoint_interval_hours: float | None = None, network_gbps: float | None = None,
-         estimator: Estimator | None = None, command: str = "") -> Plan:
-    """Rank every offer × nodes × stack for a fine-tuning job of `tokens` × `epochs` training tokens."""
+         estimator: Estimator | None = None, command: str = "", distinct: bool = True) -> Plan:
+    """Rank every offer × nodes × stack for a fine-tuning job of `tokens` × `epochs` training tokens.
+
+    `distinct`: rank one candidate per offer × node count × method (its best stack); False ranks
+    every stack variant."""
     import numpy as np
     import pandas as pd
 
@@ -481,6 +484,15 @@ def plan(model: ModelSpec | str, *, tokens: float, epochs: float = 1, seq_len: i
         else:
             pool = np.flatnonzero(meets)
             ranked = pool[np.lexsort(tuple(k[pool] for k in primary))]
+        # One row per instance offer × node count × method: its best stack. The variants behind
+        # it (another optimizer or attention kernel at a higher cost) stay in the Pareto front and
+        # the best-per lists' pool, but would crowd the ranking with near-copies.
+        if distinct and len(ranked):
+            nodes_c = fitting["nodes"].to_numpy(np.int64)[cfg_row]
+            meth_c = np.unique(cmeth, return_inverse=True)[1].astype(np.int64)
+            group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + meth_c
+            _, first = np.unique(group[ranked], return_index=True)
+            ranked = ranked[np.sort(first)]
         if not sel.any():
             notice = ("Nothing fits: no offer can hold this job with the allowed settings."
                       if len(priced) else "No offer matches the filters.")

@@ -102,7 +102,7 @@ def test_a_constraint_never_adds_candidates(base, constraint):
 
 def test_time_falls_as_gpus_are_added_but_not_below_linear():
     h100 = pd.DataFrame([offer("x", "r", f"h100x{n}", "H100", n, 3.0 * n) for n in (1, 2, 4, 8)])
-    p = run(h100, methods=("lora",), spot=False)
+    p = run(h100, methods=("lora",), spot=False, distinct=False)
     best = {}
     for c in p.candidates:
         if c.optimizer == "adamw" and not c.grad_checkpointing and c.sharding in ("none", "ddp"):
@@ -111,6 +111,20 @@ def test_time_falls_as_gpus_are_added_but_not_below_linear():
     for n in (2, 4, 8):
         assert best[n] < best[n // 2]
         assert best[n] >= best[1] / n
+
+
+def test_ranking_shows_one_row_per_offer_nodes_and_method_unless_asked_for_all():
+    distinct, every = run(), run(distinct=False)
+    keys = [(c.provider, c.region, c.instance_type, c.spot, c.nodes, c.method) for c in distinct.candidates]
+    assert len(keys) == len(set(keys))
+    assert len(every.candidates) > len(distinct.candidates)
+    # the distinct ranking is the full ranking with the lesser variants of each group removed
+    full_keys = []
+    for c in every.candidates:
+        k = (c.provider, c.region, c.instance_type, c.spot, c.nodes, c.method)
+        if k not in full_keys:
+            full_keys.append(k)
+    assert keys == full_keys
 
 
 def test_too_small_gpu_is_rejected_with_the_memory_it_needs():

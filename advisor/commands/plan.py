@@ -20,7 +20,7 @@ DEFAULTS = {
     "global_batch": None, "global_batch_tokens": None, "methods": "full,lora,qlora", "budget": None,
     "deadline": None, "providers": None, "regions": None, "gpu": None, "spot": True, "max_gpus": None,
     "max_nodes": 1, "headroom": 0.10, "mfu": None, "prices": (), "discount": (), "sort": "cost", "top": 10,
-    "setup_hours": None,
+    "setup_hours": None, "all_stacks": False,
 }
 
 
@@ -93,6 +93,8 @@ def plan_options(f):
         click.option("--discount", multiple=True, help="provider=fraction, e.g. aws=0.3; repeatable"),
         click.option("--sort", type=click.Choice(["cost", "time"]), default=None, help="rank by [cost] or time"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
+        click.option("--all-stacks", is_flag=True, default=None,
+                     help="rank every stack variant, not just each instance × method's best"),
     ]
     for option in reversed(options):
         f = option(f)
@@ -155,7 +157,7 @@ def build_plan(**options):
         budget=float(o["budget"]) if o["budget"] is not None else None, deadline_hours=_hours(o["deadline"]),
         headroom=float(o["headroom"]), mfu=float(o["mfu"]) if o["mfu"] is not None else None,
         setup_hours=float(o["setup_hours"]) if o["setup_hours"] is not None else None, sort=o["sort"],
-        top=int(o["top"]), command=options.get("command") or "",
+        top=int(o["top"]), command=options.get("command") or "", distinct=not o["all_stacks"],
     )
 
 
@@ -177,6 +179,9 @@ def command_line(options: dict, **extra) -> str:
                 parts += ["--format", value]
             continue
         flag = flags.get(key) or "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+            continue
         for v in value if isinstance(value, (list, tuple)) else [value]:
             parts += [flag, str(v)]
     return " ".join(shlex.quote(p) for p in parts)
