@@ -191,6 +191,10 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     frames, problems = [], []
     for p in user_sheets or ():
         df, probs = read_sheet(p)
+        if not len(df):
+            # a sheet the user named that yields nothing is a mistake, not something to skip quietly
+            first = str(probs[0]) if probs else "no rows"
+            raise PriceInputError(f"--prices: {p} has no usable price row ({first}).")
         frames.append(df.assign(**{ORIGIN: "user", "_rank": 0}))
         problems += probs
     if include_cache:

@@ -147,6 +147,10 @@ def build_plan(**options):
         from pricing import load_offers
 
         offers = load_offers(user_sheets=[Path(p) for p in _list(o["prices"])], discounts=_list(o["discount"]) or None)
+        problems = offers.attrs.get("problems", [])
+        if problems:
+            click.echo(f"warning: {len(problems)} price row(s) skipped: " + "; ".join(problems[:3])
+                       + (" ..." if len(problems) > 3 else ""), err=True)
     gbt = _count(o["global_batch_tokens"], "global-batch-tokens")
     return plan(
         o["model"], tokens=tokens, epochs=float(o["epochs"]), seq_len=int(o["seq_len"]),
