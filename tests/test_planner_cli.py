@@ -125,3 +125,23 @@ def test_plan_records_the_command_that_reproduces_it(sheet):
 
     again = Plan.model_validate_json(invoke(*shlex.split(first.command)[2:]).output)
     assert [c.cost_usd for c in again.candidates] == [c.cost_usd for c in first.candidates]
+
+
+def test_a_price_sheet_with_no_usable_row_is_an_error_not_silently_ignored(tmp_path):
+    junk = tmp_path / "prices.csv"
+    junk.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n")
+    proc = subprocess.run([sys.executable, "-m", "advisor", "plan", "--model", "llama-3.1-8b", "--tokens", "1M",
+                           "--prices", str(junk)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --prices:") and str(junk) in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_skipped_rows_of_a_partly_bad_sheet_are_warned_about(tmp_path):
+    sheet = tmp_path / "prices.csv"
+    sheet.write_text("provider,gpu_model,gpu_count,price_per_gpu_hour\nacme,H100,8,1.5\nacme,H100,x,2\n")
+    proc = subprocess.run([sys.executable, "-m", "advisor", "plan", "--model", "qwen2.5-0.5b", "--tokens", "1M",
+                           "--prices", str(sheet), "--providers", "acme"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "row 2, column 'gpu_count'" in proc.stderr
+    assert "acme" in proc.stdout
