@@ -173,7 +173,16 @@ def build_model(config: dict, stack: Stack):
         hf_config, attn_implementation=stack.attention, dtype=torch.float32
     )
     model.to(_dtype_for(stack.precision))
-    if stack.method == "lora":
+    return apply_stack(model, stack)
+
+
+def apply_stack(model, stack: Stack, *, reentrant: bool = True):
+    """peft LoRA adapters and gradient checkpointing, set up as a user of `stack` would (train mode).
+
+    Reentrant checkpointing (the CPU harness) saves each layer's input through
+    ctx.save_for_backward, so saved-tensor hooks see it; the GPU harness uses the
+    non-reentrant default that accelerate and Trainer use."""
+    if stack.method != "full":
         from peft import LoraConfig, get_peft_model
 
         targets = stack.lora_targets
@@ -192,10 +201,10 @@ def build_model(config: dict, stack: Stack):
         # base weights' dtype).
         model = get_peft_model(model, lora, autocast_adapter_dtype=stack.adapter_dtype == "fp32")
     if stack.grad_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
         if stack.method != "full":
-            # reentrant checkpointing needs an input that requires grad, or nothing upstream
-            # of a frozen embedding gets a gradient (what Trainer does for peft models).
+            # with a frozen embedding nothing upstream needs a gradient; peft/Trainer make the
+            # input require one so checkpointed layers still backpropagate.
             model.enable_input_require_grads()
     model.train()
     return model

@@ -206,17 +206,9 @@ def build_model(case: Case, spec: ModelSpec, device: str):
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=torch.bfloat16)
     if case.method == "qlora":
         quantize_nf4(model, double_quant=True)
-    if case.method in ("lora", "qlora"):
-        from peft import LoraConfig, get_peft_model
+    from advisor.measure import apply_stack
 
-        lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)  # autocast_adapter_dtype=True: fp32 adapters (peft default)
-    if case.grad_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if case.method != "full":
-            model.enable_input_require_grads()
-    model.train()
-    return model
+    return apply_stack(model, case.stack(), reentrant=False)  # the very stack the estimate is given
 
 
 def quantize_nf4(model, double_quant: bool) -> None:
