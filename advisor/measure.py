@@ -474,6 +474,17 @@ def activation_target(m: Measured, stack: Stack) -> int:
     return m.activations_cuda + (m.recompute_max_layer if stack.grad_checkpointing else 0)
 
 
+# Tolerances the issue sets for the estimator against these measurements.
+TOLERANCE = {"weights": 0.02, "gradients": 0.02, "optimizer": 0.02, "activations": 0.10}
+
+# A small Llama (3 layers, GQA 4:2) for the harness's own checks and the saved-tensor dump.
+LLAMA_SMALL = {
+    "model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 688,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "max_position_embeddings": 2048, "tie_word_embeddings": False,
+}
+
+
 # --- the validation matrix -------------------------------------------------------------------
 # Real families at CPU-sized widths. Not shrunk to pass: some cases are dominated by per-layer
 # activations (many layers, long sequences, eager s^2 scores), others by the logits path

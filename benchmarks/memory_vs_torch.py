@@ -24,6 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.measure import (  # noqa: E402
     EXCLUDED_STACKS,
+    LLAMA_SMALL,
+    TOLERANCE,
     VALIDATION_CASES,
     Measured,
     activation_target,
@@ -32,7 +34,6 @@ from advisor.measure import (  # noqa: E402
 )
 from advisor.stacks import Shape, Stack  # noqa: E402
 
-TOLERANCE = {"weights": 0.02, "gradients": 0.02, "optimizer": 0.02, "activations": 0.10}
 DUMP = ROOT / "benchmarks" / "results" / "saved_tensors_llama.txt"
 
 
@@ -84,11 +85,6 @@ def table() -> int:
 
 # --- the saved-tensor dump for one small Llama -----------------------------------------------
 
-LLAMA_SMALL = {
-    "model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 688,
-    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "max_position_embeddings": 2048, "tie_word_embeddings": False,
-}
 DUMP_SHAPE = Shape(micro_batch=2, seq_len=128)
 DUMP_STACKS = [
     ("full bf16 sdpa", Stack(method="full", precision="bf16", attention="sdpa")),

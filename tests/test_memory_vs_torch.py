@@ -22,6 +22,8 @@ import peft  # noqa: F401
 
 from advisor.measure import (  # noqa: E402
     EXCLUDED_STACKS,
+    LLAMA_SMALL,
+    TOLERANCE,
     VALIDATION_CASES,
     Unmeasurable,
     activation_target,
@@ -30,14 +32,7 @@ from advisor.measure import (  # noqa: E402
 )
 from advisor.stacks import Shape, Stack  # noqa: E402
 
-TOLERANCE = {"weights": 0.02, "gradients": 0.02, "optimizer": 0.02, "activations": 0.10}
-
-# A small Llama for the harness's own checks (3 layers, GQA 4:2).
-LLAMA = {
-    "model_type": "llama", "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 688,
-    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "max_position_embeddings": 2048, "tie_word_embeddings": False,
-}
+LLAMA = LLAMA_SMALL
 SHAPE = Shape(micro_batch=2, seq_len=256)
 
 
