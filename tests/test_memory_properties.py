@@ -1,0 +1,81 @@
+"""Properties every estimate keeps, whatever the model and stack (hypothesis over the catalog)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor.memory import estimate_memory
+from advisor.models import catalog
+from advisor.results import MemoryEstimate
+from advisor.stacks import ATTENTIONS, METHODS, OPTIMIZERS, PRECISIONS, Shape, Stack
+
+MODELS = catalog()
+
+
+@st.composite
+def setups(draw):
+    spec = draw(st.sampled_from(MODELS))
+    method = draw(st.sampled_from(METHODS))
+    precisions = [p for p in PRECISIONS if not (method == "qlora" and p == "fp32")]
+    gpus = draw(st.sampled_from([1, 2, 8]))
+    sharding = draw(st.sampled_from(["none", "ddp", "fsdp", "zero2", "zero3"] if gpus > 1 else ["none"]))
+    stack = Stack(
+        method=method,
+        lora_rank=draw(st.sampled_from([4, 16, 64])),
+        lora_dropout=draw(st.sampled_from([0.0, 0.05])),
+        precision=draw(st.sampled_from(precisions)),
+        optimizer=draw(st.sampled_from(OPTIMIZERS)),
+        grad_checkpointing=draw(st.booleans()),
+        attention=draw(st.sampled_from(ATTENTIONS)),
+        gpus=gpus,
+        sharding=sharding,
+    )
+    shape = Shape(micro_batch=draw(st.integers(1, 8)), seq_len=draw(st.sampled_from([128, 512, 2048, 4096])))
+    return spec, stack, shape
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(setups())
+def test_breakdown_adds_up_and_every_component_is_non_negative(setup):
+    spec, stack, shape = setup
+    est = estimate_memory(spec, stack, shape)
+    b = est.breakdown
+    assert b.weights + b.gradients + b.optimizer + b.activations + b.overhead == b.total == est.device_total
+    assert all(c.bytes >= 0 for c in est.components.values())
+    assert est.peak_allocated <= est.peak_reserved <= est.device_total
+    for part in ("weights", "gradients", "optimizer"):
+        assert sum(c.bytes for k, c in est.components.items() if k.startswith(part + ".")) == getattr(b, part)
+    assert MemoryEstimate.model_validate_json(est.model_dump_json()) == est
+
+
+@SETTINGS
+@given(setups())
+def test_more_tokens_per_micro_batch_never_needs_less_memory(setup):
+    spec, stack, shape = setup
+    base = estimate_memory(spec, stack, shape).device_total
+    wider = estimate_memory(spec, stack, Shape(micro_batch=shape.micro_batch + 1, seq_len=shape.seq_len)).device_total
+    longer = estimate_memory(spec, stack, Shape(micro_batch=shape.micro_batch, seq_len=shape.seq_len * 2)).device_total
+    assert wider > base and longer > base
+
+
+@SETTINGS
+@given(setups())
+def test_memory_savers_never_cost_memory(setup):
+    spec, stack, shape = setup
+    est = estimate_memory(spec, stack, shape)
+    if not stack.grad_checkpointing:
+        ckpt = estimate_memory(spec, stack.model_copy(update={"grad_checkpointing": True}), shape)
+        assert ckpt.breakdown.activations <= est.breakdown.activations
+    if stack.attention == "eager":
+        fused = estimate_memory(spec, stack.model_copy(update={"attention": "sdpa"}), shape)
+        assert fused.breakdown.activations <= est.breakdown.activations
+    if stack.method == "lora" and stack.precision != "fp32":  # QLoRA computes in 16-bit
+        q = estimate_memory(spec, stack.model_copy(update={"method": "qlora"}), shape)
+        assert q.breakdown.weights < est.breakdown.weights
+    if stack.optimizer in ("adamw", "adamw-fp32"):
+        eight = estimate_memory(spec, stack.model_copy(update={"optimizer": "adamw-8bit"}), shape)
+        assert eight.breakdown.optimizer <= est.breakdown.optimizer
