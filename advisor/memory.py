@@ -267,7 +267,20 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
             formula="the largest linear dequantised to 16-bit for its matmul",
             source="bitsandbytes matmul_4bit dequantises per call",
         )
-    peak_allocated = W + G + O + A + sum(c.bytes for c in transients.values())
+    T = sum(c.bytes for c in transients.values())
+    G_peak, A_peak, phase = G, A, "backward start, gradients of earlier micro-batches resident (accumulation)"
+    if shape.grad_accum == 1:
+        # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
+        # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
+        trainable_now, tb_now = _trainable(arch, stack)
+        head = (arch.lm_head_params or arch.embed_params) * tb_now / stack.shard_degree_grads if stack.method == "full" else 0
+        start = A + T + head
+        end = G + transients["overhead.backward_workspace"].bytes
+        if start >= end:
+            G_peak, phase = int(min(head, G)), "backward start: activations saved, only lm_head's gradient allocated"
+        else:
+            A_peak, T, phase = 0, transients["overhead.backward_workspace"].bytes, "end of backward: all gradients allocated, activations freed"
+    peak_allocated = W + G_peak + O + A_peak + T
     dynamic = A + acts.loss_transient
     frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * dynamic)
     ddp_buckets = G if stack.sharding == "ddp" and stack.gpus > 1 else 0
@@ -292,7 +305,7 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
     peak_allocated += ddp_buckets + (NCCL_BUFFER_BYTES if stack.gpus > 1 else 0)
     peak_reserved = peak_allocated + frag
     device_total = peak_reserved + CUDA_CONTEXT_BYTES
-    overhead_total = device_total - (W + G + O + A)
+    overhead_total = device_total - (W + G_peak + O + A_peak)
 
     trainable, _ = _trainable(arch, stack)
     warnings = []
@@ -313,7 +326,8 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
     assumptions: dict[str, str | int | float | bool] = {
         "param_dtype": stack.precision,
         "activation_dtype": "fp32" if act_bytes(stack) == 4 else "16-bit",
-        "gradients_resident_with_activations": True,
+        "peak_phase": phase,
+        "grad_accum": shape.grad_accum if shape.grad_accum else "unknown (assumed > 1)",
         "attention_kernel": {"flash": "FlashAttention-2 (O(s) memory)", "sdpa": "SDPA fused kernel (O(s) memory), GQA without repeat_kv", "eager": "eager (b·heads·s² scores)"}[stack.attention],
         "padding": "none (packed or equal-length sequences)",
         "cuda_context_bytes": CUDA_CONTEXT_BYTES,
@@ -338,7 +352,8 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
         ),
         stack=stack,
         shape=shape,
-        breakdown=Breakdown(weights=W, gradients=G, optimizer=O, activations=A, overhead=overhead_total, total=device_total),
+        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak, overhead=overhead_total,
+                            total=device_total),
         components=comps,
         peak_allocated=peak_allocated,
         peak_reserved=peak_reserved,

@@ -113,6 +113,9 @@ class Shape(BaseModel):
 
     micro_batch: int = Field(1, gt=0)
     seq_len: int = Field(2048, gt=0)
+    # Micro-batches per optimizer step. None (unknown) assumes accumulation: gradients stay
+    # allocated while the next micro-batch's activations build up (the conservative case).
+    grad_accum: int | None = Field(None, gt=0)
 
     @property
     def tokens(self) -> int:

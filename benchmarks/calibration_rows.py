@@ -271,14 +271,19 @@ def _tokens_per_sec(text: str, gpus: int) -> float | None:
     return value * gpus if "per GPU" in text or gpus == 1 else value
 
 
-def _grad_accum(notes: str, micro_batch: int, gpus: int) -> int:
+def stated_grad_accum(notes: str, micro_batch: int, gpus: int) -> int | None:
+    """Gradient accumulation the source states (GA8, or a global batch), None when it does not."""
     m = re.search(r"\bGA(\d+)", notes)
     if m:
         return int(m.group(1))
     m = re.search(r"global batch (\d+)", notes)
     if m:
         return max(1, int(m.group(1)) // max(1, micro_batch * gpus))
-    return 1
+    return None
+
+
+def _grad_accum(notes: str, micro_batch: int, gpus: int) -> int:
+    return stated_grad_accum(notes, micro_batch, gpus) or 1
 
 
 # ----------------------------------------------------------------------------- rows
@@ -406,7 +411,8 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
         fields["double_quant"] = dq
     try:
         row.stack = Stack(**fields)
-        row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len)
+        row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len,
+                          grad_accum=stated_grad_accum(notes, int(r["micro_batch"]), gpus))
     except ValueError as exc:
         return exclude(f"settings not representable: {str(exc).splitlines()[0]}")
     row.tokens_per_sec_total = _tokens_per_sec(r["tokens_per_sec"], gpus)

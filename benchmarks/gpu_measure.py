@@ -81,7 +81,7 @@ class Case:
                      grad_checkpointing=self.grad_checkpointing, attention=self.attention)
 
     def shape(self) -> Shape:
-        return Shape(micro_batch=self.micro_batch, seq_len=self.seq_len)
+        return Shape(micro_batch=self.micro_batch, seq_len=self.seq_len, grad_accum=1)  # one micro-batch per step
 
 
 def cuda_matrix() -> list[Case]:

@@ -72,11 +72,14 @@ def build_stack(**kw):
 @stack_options
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="micro-batch per GPU")
 @click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
+@click.option("--grad-accum", type=click.IntRange(min=1), default=None,
+              help="micro-batches per optimizer step; 1 = gradients freed before each forward "
+                   "(default: unknown, assume accumulation, gradients resident)")
 @click.option("--gpu", default=None, help="check the fit on this GPU (e.g. A10G, H100, A100-80GB)")
 @click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=0.10, show_default=True,
               help="share of usable memory kept free")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
-def estimate(model, params, batch_size, seq_len, gpu, headroom, fmt, **stack_kw):
+def estimate(model, params, batch_size, seq_len, grad_accum, gpu, headroom, fmt, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     from advisor.errors import BadInput
     from advisor.memory import estimate_memory
@@ -87,7 +90,7 @@ def estimate(model, params, batch_size, seq_len, gpu, headroom, fmt, **stack_kw)
         raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
     stack = build_stack(**stack_kw)
-    shape = Shape(micro_batch=batch_size, seq_len=seq_len)
+    shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum)
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom)
     if gpu:
         est.throughput = _throughput(spec, stack, shape, gpu)
@@ -126,6 +129,9 @@ def _rows(est) -> list[tuple[str, int, str]]:
             rows.append((f"  {name}", c.bytes, c.formula))
         if len(subs) > 6:
             rows.append((f"  ({len(subs) - 6} more)", sum(c.bytes for _, c in subs[6:]), ""))
+        absent = total - sum(c.bytes for _, c in subs)
+        if part in ("gradients", "activations") and absent < 0:
+            rows.append(("  not allocated at the peak", absent, est.assumptions.get("peak_phase", "")))
     return rows
 
 
