@@ -260,6 +260,8 @@ def render(plan, fmt: str) -> str:
             wr.writerow(["" if d[k] is None else d[k] for k in COLUMNS])
         return buf.getvalue().rstrip("\n")
     rows = _rows(plan)
+    if not rows:  # nothing to rank: the summary says why (notice and rejections)
+        return "\n".join(_summary(plan))
     if fmt == "md":
         def cell(s: str) -> str:
             return s.replace("|", "\\|")
