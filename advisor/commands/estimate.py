@@ -161,11 +161,34 @@ def render_table(est) -> str:
             f"largest micro-batch at seq {est.shape.seq_len}: {f.max_micro_batch}; "
             f"longest seq at micro-batch {est.shape.micro_batch}: {f.max_seq_len}"
         )
+    if not est.fit:
+        lines.append(fits_line(est))
     if est.throughput:
         t = est.throughput
         lines.append(f"throughput: {t.tokens_per_sec:,.0f} tokens/s (MFU {t.mfu:.0%}), {t.step_seconds:.2f} s per step")
     lines.append("assumptions: " + "; ".join(f"{k}={v}" for k, v in est.assumptions.items()))
     return "\n".join(lines)
+
+
+# A spread of common training cards, smallest first, for the one-line "fits on" summary.
+COMMON_GPUS = ("T4", "A10G", "L4", "RTX4090", "A100", "L40S", "A100-80GB", "H100", "H200", "B200")
+
+
+def fits_line(est, headroom: float = 0.10) -> str:
+    """Which common GPUs hold this estimate with headroom (without --gpu)."""
+    from pricing.gpus import get_gpu
+
+    yes, no, emulated = [], [], False
+    for name in COMMON_GPUS:
+        gpu = get_gpu(name)
+        label = f"{name} {gpu.memory_gb:g}GB"
+        if "bf16" in est.stack.precision and not gpu.supports_bf16:
+            label, emulated = label + "*", True
+        (yes if est.device_total <= gpu.usable_bytes * (1 - headroom) else no).append(label)
+    return (f"fits with {headroom:.0%} headroom on: {', '.join(yes) or 'none of the common cards'}"
+            + (f"; not on: {', '.join(no)}" if no else "")
+            + ("  (* no native bf16: use --precision fp16 there)" if emulated else "")
+            + "  (--gpu NAME for micro-batch and sequence limits)")
 
 
 def render_markdown(est) -> str:
