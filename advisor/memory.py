@@ -223,6 +223,13 @@ def estimate_memory(
     est = _estimate(arch, stack, shape)
     if gpu:
         est.fit = fit_check(arch, stack, shape, gpu, headroom, est)
+        from pricing.gpus import get_gpu
+
+        card = get_gpu(gpu)
+        if "bf16" in stack.precision and not card.supports_bf16:
+            est.warnings.append(f"{card.name} has no native bf16 (emulated, slow): use --precision fp16 or amp-fp16.")
+        if stack.attention == "flash" and not card.supports_flash_attention:
+            est.warnings.append(f"FlashAttention-2 does not run on {card.name}: use --attention sdpa.")
     return est
 
 

@@ -216,3 +216,11 @@ def test_lora_on_moe_counts_peft_expert_adapters_and_merged_weights():
     assert est.model.params_trainable > 10 * attn_only.model.params_trainable
     merged = est.components["activations.layers.lora.merged_expert_weights"].bytes
     assert merged > 0.9 * 2 * 30e9 * 0.95  # every layer keeps its merged bf16 expert weights without checkpointing
+
+
+def test_fit_check_warns_about_bf16_and_flash_on_cards_without_them():
+    est = estimate_memory("qwen2.5-0.5b", Stack(precision="bf16", attention="flash"), Shape(seq_len=512), gpu="T4")
+    assert any("no native bf16" in w for w in est.warnings)
+    assert any("FlashAttention-2 does not run on T4" in w for w in est.warnings)
+    ok = estimate_memory("qwen2.5-0.5b", Stack(precision="fp16", attention="sdpa"), Shape(seq_len=512), gpu="T4")
+    assert not ok.warnings
