@@ -17,7 +17,6 @@ step time = grad_accum × (compute + per-layer overhead + QLoRA dequantisation) 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -66,23 +65,6 @@ class Counts:
     window: int | None
 
 
-_TARGET_ALIASES = {  # module name -> our projection keys (Qwen-1 names included)
-    "q_proj": ("q",), "k_proj": ("k",), "v_proj": ("v",), "o_proj": ("o",),
-    "gate_proj": ("gate",), "up_proj": ("up",), "down_proj": ("down",),
-    "c_attn": ("q", "k", "v"), "c_proj": ("o", "down"), "w1": ("gate",), "w2": ("up",),
-    "qkv_proj": ("q", "k", "v"), "gate_up_proj": ("gate", "up"), "dense": ("o",),
-}
-
-
-def _targets(spec: str) -> set[str]:
-    if spec.strip() in ("all-linear", "all", ""):
-        return {"q", "k", "v", "o", "gate", "up", "down"}
-    out: set[str] = set()
-    for name in spec.split(","):
-        out.update(_TARGET_ALIASES.get(name.strip(), ()))
-    return out
-
-
 def counts(model: ModelSpec, stack: Stack) -> Counts:
     """Linear-layer parameter counts from the config (dense and MoE decoders)."""
     return _counts(model.model_dump_json(), stack.method, stack.lora_rank, stack.lora_targets)
@@ -90,50 +72,34 @@ def counts(model: ModelSpec, stack: Stack) -> Counts:
 
 @lru_cache(maxsize=256)
 def _counts(model_json: str, method: str, rank: int, targets: str) -> Counts:
+    """From the same module inventory the memory estimate uses (advisor.architecture); the
+    vision tower is left out: text-only batches never run it."""
+    from advisor.architecture import build
+
     m = ModelSpec.model_validate_json(model_json)
-    h, hd, L = m.hidden_size, m.head_dim, m.num_hidden_layers
-    q_out, kv_out = m.num_attention_heads * hd, m.num_key_value_heads * hd
-    attn = {"q": (h, q_out), "k": (h, kv_out), "v": (h, kv_out), "o": (q_out, h)}
-    tg = _targets(targets) if method != "full" else set()
-
-    def mlp(inter: int) -> dict[str, tuple[int, int]]:
-        return {"gate": (h, inter), "up": (h, inter), "down": (inter, h)}
-
-    def size(mods: dict[str, tuple[int, int]]) -> tuple[int, int]:
-        full = sum(i * o for i, o in mods.values())
-        lora = sum(rank * (i + o) for k, (i, o) in mods.items() if k in tg)
-        return full, lora
-
-    matmul_active = linear_total = adapters_total = adapters_active = 0.0
-    a_full, a_lora = size(attn)
-    for layer in range(L):
-        matmul_active += a_full
-        linear_total += a_full
-        adapters_total += a_lora
-        adapters_active += a_lora
-        if m.is_moe_layer(layer):
-            e_full, e_lora = size(mlp(m.moe_intermediate_size or m.intermediate_size))
-            router = h * m.num_experts
-            shared = size(mlp(m.shared_expert_intermediate_size)) if m.shared_expert_intermediate_size else (0, 0)
-            linear_total += m.num_experts * e_full + router + shared[0]
-            matmul_active += m.num_experts_per_tok * e_full + router + shared[0]
-            adapters_total += m.num_experts * e_lora + shared[1]
-            adapters_active += m.num_experts_per_tok * e_lora + shared[1]
-        else:
-            d_full, d_lora = size(mlp(m.intermediate_size))
-            linear_total += d_full
-            matmul_active += d_full
-            adapters_total += d_lora
-            adapters_active += d_lora
-    embed = m.vocab_size * h
-    matmul_active += embed  # lm_head projection (tied or not, the matmul happens)
-    params_total = linear_total + embed * (1 if m.tie_word_embeddings else 2)
-    if m.params_override:  # --params mode: scale the synthetic shape to the given size
-        k = m.params_override / params_total
-        matmul_active, linear_total, params_total = matmul_active * k, linear_total * k, float(m.params_override)
-        adapters_total, adapters_active = adapters_total * math.sqrt(k), adapters_active * math.sqrt(k)
-    return Counts(L, q_out, matmul_active, linear_total, params_total, adapters_total, adapters_active,
-                  m.sliding_window)
+    arch = build(m)
+    k = m.num_experts_per_tok / m.num_experts if m.is_moe else 1.0
+    linear_total = matmul_active = 0.0
+    adapters_total = adapters_active = 0.0
+    targeted = {id(lin) for lin in arch.lora_targeted(targets)} if method != "full" else set()
+    for layer in arch.layers:
+        for lin in layer.linears:
+            linear_total += lin.weight_params
+            matmul_active += lin.weight_params * (k if lin.expert else 1.0)
+            if id(lin) in targeted:
+                adapters_total += lin.count * rank * (lin.in_features + lin.out_features)
+        linear_total += layer.other_params  # MoE router, a matmul over every token
+        matmul_active += layer.other_params
+    adapters_active = adapters_total
+    if method != "full" and arch.lora_wraps_experts(targets):
+        per_layer = arch.expert_lora_params_per_layer(rank)
+        moe_layers = sum(1 for layer in arch.layers if layer.moe)
+        adapters_total += moe_layers * per_layer
+        adapters_active += moe_layers * per_layer * k
+    matmul_active += m.vocab_size * m.hidden_size  # lm_head projection (tied or not, the matmul happens)
+    scale = arch.scale  # --params mode: the synthetic shape stretched to the given size
+    return Counts(m.num_hidden_layers, m.num_attention_heads * m.head_dim, matmul_active * scale,
+                  linear_total * scale, float(arch.params_total), adapters_total, adapters_active, m.sliding_window)
 
 
 # --------------------------------------------------------------------------- FLOPs
