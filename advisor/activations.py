@@ -50,6 +50,7 @@ TERMS = {
     "attention.output": "attention output (also o_proj's input)",
     "attention.logsumexp": "fp32 log-sum-exp per head (fused attention kernels)",
     "attention.scores": "eager attention: fp32 softmax and its 16-bit copy, b·heads·s²",
+    "attention.mask_copy": "padded batches: SDPA's per-layer copy of the (b, 1, s, s) mask",
     "attention.softcap": "eager attention: tanh soft-capped scores (Gemma 2)",
     "attention.qk_norm": "per-head q/k RMSNorm inputs (and outputs when they train)",
     "mlp.gate_act_up": "gate output, activation output and up output",
@@ -194,7 +195,7 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, devic
         saved.add("lora.rank", ab * stack.lora_rank)
 
 
-def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int) -> None:
+def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int, padded: bool = False) -> None:
     spec = arch.spec
     a = act_bytes(stack)
     q = spec.num_attention_heads * spec.head_dim
@@ -218,7 +219,14 @@ def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int) -> None:
             saved.add("attention.scores", (FP32 + a) * scores)  # fp32 softmax + 16-bit copy
         return
     # SDPA (flash / memory-efficient kernels) and FlashAttention-2: q, k, v, out, logsumexp.
-    saved.add("attention.qkv", a * (q + 2 * kv))
+    if stack.attention == "sdpa" and padded:
+        # A padding mask rules out GQA inside SDPA (transformers' use_gqa_in_sdpa): k and v are
+        # repeated to every head, and ATen's scaled_dot_product_attention converts the bool
+        # mask to a (b, 1, s, s) tensor of the query dtype in every layer, kept for backward.
+        saved.add("attention.qkv", a * 3 * q)
+        saved.add("attention.mask_copy", a * s)
+    else:  # FlashAttention-2 unpads padded batches (varlen): nothing extra
+        saved.add("attention.qkv", a * (q + 2 * kv))
     saved.add("attention.output", a * q)
     saved.add("attention.logsumexp", FP32 * heads)
 
@@ -271,7 +279,7 @@ def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, de
     for i in range(spec.norms_per_layer):  # input/post-attention (+ Gemma's pre/post feed-forward)
         if i > 0 or input_grad:
             _norm(saved, "norms", h, stack, gemma)
-    _attention(saved, arch, stack, shape.seq_len)
+    _attention(saved, arch, stack, shape.seq_len, shape.padded)
     _linears(saved, arch, layer, stack, device, input_grad)
     _mlp(saved, arch, layer, stack)
     return saved

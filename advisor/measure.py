@@ -390,6 +390,11 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
     vocab = model.config.get_text_config().vocab_size
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (shape.micro_batch, shape.seq_len), generator=generator)
+    inputs = {"input_ids": ids, "labels": ids}
+    if shape.padded:  # the last row ends with an eighth of padding: transformers builds a mask
+        mask = torch.ones_like(ids)
+        mask[-1, -max(1, shape.seq_len // 8):] = 0
+        inputs["attention_mask"] = mask
     autocast_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(stack.precision)
 
     recorder = None
@@ -402,9 +407,9 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
         with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
             if last:
                 with recorder.hooks, recorder.fn_mode, recorder.cast_mode:
-                    loss = model(input_ids=ids, labels=ids).loss
+                    loss = model(**inputs).loss
             else:
-                loss = model(input_ids=ids, labels=ids).loss
+                loss = model(**inputs).loss
         if last:
             recorder.phase = "backward"
             with recorder.hooks, recorder.fn_mode:
@@ -533,12 +538,17 @@ _MISTRAL = _cfg("mistral", vocab_size=32768, hidden_size=256, intermediate_size=
                 tie_word_embeddings=False)
 
 
-def _case(name: str, config: dict, micro_batch: int, seq_len: int, **stack) -> ValidationCase:
-    return ValidationCase(name, config, Stack(**stack), Shape(micro_batch=micro_batch, seq_len=seq_len))
+def _case(name: str, config: dict, micro_batch: int, seq_len: int, padded: bool = False, **stack) -> ValidationCase:
+    shape = Shape(micro_batch=micro_batch, seq_len=seq_len, padded=padded)
+    return ValidationCase(name, config, Stack(**stack), shape)
 
 
 VALIDATION_CASES: tuple[ValidationCase, ...] = (
     _case("llama-4k full bf16 sdpa", _LLAMA, 2, 512, method="full", precision="bf16", attention="sdpa"),
+    _case("llama-4k full bf16 sdpa padded", _LLAMA, 2, 512, padded=True, method="full", precision="bf16",
+          attention="sdpa"),
+    _case("qwen2 lora-d0.05 bf16 sdpa padded", _QWEN2, 2, 256, padded=True, method="lora", precision="bf16",
+          attention="sdpa"),
     _case("llama-4k full fp32 sdpa ckpt sgd", _LLAMA, 2, 512, method="full", precision="fp32",
           attention="sdpa", grad_checkpointing=True, optimizer="sgd"),
     _case("llama-tiny full fp16 sdpa", _LLAMA_TINY, 1, 64, method="full", precision="fp16", attention="sdpa"),

@@ -335,8 +335,11 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cud
         "activation_dtype": "fp32" if act_bytes(stack) == 4 else "16-bit",
         "peak_phase": phase,
         "grad_accum": shape.grad_accum if shape.grad_accum else "unknown (assumed > 1)",
-        "attention_kernel": {"flash": "FlashAttention-2 (O(s) memory)", "sdpa": "SDPA fused kernel (O(s) memory), GQA without repeat_kv", "eager": "eager (b·heads·s² scores)"}[stack.attention],
-        "padding": "none (packed or equal-length sequences)",
+        "attention_kernel": {"flash": "FlashAttention-2 (O(s) memory; padded batches unpadded)",
+                             "sdpa": ("SDPA with the padding mask: k/v repeated, a mask copy per layer" if shape.padded
+                                      else "SDPA fused kernel (O(s) memory), GQA without repeat_kv"),
+                             "eager": "eager (b·heads·s² scores)"}[stack.attention],
+        "padding": "padded batches with an attention mask" if shape.padded else "none (packed or equal-length sequences)",
         "cuda_context_bytes": CUDA_CONTEXT_BYTES,
         "allocator_fragmentation": f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of dynamic bytes",
         "optimizer_impl": "fused AdamW (adamw_torch_fused)" if stack.optimizer in ("adamw", "adamw-fp32") else stack.optimizer,

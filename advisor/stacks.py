@@ -116,6 +116,8 @@ class Shape(BaseModel):
     # Micro-batches per optimizer step. None (unknown) assumes accumulation: gradients stay
     # allocated while the next micro-batch's activations build up (the conservative case).
     grad_accum: int | None = Field(None, gt=0)
+    # Padded batches (dynamic padding with an attention mask) instead of packed/equal lengths.
+    padded: bool = False
 
     @property
     def tokens(self) -> int:

@@ -224,3 +224,14 @@ def test_fit_check_warns_about_bf16_and_flash_on_cards_without_them():
     assert any("FlashAttention-2 does not run on T4" in w for w in est.warnings)
     ok = estimate_memory("qwen2.5-0.5b", Stack(precision="fp16", attention="sdpa"), Shape(seq_len=512), gpu="T4")
     assert not ok.warnings
+
+
+def test_padded_batches_cost_sdpa_a_mask_copy_per_layer_but_not_flash():
+    spec = load_model("llama-3.1-8b")
+    def acts(attention, padded):
+        shape = Shape(micro_batch=4, seq_len=4096, padded=padded)
+        return estimate_memory(spec, Stack(method="lora", attention=attention), shape).breakdown.activations
+    extra = acts("sdpa", True) - acts("sdpa", False)
+    mask_copies = 32 * 4 * 4096 * 4096 * 2  # (b, 1, s, s) bf16 per layer
+    assert extra > mask_copies  # plus k/v repeated to all 32 heads
+    assert acts("flash", True) == acts("flash", False)  # FlashAttention-2 unpads

@@ -75,11 +75,13 @@ def build_stack(**kw):
 @click.option("--grad-accum", type=click.IntRange(min=1), default=None,
               help="micro-batches per optimizer step; 1 = gradients freed before each forward "
                    "(default: unknown, assume accumulation, gradients resident)")
+@click.option("--padded/--packed", default=False, show_default=True,
+              help="batches padded with an attention mask (SDPA then repeats k/v and copies the mask per layer)")
 @click.option("--gpu", default=None, help="check the fit on this GPU (e.g. A10G, H100, A100-80GB)")
 @click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=0.10, show_default=True,
               help="share of usable memory kept free")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
-def estimate(model, params, batch_size, seq_len, grad_accum, gpu, headroom, fmt, **stack_kw):
+def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, headroom, fmt, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     from advisor.errors import BadInput
     from advisor.memory import estimate_memory
@@ -90,7 +92,7 @@ def estimate(model, params, batch_size, seq_len, grad_accum, gpu, headroom, fmt,
         raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
     stack = build_stack(**stack_kw)
-    shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum)
+    shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom)
     if gpu:
         est.throughput = _throughput(spec, stack, shape, gpu)
