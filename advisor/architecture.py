@@ -18,6 +18,21 @@ from advisor.modelspec import ModelSpec
 # transformers 5's fused experts; observed: Mixtral and Qwen3-MoE yes, Qwen2-MoE no).
 EXPERT_LORA_FAMILIES = ("mixtral", "qwen3_moe")
 
+# Attention implementations transformers 5 accepts per model class (its _supports_sdpa /
+# _supports_flash_attn flags): Gemma 2 has no SDPA (soft-capping), the multimodal Gemma 3
+# class no FlashAttention (bidirectional image-token mask). Everything else takes all three.
+ATTENTION_SUPPORT = {"gemma2": ("eager", "flash"), "gemma3": ("eager", "sdpa")}
+ALL_ATTENTION = ("flash", "sdpa", "eager")
+
+
+def supported_attention(family: str) -> tuple[str, ...]:
+    return ATTENTION_SUPPORT.get(family, ALL_ATTENTION)
+
+
+def default_attention(family: str) -> str:
+    """What transformers picks when none is asked for: SDPA, else eager."""
+    return "sdpa" if "sdpa" in supported_attention(family) else "eager"
+
 # Input streams a linear reads from; linears sharing a stream share one saved input tensor.
 ATTN_IN, ATTN_OUT, MLP_IN, MLP_ACT, SHARED_IN, SHARED_ACT = (
     "attn_in",

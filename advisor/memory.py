@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.activations import ActivationEstimate, act_bytes, adapter_bytes, describe, estimate_activations
-from advisor.architecture import Architecture, build
+from advisor.architecture import Architecture, build, default_attention, supported_attention
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Breakdown, Component, FitCheck, MemoryEstimate, ModelInfo
@@ -196,6 +196,12 @@ def _resolve(model: ModelSpec | str) -> ModelSpec:
 
 
 def _check(arch: Architecture, stack: Stack) -> None:
+    allowed = supported_attention(arch.spec.family)
+    if stack.attention not in allowed:
+        raise BadInput(
+            f"--attention: {arch.spec.name} ({arch.spec.family}) runs with {' or '.join(allowed)} in transformers 5, "
+            f"not {stack.attention}."
+        )
     if stack.method != "full":
         unknown = arch.unknown_targets(stack.lora_targets)
         if unknown:
@@ -216,7 +222,7 @@ def estimate_memory(
 ) -> MemoryEstimate:
     """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU)."""
     spec = _resolve(model)
-    stack = stack or Stack()
+    stack = stack or Stack(attention=default_attention(spec.family))
     shape = shape or Shape()
     arch = build(spec)
     _check(arch, stack)

@@ -38,15 +38,21 @@ def billing() -> dict:
 # --------------------------------------------------------------------------- stacks
 
 
-def stacks_for(gpu, n_gpus: int, methods: Iterable[str]) -> list[Stack]:
-    """Every stack that makes sense on `n_gpus` of `gpu` (see DESIGN.md "Candidates")."""
-    return _stacks(gpu.supports_bf16, gpu.supports_flash_attention, n_gpus, tuple(methods))
+def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama") -> list[Stack]:
+    """Every stack that makes sense on `n_gpus` of `gpu` for a model of `family` (DESIGN.md "Candidates")."""
+    from advisor.architecture import supported_attention
+
+    allowed = supported_attention(family)
+    if gpu.supports_flash_attention and "flash" in allowed:
+        attention = "flash"
+    else:
+        attention = "sdpa" if "sdpa" in allowed else "eager"
+    return _stacks(gpu.supports_bf16, attention, n_gpus, tuple(methods))
 
 
 @lru_cache(maxsize=1024)
-def _stacks(bf16: bool, flash: bool, n_gpus: int, methods: tuple[str, ...]) -> list[Stack]:
+def _stacks(bf16: bool, attention: str, n_gpus: int, methods: tuple[str, ...]) -> list[Stack]:
     out = []
-    attention = "flash" if flash else "sdpa"
     for method in methods:
         if bf16:
             precision = "bf16"
@@ -363,7 +369,7 @@ def plan(model: ModelSpec | str, *, tokens: float, epochs: float = 1, seq_len: i
             if n > global_batch:
                 continue
             cap = min(MAX_MICRO_BATCH, max(1, global_batch // n))
-            for stack in stacks_for(gpu, n, eval_methods):
+            for stack in stacks_for(gpu, n, eval_methods, spec.family):
                 fit = fits_cache.get(stack)
                 if fit is None:
                     fkey = (stack.method, stack.grad_checkpointing, stack.attention, stack.precision)

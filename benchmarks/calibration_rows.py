@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from advisor.modelspec import ModelSpec
+from advisor.architecture import default_attention, supported_attention
 from advisor.stacks import Shape, Stack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -378,6 +379,9 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
     fields["attention"] = "flash" if "flash" in attention else "eager" if attention == "eager" else "sdpa"
     if attention.startswith("sdpa/eager"):
         row.assumptions.append("'HF' attention of the time taken as SDPA")
+    if fields["attention"] not in supported_attention(spec.family):
+        fields["attention"] = default_attention(spec.family)
+        row.assumptions.append(f"{spec.family} has no {attention or 'SDPA'} path: {fields['attention']} attention")
     if method in ("lora", "qlora"):
         rank = r["lora_rank"].strip()
         if rank.isdigit():

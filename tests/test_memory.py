@@ -235,3 +235,18 @@ def test_padded_batches_cost_sdpa_a_mask_copy_per_layer_but_not_flash():
     mask_copies = 32 * 4 * 4096 * 4096 * 2  # (b, 1, s, s) bf16 per layer
     assert extra > mask_copies  # plus k/v repeated to all 32 heads
     assert acts("flash", True) == acts("flash", False)  # FlashAttention-2 unpads
+
+
+def test_attention_follows_what_transformers_supports_per_model():
+    # Gemma 2 has no SDPA (soft-capping): the default is eager, and asking for sdpa is bad input
+    assert estimate_memory("gemma-2-9b").stack.attention == "eager"
+    with pytest.raises(BadInput, match="eager or flash"):
+        estimate_memory("gemma-2-9b", Stack(attention="sdpa"))
+    # the multimodal Gemma 3 class has no FlashAttention path
+    with pytest.raises(BadInput, match="eager or sdpa"):
+        estimate_memory("google/medgemma-4b-it", Stack(attention="flash"))
+    from advisor.planner import stacks_for
+    from pricing.gpus import get_gpu
+
+    assert {s.attention for s in stacks_for(get_gpu("H100"), 1, ["lora"], "gemma3")} == {"sdpa"}
+    assert {s.attention for s in stacks_for(get_gpu("T4"), 1, ["lora"], "gemma2")} == {"eager"}

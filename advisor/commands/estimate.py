@@ -33,7 +33,8 @@ def stack_options(f):
                      help="bf16/fp16/fp32: weights held in that dtype; amp-*: fp32 weights + autocast"),
         click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True),
         click.option("--grad-checkpointing/--no-grad-checkpointing", default=False, show_default=True),
-        click.option("--attention", type=click.Choice(ATTENTIONS), default="sdpa", show_default=True),
+        click.option("--attention", type=click.Choice(ATTENTIONS), default=None,
+                     help="default: sdpa, or eager where transformers has no SDPA for the model (Gemma 2)"),
         click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="data-parallel ranks in total"),
         click.option("--sharding", type=click.Choice(SHARDINGS), default=None, help="default: none on 1 GPU, fsdp on more"),
         click.option("--offload", type=click.Choice(OFFLOADS), default="none", show_default=True, help="CPU offload (needs fsdp/zero)"),
@@ -43,7 +44,8 @@ def stack_options(f):
     return f
 
 
-def build_stack(**kw):
+def build_stack(family: str = "llama", **kw):
+    from advisor.architecture import default_attention
     from advisor.stacks import Stack
 
     sharding = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
@@ -59,7 +61,7 @@ def build_stack(**kw):
         precision=kw["precision"],
         optimizer=kw["optimizer"],
         grad_checkpointing=kw["grad_checkpointing"],
-        attention=kw["attention"],
+        attention=kw["attention"] or default_attention(family),
         gpus=kw["gpus"],
         sharding=sharding,
         offload=kw["offload"],
@@ -91,7 +93,7 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, headro
     if (model is None) == (params is None):
         raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
-    stack = build_stack(**stack_kw)
+    stack = build_stack(spec.family, **stack_kw)
     shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom)
     if gpu:
