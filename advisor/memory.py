@@ -435,12 +435,83 @@ def fit_check(arch: Architecture, stack: Stack, shape: Shape, gpu_name: str, hea
     usable = gpu.usable_bytes
     limit = _limit(usable, headroom)
     mb, _ = fit_micro_batch(arch.spec, stack, shape.seq_len, usable, headroom, max_micro_batch=1024)
+    fits = est.device_total <= limit
     return FitCheck(
         gpu=gpu.name,
         usable_bytes=usable,
         headroom_fraction=headroom,
-        fits=est.device_total <= limit,
+        fits=fits,
         free_bytes=usable - est.device_total,
         max_micro_batch=mb,
         max_seq_len=_max_seq_len(arch, stack, shape.micro_batch, limit),
+        suggestions=[] if fits else fit_suggestions(arch, stack, shape, gpu, limit),
     )
+
+
+def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4) -> list[str]:
+    """Single changes, least disruptive first (same model quality before cheaper compute), that bring
+    the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need."""
+    allowed = supported_attention(arch.spec.family)
+    tries: list[tuple[str, Stack, Shape]] = []
+    if not stack.grad_checkpointing:
+        tries.append(("--grad-checkpointing", stack.model_copy(update={"grad_checkpointing": True}), shape))
+    if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:
+        tries.append(("--attention flash", stack.model_copy(update={"attention": "flash"}), shape))
+    if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
+        tries.append(("--optimizer adamw-8bit", stack.model_copy(update={"optimizer": "adamw-8bit"}), shape))
+    if shape.micro_batch > 1:
+        tries.append(("--batch-size 1 (raise gradient accumulation instead)",
+                      stack, shape.model_copy(update={"micro_batch": 1})))
+    for n in (2, 4, 8):
+        if stack.gpus < n:
+            tries.append((f"--gpus {n} --sharding fsdp (per-GPU share)",
+                          stack.model_copy(update={"gpus": n, "sharding": "fsdp"}), shape))
+    if stack.method == "full":
+        tries.append(("--method lora", stack.model_copy(update={"method": "lora"}), shape))
+    if stack.method in ("full", "lora") and stack.precision != "fp32":
+        tries.append(("--method qlora", stack.model_copy(update={"method": "qlora"}), shape))
+    both = stack.model_copy(update={"grad_checkpointing": True, "optimizer": "adamw-8bit"})
+    if both != stack and stack.method == "full":
+        tries.append(("--grad-checkpointing --optimizer adamw-8bit", both, shape))
+    out = []
+    for label, st, sh in tries:
+        try:
+            need = _estimate(arch, st, sh).device_total
+        except ValueError:
+            continue
+        if need <= limit:
+            out.append(f"{label}: {need / 1e9:.1f} GB per GPU")
+        if len(out) == most:
+            break
+    if out:
+        return out
+    # No single change is enough: combine memory savers one after another (same GPU count), then
+    # drop any that the combination does not need.
+    steps = [("--grad-checkpointing", {"grad_checkpointing": True}), ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}),
+             ("--batch-size 1", {"micro_batch": 1}), ("--method lora", {"method": "lora"}),
+             ("--method qlora", {"method": "qlora"})]
+
+    def need(chosen: list[tuple[str, dict]]) -> int | None:
+        st, sh = stack, shape
+        for _, update in chosen:
+            if "micro_batch" in update:
+                sh = sh.model_copy(update=update)
+            else:
+                st = st.model_copy(update=update)
+        try:
+            return _estimate(arch, Stack(**st.model_dump()), sh).device_total
+        except ValueError:  # e.g. QLoRA with fp32 compute
+            return None
+
+    chosen: list[tuple[str, dict]] = []
+    for label, update in steps:
+        chosen.append((label, update))
+        total = need(chosen)
+        if total is not None and total <= limit:
+            for item in list(chosen):
+                rest = [c for c in chosen if c is not item]
+                t = need(rest)
+                if t is not None and t <= limit:
+                    chosen, total = rest, t
+            return [f"{' '.join(label for label, _ in chosen)}: {total / 1e9:.1f} GB per GPU"]
+    return [f"nothing on one {gpu.name} at this sequence length; try --seq-len, more GPUs, or a larger card"]

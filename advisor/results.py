@@ -69,6 +69,8 @@ class FitCheck(BaseModel):
     free_bytes: int
     max_micro_batch: int = Field(description="largest micro-batch that fits at this seq_len (0: none)")
     max_seq_len: int = Field(description="longest sequence that fits at this micro-batch (0: none)")
+    suggestions: list[str] = Field(default_factory=list,
+                                   description="when it does not fit: single changes that make it fit, cheapest first")
 
 
 class Throughput(BaseModel):

@@ -250,3 +250,18 @@ def test_attention_follows_what_transformers_supports_per_model():
 
     assert {s.attention for s in stacks_for(get_gpu("H100"), 1, ["lora"], "gemma3")} == {"sdpa"}
     assert {s.attention for s in stacks_for(get_gpu("T4"), 1, ["lora"], "gemma2")} == {"eager"}
+
+
+def test_a_run_that_does_not_fit_says_what_would_make_it_fit():
+    est = estimate_memory("llama-3.1-8b", Stack(method="full"), Shape(seq_len=2048), gpu="A100-80GB")
+    assert not est.fit.fits and est.fit.suggestions
+    first = est.fit.suggestions[0]
+    assert first.startswith("--grad-checkpointing")
+    # each suggestion is true: applying it gives the memory it quotes and fits
+    fixed = estimate_memory("llama-3.1-8b", Stack(method="full", grad_checkpointing=True), Shape(seq_len=2048))
+    assert f"{fixed.device_total / 1e9:.1f} GB" in first and fixed.device_total <= est.fit.usable_bytes * 0.9
+    # when no single change is enough, one combined, pruned change is offered
+    big = estimate_memory("llama-3.1-70b", Stack(method="full"), Shape(seq_len=2048), gpu="H100")
+    assert big.fit.suggestions == [s for s in big.fit.suggestions if "--method qlora" in s]
+    assert "--method lora" not in big.fit.suggestions[0]
+    assert estimate_memory("qwen2.5-0.5b", Stack(), Shape(seq_len=512), gpu="H100").fit.suggestions == []

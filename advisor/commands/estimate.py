@@ -165,6 +165,8 @@ def render_table(est) -> str:
             f"largest micro-batch at seq {est.shape.seq_len}: {f.max_micro_batch}; "
             f"longest seq at micro-batch {est.shape.micro_batch}: {f.max_seq_len}"
         )
+        if f.suggestions:
+            lines.append("  makes it fit: " + "; ".join(f.suggestions))
     if not est.fit:
         lines.append(fits_line(est))
     if est.throughput:
@@ -213,4 +215,7 @@ def render_markdown(est) -> str:
         f = est.fit
         lines += ["", f"**{f.gpu}**: {'fits' if f.fits else 'does not fit'} with {f.headroom_fraction:.0%} headroom; "
                       f"max micro-batch {f.max_micro_batch}, max sequence {f.max_seq_len}."]
+        if f.suggestions:
+            lines += ["", "What makes it fit (one change each):", *[f"- `{s.split(':')[0]}`: {s.split(': ', 1)[1]}"
+                                                                   for s in f.suggestions]]
     return "\n".join(lines)
