@@ -444,11 +444,12 @@ def fit_check(arch: Architecture, stack: Stack, shape: Shape, gpu_name: str, hea
         free_bytes=usable - est.device_total,
         max_micro_batch=mb,
         max_seq_len=_max_seq_len(arch, stack, shape.micro_batch, limit),
-        suggestions=[] if fits else fit_suggestions(arch, stack, shape, gpu, limit),
+        suggestions=[] if fits else fit_suggestions(arch, stack, shape, gpu, limit, max_micro_batch=mb),
     )
 
 
-def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4) -> list[str]:
+def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4,
+                    max_micro_batch: int = 1) -> list[str]:
     """Single changes, least disruptive first (same model quality before cheaper compute), that bring
     the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need."""
     allowed = supported_attention(arch.spec.family)
@@ -460,8 +461,9 @@ def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: 
     if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
         tries.append(("--optimizer adamw-8bit", stack.model_copy(update={"optimizer": "adamw-8bit"}), shape))
     if shape.micro_batch > 1:
-        tries.append(("--batch-size 1 (raise gradient accumulation instead)",
-                      stack, shape.model_copy(update={"micro_batch": 1})))
+        mb = max(1, min(max_micro_batch, shape.micro_batch - 1))  # the largest that fits, if any
+        tries.append((f"--batch-size {mb} (raise gradient accumulation instead)",
+                      stack, shape.model_copy(update={"micro_batch": mb})))
     for n in (2, 4, 8):
         if stack.gpus < n:
             tries.append((f"--gpus {n} --sharding fsdp (per-GPU share)",
