@@ -140,11 +140,12 @@ def lora_target_names(arch: Architecture, stack: Stack) -> set[str]:
     return {lin.name for lin in arch.lora_targeted(stack.lora_targets)}
 
 
-def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, device: str, attn_in_grad: bool) -> None:
+def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, attn_in_grad: bool) -> None:
     """Inputs saved by the layer's dense linears and their LoRA adapters (experts: _mlp).
 
-    Dropout keeps a bool mask on CUDA (fused native_dropout) but a mask in the input's dtype on
-    the CPU (at::_dropout multiplies by a noise tensor). `attn_in_grad` is False for the first
+    Dropout keeps a bool mask on CUDA (fused native_dropout); on the CPU at::_dropout keeps a
+    noise tensor of the input dtype instead (advisor.measure converts that to CUDA terms).
+    `attn_in_grad` is False for the first
     layer of a frozen-embedding model: nothing upstream needs a gradient, so the dropout there
     saves nothing."""
     amp = stack.precision.startswith("amp")
@@ -176,17 +177,16 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, devic
             once(lin.stream, sb * width, "qlora.saved_inputs")
         if lin.name not in targets:
             continue  # frozen linear: backward needs only its weight
-        mask = BOOL if device == "cuda" else ab
         if amp:
             # autocast: lora_A reads its own bf16 cast of the (possibly dropped-out) input
             if mask_needed:
-                saved.add("lora.dropout_masks", mask * width)
+                saved.add("lora.dropout_masks", BOOL * width)
             saved.add("lora.inputs", 2 * width)
             saved.add("lora.rank", 2 * stack.lora_rank)
             continue
         if dropout:
             if mask_needed:
-                saved.add("lora.dropout_masks", mask * width)
+                saved.add("lora.dropout_masks", BOOL * width)
             saved.add("lora.inputs", ab * width)  # dropout output, one per adapter
         elif ab != sb:
             saved.add("lora.inputs", ab * width)  # x.to(adapter dtype), one per adapter
@@ -267,7 +267,7 @@ def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
     del full
 
 
-def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, device: str = "cuda", first: bool = False) -> Saved:
+def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, first: bool = False) -> Saved:
     """Bytes per token one decoder layer saves for backward."""
     spec = arch.spec
     gemma = spec.family.startswith("gemma")
@@ -280,7 +280,7 @@ def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, de
         if i > 0 or input_grad:
             _norm(saved, "norms", h, stack, gemma)
     _attention(saved, arch, stack, shape.seq_len, shape.padded)
-    _linears(saved, arch, layer, stack, device, input_grad)
+    _linears(saved, arch, layer, stack, input_grad)
     _mlp(saved, arch, layer, stack)
     return saved
 
@@ -297,7 +297,7 @@ class ActivationEstimate:
         return sum(self.saved.values())
 
 
-def estimate_activations(arch: Architecture, stack: Stack, shape: Shape, device: str = "cuda") -> ActivationEstimate:
+def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> ActivationEstimate:
     spec = arch.spec
     tokens = shape.micro_batch * shape.seq_len
     a = act_bytes(stack)
@@ -311,7 +311,7 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape, device:
     for i, layer in enumerate(arch.layers):
         key = (layer.moe, len(layer.linears), i == 0)
         if key not in by_kind:
-            by_kind[key] = layer_saved(arch, layer, stack, shape, device, first=i == 0)
+            by_kind[key] = layer_saved(arch, layer, stack, shape, first=i == 0)
         s = by_kind[key]
         per_layer_max = max(per_layer_max, s.bytes_for(tokens))
         if not stack.grad_checkpointing:

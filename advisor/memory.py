@@ -239,10 +239,10 @@ def estimate_memory(
     return est
 
 
-def _estimate(arch: Architecture, stack: Stack, shape: Shape, device: str = "cuda") -> MemoryEstimate:
+def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     spec = arch.spec
     states = _model_states(arch, stack)
-    acts: ActivationEstimate = estimate_activations(arch, stack, shape, device)
+    acts: ActivationEstimate = estimate_activations(arch, stack, shape)
     comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
     for key, val in acts.saved.items():
         where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
