@@ -285,8 +285,8 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     if shape.grad_accum == 1:
         # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
         # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
-        trainable_now, tb_now = _trainable(arch, stack)
-        head = (arch.lm_head_params or arch.embed_params) * tb_now / stack.shard_degree_grads if stack.method == "full" else 0
+        tb = _trainable(arch, stack)[1]
+        head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.method == "full" else 0
         start = A + T + head
         end = G + transients["overhead.backward_workspace"].bytes
         if start >= end:
@@ -451,63 +451,63 @@ def fit_check(arch: Architecture, stack: Stack, shape: Shape, gpu_name: str, hea
 def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4,
                     max_micro_batch: int = 1) -> list[str]:
     """Single changes, least disruptive first (same model quality before cheaper compute), that bring
-    the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need."""
+    the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need. When none is
+    enough, one combination of memory savers, pruned to the changes it needs."""
+    Change = tuple[str, dict, dict]  # label, Stack fields, Shape fields
+
+    def need(changes: list[Change]) -> int | None:
+        st, sh = stack.model_dump(), shape.model_dump()
+        for _, stack_update, shape_update in changes:
+            st.update(stack_update)
+            sh.update(shape_update)
+        try:  # validated: a change that makes an impossible stack (QLoRA in fp32) is skipped
+            return _estimate(arch, Stack(**st), Shape(**sh)).device_total
+        except ValueError:
+            return None
+
+    def text(changes: list[Change], total: int) -> str:
+        return f"{' '.join(label for label, _, _ in changes)}: {total / 1e9:.1f} GB per GPU"
+
     allowed = supported_attention(arch.spec.family)
-    tries: list[tuple[str, Stack, Shape]] = []
+    singles: list[Change] = []
     if not stack.grad_checkpointing:
-        tries.append(("--grad-checkpointing", stack.model_copy(update={"grad_checkpointing": True}), shape))
+        singles.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
     if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:
-        tries.append(("--attention flash", stack.model_copy(update={"attention": "flash"}), shape))
+        singles.append(("--attention flash", {"attention": "flash"}, {}))
     if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
-        tries.append(("--optimizer adamw-8bit", stack.model_copy(update={"optimizer": "adamw-8bit"}), shape))
+        singles.append(("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}))
     if shape.micro_batch > 1:
         mb = max(1, min(max_micro_batch, shape.micro_batch - 1))  # the largest that fits, if any
-        tries.append((f"--batch-size {mb} (raise gradient accumulation instead)",
-                      stack, shape.model_copy(update={"micro_batch": mb})))
+        singles.append((f"--batch-size {mb} (raise gradient accumulation instead)", {}, {"micro_batch": mb}))
     for n in (2, 4, 8):
         if stack.gpus < n:
-            tries.append((f"--gpus {n} --sharding fsdp (per-GPU share)",
-                          stack.model_copy(update={"gpus": n, "sharding": "fsdp"}), shape))
+            singles.append((f"--gpus {n} --sharding fsdp (per-GPU share)", {"gpus": n, "sharding": "fsdp"}, {}))
     if stack.method == "full":
-        tries.append(("--method lora", stack.model_copy(update={"method": "lora"}), shape))
-    if stack.method in ("full", "lora") and stack.precision != "fp32":
-        tries.append(("--method qlora", stack.model_copy(update={"method": "qlora"}), shape))
-    both = stack.model_copy(update={"grad_checkpointing": True, "optimizer": "adamw-8bit"})
-    if both != stack and stack.method == "full":
-        tries.append(("--grad-checkpointing --optimizer adamw-8bit", both, shape))
+        singles.append(("--method lora", {"method": "lora"}, {}))
+    if stack.method in ("full", "lora"):
+        singles.append(("--method qlora", {"method": "qlora"}, {}))
+    if stack.method == "full" and (not stack.grad_checkpointing or stack.optimizer != "adamw-8bit"):
+        singles.append(("--grad-checkpointing --optimizer adamw-8bit",
+                        {"grad_checkpointing": True, "optimizer": "adamw-8bit"}, {}))
     out = []
-    for label, st, sh in tries:
-        try:
-            need = _estimate(arch, st, sh).device_total
-        except ValueError:
-            continue
-        if need <= limit:
-            out.append(f"{label}: {need / 1e9:.1f} GB per GPU")
+    for change in singles:
+        total = need([change])
+        if total is not None and total <= limit:
+            out.append(text([change], total))
         if len(out) == most:
             break
     if out:
         return out
-    # No single change is enough: combine memory savers one after another (same GPU count), then
-    # drop any that the combination does not need.
-    steps = [("--grad-checkpointing", {"grad_checkpointing": True}), ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}),
-             ("--batch-size 1", {"micro_batch": 1}), ("--method lora", {"method": "lora"}),
-             ("--method qlora", {"method": "qlora"})]
-
-    def need(chosen: list[tuple[str, dict]]) -> int | None:
-        st, sh = stack, shape
-        for _, update in chosen:
-            if "micro_batch" in update:
-                sh = sh.model_copy(update=update)
-            else:
-                st = st.model_copy(update=update)
-        try:
-            return _estimate(arch, Stack(**st.model_dump()), sh).device_total
-        except ValueError:  # e.g. QLoRA with fp32 compute
-            return None
-
-    chosen: list[tuple[str, dict]] = []
-    for label, update in steps:
-        chosen.append((label, update))
+    # No single change is enough: combine the memory savers one after another (same GPU count),
+    # then drop any the combination does not need.
+    steps: list[Change] = [("--grad-checkpointing", {"grad_checkpointing": True}, {}),
+                           ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}),
+                           ("--batch-size 1", {}, {"micro_batch": 1}),
+                           ("--method lora", {"method": "lora"}, {}),
+                           ("--method qlora", {"method": "qlora"}, {})]
+    chosen: list[Change] = []
+    for step in steps:
+        chosen.append(step)
         total = need(chosen)
         if total is not None and total <= limit:
             for item in list(chosen):
@@ -515,5 +515,5 @@ def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: 
                 t = need(rest)
                 if t is not None and t <= limit:
                     chosen, total = rest, t
-            return [f"{' '.join(label for label, _ in chosen)}: {total / 1e9:.1f} GB per GPU"]
+            return [text(chosen, total)]
     return [f"nothing on one {gpu.name} at this sequence length; try --seq-len, more GPUs, or a larger card"]
