@@ -290,7 +290,6 @@ class ActivationEstimate:
     saved: dict[str, int]  # bytes saved at the end of forward, by term
     recompute: int  # one layer's activations rebuilt during backward (checkpointing)
     loss_transient: int  # fp32 logits gradients alive at the start of backward
-    per_layer: int  # one (largest) layer's saved bytes for this micro-batch
 
     @property
     def saved_total(self) -> int:
@@ -342,14 +341,13 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> Acti
     totals["loss.log_softmax_fp32"] = FP32 * v
     totals["loss.targets"] = INT64
 
+    copies = 0
     if amp:
-        lin_w = arch.linear_weights_unscaled * arch.scale
-        lm = v * h
-        if stack.grad_checkpointing:
-            lin_w = lin_w / max(len(arch.layers), 1) * 0  # recomputed layer: counted in recompute
-        copies = 2 * (lin_w + lm)
-    else:
-        copies = 0
+        # bf16 copies of every linear weight, lm_head included. With checkpointing the layers run
+        # under no_grad in forward, so only lm_head's copy is kept (the recomputed layer's own
+        # copies are not counted separately).
+        layers_w = 0 if stack.grad_checkpointing else arch.linear_weights_unscaled * arch.scale
+        copies = 2 * (layers_w + v * h)
 
     saved = {f"activations.{k}": int(round(val * tokens)) for k, val in totals.items()}
     for k, val in fixed.items():
@@ -359,4 +357,4 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> Acti
     recompute = int(per_layer_max) if stack.grad_checkpointing else 0
     # Backward of the loss: grad of log_softmax output and its input, both fp32 (b·s·vocab).
     loss_transient = int(2 * FP32 * v * tokens)
-    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient, per_layer=int(per_layer_max))
+    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient)
