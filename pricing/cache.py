@@ -1,10 +1,10 @@
 """The fetch cache: one CSV sheet + one metadata JSON per source, written atomically.
 
-Location: $GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor.
-Every write goes to a temp file in the same folder, is fsynced, then `os.replace`d over the
-old file, so a crash or a failed fetch can never leave a half-written or emptied sheet
-(SkyPilot writes its cached catalog in place; we don't). Callers only write after a fetch
-has fully succeeded and validated.
+Location: $GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor
+(`pricing.files.cache_dir`). Every write (`pricing.files.atomic_write`) goes to a temp file in
+the same folder, is fsynced, then `os.replace`d over the old file, so a crash or a failed
+fetch can never leave a half-written or emptied sheet (SkyPilot writes its cached catalog in
+place; we don't). Callers only write after a fetch has fully succeeded and validated.
 """
 
 from __future__ import annotations
@@ -13,17 +13,16 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
+
+from pricing import files
 
 STALE_DAYS = 30.0  # default threshold; GPU_ADVISOR_STALE_DAYS overrides
 
 
 def cache_dir() -> Path:
-    if os.environ.get("GPU_ADVISOR_CACHE_DIR"):
-        return Path(os.environ["GPU_ADVISOR_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "gpu-advisor"
+    """$GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor."""
+    return files.cache_dir()
 
 
 def sheets_dir() -> Path:
@@ -49,22 +48,9 @@ def meta_path(name: str) -> Path:
     return sheets_dir() / f"{safe_name(name)}.json"
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes so readers see either the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; keep the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None:
+    """Write so readers see either the old file or the whole new one (see pricing.files)."""
+    files.atomic_write(path, data, mode)
 
 
 def write_sheet(name: str, df, *, source: str, url: str | None, kind: str = "fetch") -> dict:
@@ -88,9 +74,10 @@ def write_sheet(name: str, df, *, source: str, url: str | None, kind: str = "fet
 
 def read_meta(name: str) -> dict | None:
     try:
-        return json.loads(meta_path(name).read_text())
-    except (OSError, ValueError):
+        meta = files.load_json(meta_path(name).read_bytes(), str(meta_path(name)), max_bytes=1_000_000)
+    except (OSError, ValueError):  # PriceInputError is a ValueError
         return None
+    return meta if isinstance(meta, dict) else None
 
 
 def cached_sheets() -> list[tuple[str, Path, dict | None]]:

@@ -1,112 +1,405 @@
-"""One requests helper for every fetcher: timeouts, bounded retries, clear errors.
+"""One requests helper for every fetcher: bounded in time and size, bounded retries, clear errors.
 
-Retries on connection errors, timeouts, 429 and 5xx with exponential backoff, honouring
-`Retry-After` (capped so a hostile header cannot stall a refresh). Errors name the URL.
-Knobs (for tests and slow links): GPU_ADVISOR_HTTP_TIMEOUT (s), GPU_ADVISOR_HTTP_RETRIES,
-GPU_ADVISOR_HTTP_BACKOFF (base seconds), GPU_ADVISOR_HTTP_MAX_WAIT (cap per wait, s).
+A price server is not trusted to behave. Every limit below, when hit, is one `FetchError`
+naming the URL and the limit (and the environment variable that tunes it); `refresh` adds
+that the last good sheet was kept.
+
+==================================  ========  ==============================================
+environment variable                default   what it bounds
+==================================  ========  ==============================================
+GPU_ADVISOR_HTTP_TIMEOUT            30 s      connecting, and each single read of the socket
+GPU_ADVISOR_HTTP_DEADLINE           300 s     one request, wall clock: connect, headers and
+                                              every read of the body (a body trickled a few
+                                              bytes a second is cut off here)
+GPU_ADVISOR_HTTP_SOURCE_BUDGET      900 s     everything one source's refresh does over the
+                                              network: all its requests, pages, retries and
+                                              waits (`budget()`, used by `refresh`)
+GPU_ADVISOR_HTTP_RETRIES            4         retries after a connection error, a timeout, a
+                                              truncated body, 429 or 5xx
+GPU_ADVISOR_HTTP_BACKOFF            1 s       first retry wait (doubles each time)
+GPU_ADVISOR_HTTP_MAX_WAIT           60 s      the longest `Retry-After` honoured; a server that
+                                              asks for longer is not waited for: the fetch
+                                              fails at once saying so
+GPU_ADVISOR_HTTP_MAX_BYTES          64 MiB    a body held in memory (JSON, CSV), counted after
+                                              gzip/deflate decoding (a gzip bomb stops here)
+GPU_ADVISOR_HTTP_MAX_STREAM_BYTES   2 GiB     a body parsed while it streams (AWS offer files,
+                                              hundreds of MB), also counted after decoding
+GPU_ADVISOR_HTTP_MAX_PAGES          1000      pages followed for one query (Azure); a next link
+                                              that repeats a page or leaves the host also stops
+==================================  ========  ==============================================
+
+The per-request deadline is enforced by a watchdog that shuts the socket down when time is
+up, so it also ends a stall inside one read (requests' own timeout is per read only). That
+needs a session from `session()`; with any other session the deadline is checked between
+chunks of the body only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import socket
+import sys
+import threading
 import time
 
 from pricing.errors import FetchError
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+CHUNK = 64 * 1024
+MIB = 1024 * 1024
+
+_state = threading.local()  # .watch (request in flight), .budget (source refresh in progress)
 
 
 def _env(name: str, default: float) -> float:
     try:
-        return float(os.environ.get(name, default))
+        value = float(os.environ.get(name, default))
     except ValueError:
         return default
+    return value if math.isfinite(value) and value >= 0 else default
 
 
 def settings() -> dict:
     return {
         "timeout": _env("GPU_ADVISOR_HTTP_TIMEOUT", 30.0),
+        "deadline": _env("GPU_ADVISOR_HTTP_DEADLINE", 300.0),
+        "budget": _env("GPU_ADVISOR_HTTP_SOURCE_BUDGET", 900.0),
         "retries": int(_env("GPU_ADVISOR_HTTP_RETRIES", 4)),
         "backoff": _env("GPU_ADVISOR_HTTP_BACKOFF", 1.0),
         "max_wait": _env("GPU_ADVISOR_HTTP_MAX_WAIT", 60.0),
+        "max_bytes": int(_env("GPU_ADVISOR_HTTP_MAX_BYTES", 64 * MIB)),
+        "max_stream_bytes": int(_env("GPU_ADVISOR_HTTP_MAX_STREAM_BYTES", 2048 * MIB)),
+        "max_pages": int(_env("GPU_ADVISOR_HTTP_MAX_PAGES", 1000)),
     }
 
 
+def _size(n: float) -> str:
+    return f"{n / MIB:g} MiB" if n >= MIB else f"{n:,.0f} bytes"
+
+
+# --------------------------------------------------------------------------- deadlines
+class _Watch:
+    """A wall-clock limit for one request: a timer that shuts down the request's socket when
+    time is up (so a read blocked on a trickling server returns), plus `check()` between reads."""
+
+    def __init__(self, seconds: float, message: str):
+        self.seconds = max(seconds, 0.0)
+        self.message = message
+        self.end = time.monotonic() + self.seconds
+        self.expired = False
+        self._conns: list = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(self.seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def attach(self, conn) -> None:
+        """Remember the connection and its socket now: http.client drops `conn.sock` once a
+        `Connection: close` response owns it, and that is the socket a trickle blocks on."""
+        with self._lock:
+            self._conns.append((conn, getattr(conn, "sock", None)))
+            if self.expired:
+                self._shutdown_all()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            self._shutdown_all()
+
+    def _shutdown_all(self) -> None:
+        for conn, sock in self._conns:
+            for s in {id(x): x for x in (sock, getattr(conn, "sock", None)) if x is not None}.values():
+                _shutdown(s)
+
+    def check(self, url: str) -> None:
+        if self.expired or time.monotonic() >= self.end:
+            self.expired = True
+            raise FetchError(url, self.message)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shutdown(sock) -> None:
+    try:  # the plain-socket shutdown, also for TLS: the blocked read sees EOF at once
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - already closed, or not a socket (proxy tunnel)
+        pass
+
+
+@contextlib.contextmanager
+def budget(label: str, seconds: float | None = None):
+    """Within the block, all requests together may take `seconds` (default
+    GPU_ADVISOR_HTTP_SOURCE_BUDGET); the request that would pass it fails with a FetchError."""
+    seconds = settings()["budget"] if seconds is None else seconds
+    prev = getattr(_state, "budget", None)
+    _state.budget = (time.monotonic() + seconds, seconds, label)
+    try:
+        yield
+    finally:
+        _state.budget = prev
+
+
+def _budget_message(seconds: float, label: str) -> str:
+    return (f"stopped: the {label} refresh used up its {seconds:g} s budget "
+            "(GPU_ADVISOR_HTTP_SOURCE_BUDGET)")
+
+
+def _new_watch(cfg: dict, url: str) -> _Watch:
+    seconds = cfg["deadline"]
+    message = (f"took longer than the {seconds:g} s limit for one request "
+               "(GPU_ADVISOR_HTTP_DEADLINE); stopped")
+    b = getattr(_state, "budget", None)
+    if b is not None:
+        end, total, label = b
+        left = end - time.monotonic()
+        if left <= 0:
+            raise FetchError(url, _budget_message(total, label))
+        if left < seconds:
+            seconds, message = left, _budget_message(total, label)
+    return _Watch(seconds, message)
+
+
+# --------------------------------------------------------------------------- session
+_CLASSES: dict = {}
+
+
+def _pool_classes() -> dict:
+    """http/https connection pools whose connections report themselves to the current watch."""
+    if not _CLASSES:
+        from urllib3.connection import HTTPConnection, HTTPSConnection
+        from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+        class _Tracked:
+            def _watched(self):
+                watch = getattr(_state, "watch", None)
+                if watch is not None:
+                    watch.attach(self)
+
+            def connect(self):
+                result = super().connect()
+                self._watched()  # a new connection: its socket exists from here on
+                return result
+
+            def request(self, *a, **kw):
+                self._watched()
+                return super().request(*a, **kw)
+
+        class Conn(_Tracked, HTTPConnection):
+            pass
+
+        class SConn(_Tracked, HTTPSConnection):
+            pass
+
+        class Pool(HTTPConnectionPool):
+            ConnectionCls = Conn
+
+        class SPool(HTTPSConnectionPool):
+            ConnectionCls = SConn
+
+        _CLASSES.update(http=Pool, https=SPool)
+    return _CLASSES
+
+
 def session():
+    """A requests session whose requests can be cut off by the per-request deadline."""
     import requests
+    from requests.adapters import HTTPAdapter
+
+    class Adapter(HTTPAdapter):
+        def init_poolmanager(self, *a, **kw):
+            super().init_poolmanager(*a, **kw)
+            self.poolmanager.pool_classes_by_scheme = dict(_pool_classes())
+
+        def proxy_manager_for(self, proxy, **kw):
+            manager = super().proxy_manager_for(proxy, **kw)
+            manager.pool_classes_by_scheme = dict(_pool_classes())
+            return manager
 
     s = requests.Session()
+    s.max_redirects = 5  # requests allows 30; a price API needs one at most
+    s.mount("http://", Adapter())
+    s.mount("https://", Adapter())
     s.headers["User-Agent"] = "gpu-cost-advisor (price refresh)"
     return s
 
 
-def _wait(resp, attempt: int, cfg: dict) -> float:
-    delay = cfg["backoff"] * (2 ** attempt)
+# --------------------------------------------------------------------------- requests
+def _retry_after(resp) -> float | None:
     header = resp.headers.get("Retry-After") if resp is not None else None
-    if header:
+    if not header:
+        return None
+    try:
+        delay = float(header)
+    except ValueError:
+        import email.utils
+
         try:
-            delay = float(header)
-        except ValueError:
-            import email.utils
-
-            try:
-                when = email.utils.parsedate_to_datetime(header).timestamp()
-                delay = when - time.time()
-            except (TypeError, ValueError):
-                pass
-    return max(0.0, min(delay, cfg["max_wait"]))
+            delay = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    if math.isnan(delay):
+        return None
+    return max(delay, 0.0)
 
 
-def request(method: str, url: str, *, session=None, stream: bool = False, **kw):
-    """A response with status 2xx (body read unless `stream`), or FetchError naming the URL."""
+def _wait(resp, attempt: int, cfg: dict, url: str) -> float:
+    """Seconds to wait before the next attempt; a Retry-After over the cap fails the fetch."""
+    asked = _retry_after(resp)
+    if asked is None:
+        return min(cfg["backoff"] * (2 ** attempt), cfg["max_wait"])
+    if asked > cfg["max_wait"]:
+        shown = "forever" if math.isinf(asked) else f"{asked:,.0f} s"
+        raise FetchError(url, f"HTTP {resp.status_code}: the server asks to retry after {shown} "
+                              f"(Retry-After), more than the {cfg['max_wait']:g} s cap "
+                              "(GPU_ADVISOR_HTTP_MAX_WAIT); not waiting")
+    return asked
+
+
+def _sleep(seconds: float, url: str) -> None:
+    b = getattr(_state, "budget", None)
+    if b is not None:
+        end, total, label = b
+        if time.monotonic() + seconds > end:
+            raise FetchError(url, _budget_message(total, label) + " (the next retry would pass it)")
+    time.sleep(seconds)
+
+
+def _check_declared(resp, url: str, max_bytes: int) -> None:
+    declared = resp.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise FetchError(url, f"response is {_size(int(declared))}, larger than the "
+                              f"{_size(max_bytes)} limit ({_limit_env(max_bytes)}); not downloaded")
+
+
+def _limit_env(max_bytes: int) -> str:
+    cfg = settings()
+    return ("GPU_ADVISOR_HTTP_MAX_STREAM_BYTES" if max_bytes == cfg["max_stream_bytes"]
+            and max_bytes != cfg["max_bytes"] else "GPU_ADVISOR_HTTP_MAX_BYTES")
+
+
+def _chunks(resp, url: str, watch: _Watch, max_bytes: int):
+    """Decoded body chunks, with the deadline checked and the decoded size counted."""
+    total = 0
+    for chunk in resp.iter_content(CHUNK):
+        total += len(chunk)
+        if total > max_bytes:
+            raise FetchError(url, f"response is larger than the {_size(max_bytes)} limit "
+                                  f"({_limit_env(max_bytes)}) once decoded; stopped reading")
+        watch.check(url)
+        yield chunk
+    watch.check(url)
+    declared = resp.headers.get("Content-Length", "")
+    if declared.isdigit() and "Content-Encoding" not in resp.headers and total != int(declared):
+        raise FetchError(url, f"body truncated: {total} of {declared} bytes")
+
+
+def request(method: str, url: str, *, session=None, stream: bool = False, max_bytes: int | None = None,
+            **kw):
+    """A response with status 2xx, or FetchError naming the URL.
+
+    The body is read here (bounded by the deadline and `max_bytes`, default
+    GPU_ADVISOR_HTTP_MAX_BYTES) unless `stream`: then read it with `iter_body(resp, url)`, which
+    applies the same limits."""
     import requests
 
     cfg = settings()
+    max_bytes = cfg["max_bytes"] if max_bytes is None else max_bytes
     s = session or globals()["session"]()
     kw.setdefault("timeout", cfg["timeout"])
     last = "no attempt made"
     for attempt in range(cfg["retries"] + 1):
         resp = None
+        watch = _new_watch(cfg, url)
+        _state.watch = watch
+        handed_over = False
         try:
-            resp = s.request(method, url, stream=stream, **kw)
+            resp = s.request(method, url, stream=True, **kw)
             if resp.status_code in RETRY_STATUS:
                 last = f"HTTP {resp.status_code}"
             elif resp.status_code >= 400:
                 raise FetchError(url, f"HTTP {resp.status_code} {resp.reason or ''}".strip())
             else:
-                if not stream:
-                    resp.content  # noqa: B018 - read now so a truncated body fails here
+                _check_declared(resp, url, max_bytes)
+                if stream:
+                    resp._pricing_limits = (watch, max_bytes)
+                    handed_over = True
+                    return resp
+                body = b"".join(_chunks(resp, url, watch, max_bytes))
+                resp._content, resp._content_consumed = body, True
                 return resp
-        except requests.Timeout:
-            last = f"timed out after {kw['timeout']} s"
-        except requests.ConnectionError as exc:  # includes truncated bodies (IncompleteRead)
-            last = f"connection failed or body truncated ({type(exc).__name__})"
-        except requests.exceptions.ChunkedEncodingError:
-            last = "body truncated (chunked encoding broken)"
-        except requests.RequestException as exc:
-            raise FetchError(url, f"request failed: {exc}") from None
+        except FetchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - sorted below; anything after a deadline is that
+            if watch.expired:
+                raise FetchError(url, watch.message) from None
+            if isinstance(exc, requests.Timeout):
+                last = f"timed out after {kw['timeout']} s"
+            elif isinstance(exc, requests.exceptions.ChunkedEncodingError):
+                last = "body truncated (chunked encoding broken)"
+            elif isinstance(exc, requests.ConnectionError):  # includes truncated bodies
+                last = f"connection failed or body truncated ({type(exc).__name__})"
+            elif isinstance(exc, requests.exceptions.ContentDecodingError):
+                raise FetchError(url, "compressed body could not be decoded") from None
+            elif isinstance(exc, requests.RequestException):
+                raise FetchError(url, f"request failed: {exc}") from None
+            else:
+                raise
+        finally:
+            _state.watch = None
+            if not handed_over:
+                watch.cancel()
+                if resp is not None:
+                    resp.close()  # after a full read this only returns the connection
         if attempt < cfg["retries"]:
-            time.sleep(_wait(resp, attempt, cfg))
+            _sleep(_wait(resp, attempt, cfg, url), url)
     raise FetchError(url, f"gave up after {cfg['retries'] + 1} attempt(s); last: {last}")
 
 
-def _check_length(resp, url: str) -> None:
-    expected = resp.headers.get("Content-Length")
-    if expected and expected.isdigit() and "Content-Encoding" not in resp.headers:
-        if len(resp.content) != int(expected):
-            raise FetchError(url, f"body truncated: {len(resp.content)} of {expected} bytes")
+def iter_body(resp, url: str):
+    """Decoded chunks of a response from `request(..., stream=True)`, under its limits."""
+    import requests
+
+    watch, max_bytes = getattr(resp, "_pricing_limits", None) or (
+        _Watch(settings()["deadline"], "took too long"), settings()["max_bytes"])
+    try:
+        yield from _chunks(resp, url, watch, max_bytes)
+    except FetchError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        if watch.expired:
+            raise FetchError(url, watch.message) from None
+        if isinstance(exc, requests.RequestException):
+            raise FetchError(url, f"download truncated or broken mid-way ({type(exc).__name__})") from None
+        raise
+    finally:
+        watch.cancel()
+
+
+def _text_of(resp) -> str:
+    text = resp.content.decode(resp.encoding or "utf-8", "replace")
+    return text[1:] if text.startswith("\ufeff") else text
 
 
 def get_json(url: str, *, session=None, method: str = "GET", **kw):
-    """Parsed JSON, or a FetchError saying what came back instead (HTML page, empty, junk)."""
+    """Parsed JSON, or a FetchError saying what came back instead (HTML page, empty, junk,
+    nested too deep, too large)."""
+    from pricing import files
+    from pricing.errors import PriceInputError
+
     resp = request(method, url, session=session, **kw)
-    _check_length(resp, url)
     body = resp.content
     if not body.strip():
         raise FetchError(url, "empty response body (expected JSON)")
+    text = body.decode("utf-8-sig", "replace")
     try:
-        return resp.json()
-    except ValueError:
+        return files.load_json(text, "response", max_bytes=sys.maxsize)  # size: bounded above
+    except PriceInputError as exc:
+        msg = str(exc).split(": ", 1)[-1]
+        if not msg.startswith("not valid JSON"):
+            raise FetchError(url, msg) from None
         head = body[:60].decode("utf-8", "replace").strip().replace("\n", " ")
         kind = "an HTML page" if head.lower().startswith(("<!doctype", "<html")) else "not JSON"
         raise FetchError(url, f"response is {kind} (starts with {head!r})") from None
@@ -114,13 +407,29 @@ def get_json(url: str, *, session=None, method: str = "GET", **kw):
 
 def get_text(url: str, *, session=None, **kw) -> str:
     resp = request("GET", url, session=session, **kw)
-    _check_length(resp, url)
-    text = resp.content.decode(resp.encoding or "utf-8", "replace")
+    text = _text_of(resp)
     if not text.strip():
         raise FetchError(url, "empty response body")
     if text.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
         raise FetchError(url, "response is an HTML page, not a price file")
     return text
+
+
+def same_origin(url: str, other: str) -> bool:
+    """Same scheme, host and port (default ports filled in)."""
+    from urllib.parse import urlsplit
+
+    def key(u: str):
+        p = urlsplit(u)
+        scheme = p.scheme.lower()
+        try:
+            port = p.port
+        except ValueError:
+            return None
+        return scheme, (p.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+    a = key(url)
+    return a is not None and a == key(other)
 
 
 def field(obj, path: str, url: str, kind=None):

@@ -1,11 +1,15 @@
 """Load every price sheet into one validated DataFrame, with precedence and discounts.
 
 Precedence, per (provider, region, instance_type): user sheet > fetch cache (newest first)
-> bundled snapshot (`data/snapshot.csv`). Every row keeps `source` and `fetched_at` and gains
-`price_origin` ("user" | "cache:<name>" | "bundled"), `price_per_gpu_hour`, `age_days` and
-`stale`. Rows that fail validation are dropped with a reason; the reasons are returned by
-`load()` and kept in `df.attrs["problems"]` by `load_offers()` so the CLI can warn.
-Nothing here touches the network: `refresh` fills the cache, loading only reads it.
+> bundled snapshot (`data/snapshot.csv`). Within one sheet the first row for a key is kept and
+every later one is reported (naming both rows); between several user sheets the first file
+given wins and the rows it overrides are reported too. Every row keeps `source` and
+`fetched_at` and gains `price_origin` ("user" | "cache:<name>" | "bundled"),
+`price_per_gpu_hour`, `age_days` and `stale`. Rows that fail validation are dropped with a
+reason; the reasons are returned by `load()` and kept in `df.attrs["problems"]` by
+`load_offers()` so the CLI can warn. Files are read through `pricing.files` (size, nesting and
+alias limits, CSV field limit, byte-order marks accepted). Nothing here touches the network:
+`refresh` fills the cache, loading only reads it.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
+import itertools
 from pathlib import Path
 
-from pricing import cache
+from pricing import cache, files
 from pricing.errors import PriceInputError
 from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, validate
 
@@ -24,124 +28,187 @@ SNAPSHOT = Path(__file__).parent / "data" / "snapshot.csv"
 KEY = ["provider", "region", "instance_type"]
 
 
-def _rows_from_file(path: Path) -> tuple[list[dict], list[Problem]]:
-    """Raw rows (str values) of a CSV/YAML/JSON sheet; structural errors become problems."""
-    sheet = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PriceInputError(f"--prices: file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PriceInputError(f"--prices: cannot read {path}: {exc}") from None
-    suffix = path.suffix.lower()
-    if suffix in (".yaml", ".yml", ".json"):
-        try:
-            if suffix == ".json":
-                data = json.loads(text)
-            else:
-                import yaml
+def _sheet_frame(path: Path):
+    """A CSV/YAML/JSON sheet -> (DataFrame of cleaned str/None cells, row numbers, problems).
 
-                data = yaml.safe_load(text)
-        except Exception as exc:  # noqa: BLE001 - any parse error is the user's file
-            raise PriceInputError(f"--prices: {path} is not valid {suffix[1:].upper()}: "
-                                  f"{str(exc).splitlines()[0]}") from None
+    Cells are stripped, empty ones are None; structural errors (ragged CSV lines, list items
+    that are not mappings) become problems naming the row. Files are read with the limits of
+    `pricing.files` (size, nesting, alias expansion, CSV field size); a byte-order mark is fine.
+    """
+    import pandas as pd
+
+    sheet = str(path)
+    what = f"--prices: {path}"
+    if path.is_dir():
+        raise PriceInputError(f"{what}: is a folder, not a price sheet")
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json", ".csv", ".txt", ""):
+        raise PriceInputError(f"--prices: {path}: unsupported file type '{suffix}'; "
+                              "accepted: .csv, .yaml, .yml, .json")
+    if suffix in (".yaml", ".yml", ".json"):
+        raw = files.read_text(path, what, max_bytes=files.MAX_DOC_BYTES)
+        data = files.load_json(raw, what) if suffix == ".json" else files.load_yaml(raw, what)
         if isinstance(data, dict) and "offers" in data:
             data = data["offers"]
         if not isinstance(data, list):
             raise PriceInputError(f"--prices: {path} must hold a list of offers "
                                   "(or a mapping with an 'offers' list)")
-        rows, problems = [], []
+        recs, numbers, problems = [], [], []
         for i, item in enumerate(data, start=1):
             if not isinstance(item, dict):
-                problems.append(Problem(sheet, i, "*", "row is not a mapping", item))
-                rows.append(None)
+                problems.append(Problem(sheet, i, "*", "row is not a mapping", _cell(item)))
                 continue
-            rows.append({str(k): v for k, v in item.items()})
-        return rows, problems
-    if suffix not in (".csv", ".txt", ""):
-        raise PriceInputError(f"--prices: {path}: unsupported file type '{suffix}'; "
-                              "accepted: .csv, .yaml, .yml, .json")
-    reader = csv.reader(io.StringIO(text))
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        return [], [Problem(sheet, 0, "*", "sheet is empty")]
-    except csv.Error as exc:
-        return [], [Problem(sheet, 0, "*", f"unreadable CSV header: {exc}")]
-    rows, problems = [], []
-    i = 0
-    while True:
-        i += 1
+            recs.append({str(k): _cell(v) for k, v in item.items()})
+            numbers.append(i)
+        if not recs:
+            return None, numbers, problems
+        df = pd.DataFrame.from_records(recs).astype(object)
+        return df.where(df.notna(), None), numbers, problems  # keys a row lacks: None, not NaN
+
+    text = files.read_text(path, what)
+    problems: list[Problem] = []
+    with files.csv_field_limit() as limit:
+        reader = csv.reader(io.StringIO(text))
         try:
-            rec = next(reader)
+            header = [h.strip() for h in next(reader)]
         except StopIteration:
-            break
+            return None, [], [Problem(sheet, 0, "*", "sheet is empty")]
         except csv.Error as exc:
-            problems.append(Problem(sheet, i, "*", f"unreadable CSV line: {exc}"))
-            rows.append(None)
-            continue
-        if not any(c.strip() for c in rec):
-            rows.append(None)  # blank line: nothing to report
-            continue
-        if len(rec) != len(header):
-            problems.append(Problem(sheet, i, "*", f"has {len(rec)} fields, header has {len(header)}"))
-            rows.append(None)
-            continue
-        rows.append(dict(zip(header, rec)))
-    return rows, problems
+            return None, [], [Problem(sheet, 0, "*", f"unreadable CSV header: {_csv_error(exc, limit)}")]
+        seen: set[str] = set()
+        for j, h in enumerate(header):
+            if h in seen:
+                problems.append(Problem(sheet, 0, h, "column appears more than once in the header; "
+                                        "the first one is used"))
+                header[j] = f"{h}#{j + 1}"  # kept apart, ignored by validation
+            seen.add(h)
+        width = len(header)
+        try:
+            recs = list(reader)  # the whole sheet at C speed; a broken line -> slow path below
+        except csv.Error:
+            reader = csv.reader(io.StringIO(text))
+            next(reader)
+            recs = None
+        if recs is None:  # record by record, so each unreadable line is reported on its own
+            recs, i = [], 0
+            while True:
+                i += 1
+                try:
+                    recs.append(next(reader))
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    problems.append(Problem(sheet, i, "*", f"unreadable CSV line: {_csv_error(exc, limit)}"))
+                    recs.append([])  # keeps the row numbers right; skipped as blank below
+    del text
+    import numpy as np
+
+    # blank lines (or only empty cells) are skipped quietly; ragged ones are reported
+    filled = np.fromiter(map(bool, map(str.strip, map("".join, recs))), dtype=bool, count=len(recs))
+    sizes = np.fromiter(map(len, recs), dtype=np.int64, count=len(recs))
+    for j in np.flatnonzero(filled & (sizes != width)):  # only the ragged lines
+        problems.append(Problem(sheet, int(j) + 1, "*", f"has {sizes[j]} fields, header has {width}"))
+    keep = filled & (sizes == width)
+    numbers = (np.flatnonzero(keep) + 1).tolist()
+    if not numbers:
+        return None, numbers, problems
+    if not keep.all():
+        recs = list(itertools.compress(recs, keep))
+    cells = np.array(recs, dtype=object)  # rows x columns, all the same width by now
+    del recs
+    cells = np.frompyfunc(str.strip, 1, 1)(cells)  # C-level loop, no Python per cell
+    cells[cells == ""] = None
+    return pd.DataFrame(cells, columns=header, dtype=object), numbers, problems
+
+
+def _csv_error(exc, limit: int) -> str:
+    if files.is_field_limit_error(exc):
+        return f"a field is longer than {limit:,} characters (limit)"
+    return str(exc)
 
 
 def _cell(v):
     if v is None:
         return None
     if isinstance(v, (dict, list, tuple, set)):
-        return repr(v)  # nested values fail validation with the value shown
+        import reprlib
+
+        return reprlib.repr(v)  # nested values fail validation with (a bounded view of) the value
     v = str(v).strip()
     return v or None
 
 
-def _derive(row: dict, path: Path, mtime: str) -> dict:
-    """Fill the columns a user sheet may leave out, where they can be derived."""
+def _derive(df, path: Path, mtime: str):
+    """Fill the columns a user sheet may leave out, where they can be derived (vectorised)."""
+    import pandas as pd
+
     from pricing.gpus import canonical_name, get_gpu
 
-    r = {k: _cell(v) for k, v in row.items()}
-    gpu = canonical_name(r["gpu_model"]) if r.get("gpu_model") else None
+    n = len(df)
+    df = df.astype(object)  # a copy; plain objects (pandas 3 would infer 'str' columns)
+    present: dict[str, object] = {}
 
-    def times(per_gpu: str, target: str) -> None:
-        if r.get(target) is None and r.get(per_gpu) is not None and r.get("gpu_count") is not None:
-            try:
-                r[target] = repr(float(r[per_gpu]) * float(r["gpu_count"]))
-            except ValueError:
-                r[target] = r[per_gpu]  # let validation name the bad cell
-    times("price_per_gpu_hour", "price_hour")
-    times("spot_price_per_gpu_hour", "spot_price_hour")
-    if r.get("gpu_memory_gb") is None and gpu:
-        r["gpu_memory_gb"] = repr(get_gpu(gpu).memory_gb)
-    if r.get("instance_type") is None and r.get("gpu_count") and r.get("gpu_model"):
-        r["instance_type"] = f"{r['gpu_count']}x{r['gpu_model']}"
-    r.setdefault("region", None)
-    r["region"] = r["region"] or "default"
-    r["currency"] = r.get("currency") or "USD"
-    r["source"] = r.get("source") or f"user:{path.name}"
-    r["fetched_at"] = r.get("fetched_at") or mtime
-    return r
+    def col(name: str):
+        if name not in df.columns:
+            df[name] = pd.Series([None] * n, dtype="object", index=df.index)
+        return df[name]
+
+    def has(name: str):  # "is this cell filled", computed once per column
+        if name not in present:
+            present[name] = col(name).notna().to_numpy()
+        return present[name]
+
+    model, count = col("gpu_model"), col("gpu_count")
+    names = {v for v in pd.unique(model.to_numpy()) if isinstance(v, str)}
+    canon = {v: canonical_name(v) for v in names}
+
+    for per_gpu, target in (("price_per_gpu_hour", "price_hour"),
+                            ("spot_price_per_gpu_hour", "spot_price_hour")):
+        if per_gpu not in df.columns:
+            continue
+        need = ~has(target) & has(per_gpu) & has("gpu_count")
+        if need.any():
+            pg = df.loc[need, per_gpu]
+            a = pd.to_numeric(pg, errors="coerce")
+            b = pd.to_numeric(count[need], errors="coerce")
+            product = (a * b).astype(str)
+            # an unreadable price or count: keep the user's text so validation names that cell
+            df.loc[need, target] = product.where(a.notna() & b.notna(), pg)
+    memory = {v: repr(get_gpu(c).memory_gb) for v, c in canon.items() if c}
+    fill = ~has("gpu_memory_gb") & has("gpu_model")
+    if fill.any():
+        mem = model[fill].map(memory)
+        df.loc[fill, "gpu_memory_gb"] = mem.astype(object).where(mem.notna(), None)
+    fill = ~has("instance_type") & has("gpu_count") & has("gpu_model")
+    if fill.any():
+        df.loc[fill, "instance_type"] = count[fill].astype(str) + "x" + model[fill].astype(str)
+    for name, default in (("region", "default"), ("currency", "USD"),
+                          ("source", f"user:{path.name}"), ("fetched_at", mtime)):
+        filled = has(name)
+        if not filled.all():
+            df.loc[~filled, name] = default
+    return df
 
 
 def read_sheet(path, derive: bool = True):
-    """One sheet file -> (validated DataFrame, problems). Partial user columns are derived."""
-    import pandas as pd
+    """One sheet file -> (validated DataFrame, problems). Partial user columns are derived.
 
+    Within the sheet the first row for a (provider, region, instance_type) is kept and each
+    later one is reported naming both rows (see pricing.schema.validate)."""
     path = Path(path)
-    rows, problems = _rows_from_file(path)
-    mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    keep = [(i, r) for i, r in enumerate(rows, start=1) if r is not None]
-    if not keep:
+    df, numbers, problems = _sheet_frame(path)
+    try:
+        stamp = path.stat().st_mtime
+    except OSError:
+        stamp = 0.0
+    mtime = dt.datetime.fromtimestamp(stamp, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if df is None or not len(df):
         if not problems:
             problems.append(Problem(str(path), 0, "*", "sheet has no rows"))
         return empty_frame(), problems
-    recs = [_derive(r, path, mtime) if derive else r for _, r in keep]
-    df = pd.DataFrame.from_records(recs)
-    good, probs = validate(df, str(path), [i for i, _ in keep])
+    if derive:
+        df = _derive(df, path, mtime)
+    good, probs = validate(df, str(path), numbers)
     return good, problems + probs
 
 
@@ -150,10 +217,20 @@ def _read_trusted(path: Path, sheet: str):
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except Exception as exc:  # noqa: BLE001 - a damaged cache file is reported, not fatal
         return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {exc}")]
     return validate(df, sheet)
+
+
+def _iso(stamps):
+    """UTC timestamps -> 'YYYY-MM-DDTHH:MM:SSZ' strings (vectorised; NaT -> None)."""
+    import numpy as np
+    import pandas as pd
+
+    naive = stamps.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[s]")
+    text = pd.Series(np.datetime_as_string(naive, unit="s"), index=stamps.index, dtype="object") + "Z"
+    return text.where(stamps.notna(), None)
 
 
 def parse_discounts(items) -> dict[str, float]:
@@ -180,6 +257,29 @@ def parse_discounts(items) -> dict[str, float]:
     return out
 
 
+def _across_sheets(users) -> list[Problem]:
+    """A key priced in several --prices files: the first file wins; the others are reported."""
+    import numpy as np
+    import pandas as pd
+
+    keys = pd.concat([df[KEY].assign(_sheet=name, _row=rows) for name, df, rows in users],
+                     ignore_index=True)
+    dup = keys.duplicated(KEY, keep="first").to_numpy()
+    if not dup.any():
+        return []
+    grouped = keys.groupby(KEY, sort=False, dropna=False)
+    first_sheet = grouped["_sheet"].transform("first").to_numpy()
+    first_row = grouped["_row"].transform("first").to_numpy()
+    out = []
+    for j in np.flatnonzero(dup):  # only the repeated keys
+        r = keys.iloc[j]
+        out.append(Problem(r["_sheet"], int(r["_row"]), "instance_type",
+                           f"same provider, region and instance_type as {first_sheet[j]} row "
+                           f"{first_row[j]}, which is kept (the first --prices file wins); "
+                           "this row is dropped", f"{r['provider']}/{r['region']}/{r['instance_type']}"))
+    return out
+
+
 def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
          include_bundled: bool = True, stale_days: float | None = None, now=None):
     """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
@@ -189,23 +289,30 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
 
     del offline
     frames, problems = [], []
+    users = []
     for p in user_sheets or ():
         df, probs = read_sheet(p)
         if not len(df):
             # a sheet the user named that yields nothing is a mistake, not something to skip quietly
             first = str(probs[0]) if probs else "no rows"
             raise PriceInputError(f"--prices: {p} has no usable price row ({first}).")
+        rows = df.attrs.pop("rows", None) or list(range(1, len(df) + 1))
+        users.append((str(p), df, rows))
         frames.append(df.assign(**{ORIGIN: "user", "_rank": 0}))
         problems += probs
+    if len(users) > 1:
+        problems += _across_sheets(users)
     if include_cache:
         sheets = cache.cached_sheets()
         sheets.sort(key=lambda s: (s[2] or {}).get("fetched_at", ""), reverse=True)
         for rank, (name, path, _meta) in enumerate(sheets, start=1):
             df, probs = _read_trusted(path, str(path))
+            df.attrs.pop("rows", None)
             frames.append(df.assign(**{ORIGIN: f"cache:{name}", "_rank": rank}))
             problems += probs
     if include_bundled and SNAPSHOT.exists():
         df, probs = _read_trusted(SNAPSHOT, str(SNAPSHOT))
+        df.attrs.pop("rows", None)
         frames.append(df.assign(**{ORIGIN: "bundled", "_rank": 10**6}))
         problems += probs
     frames = [f for f in frames if len(f)]
@@ -235,7 +342,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     df["age_days"] = ((pd.Timestamp(now) - df["fetched_at"]).dt.total_seconds() / 86400).round(1)
     notes = df["notes"].fillna("")
     df["stale"] = np.asarray((df["age_days"] > limit) | notes.str.contains("stale", regex=False))
-    df["fetched_at"] = df["fetched_at"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    df["fetched_at"] = _iso(df["fetched_at"])
     cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"]
     return df[cols], problems
 

@@ -4,8 +4,9 @@ Each source's base URL is `--endpoint` (one source at a time), else $GPU_ADVISOR
 else the provider's public URL. Sources that need a key (LAMBDA_API_KEY, RUNPOD_API_KEY,
 VAST_API_KEY) are skipped with a one-line notice when it is absent; keys go only into request
 headers, never into sheets, metadata, messages or logs. A fetch that fails at any point —
-HTTP error after retries, timeout, truncated body, malformed payload, zero valid rows — leaves
-the last good cached sheet untouched.
+HTTP error after retries, timeout, truncated body, malformed payload, zero valid rows, a limit
+of pricing.http (per-request deadline, per-source budget, Retry-After cap, size, pages) — leaves
+the last good cached sheet untouched, byte for byte, and its message says so.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool
         sess = http.session()
         try:
             bar, advance = http.progress(None, f"fetching {name}")
-            with bar:
+            with bar, http.budget(name):
                 df, problems = module.fetch(url, list(regions) or None, session=sess,
                                             progress=advance, **kwargs)
             good, more = validate(df, f"{name} feed")
@@ -72,10 +73,20 @@ def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool
             if not len(good):
                 raise FetchError(url, "no valid GPU offers in the response; cache left as it was")
             cache.write_sheet(name, good, source=name, url=url)
-        except FetchError as exc:
-            msg = str(exc).replace(key, "***") if key else str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure of one source: report, keep the cache
+            if isinstance(exc, FetchError):
+                msg = str(exc)
+            else:  # e.g. a payload our parser did not expect: still one line, still the old sheet
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                msg = f"{url}: unexpected {type(exc).__name__}: {first}"
+            msg = " ".join(msg.split())  # one line, whatever the server sent
+            if key:
+                msg = msg.replace(key, "***")
+            kept = ("kept the last good sheet" if cache.sheet_path(name).exists()
+                    else "nothing cached for it yet; the bundled snapshot is used")
+            msg = f"{msg} ({kept})"
             out.append(Outcome(name, "failed", msg))
-            notify(f"{name}: failed: {msg} (kept the last good sheet)")
+            notify(f"{name}: failed: {msg}")
             continue
         finally:
             sess.close()

@@ -5,10 +5,26 @@ these columns. `validate` checks a frame column by column (vectorised, so loadin
 bundled snapshot stays fast) and returns the good rows plus one `Problem` per bad cell,
 naming the sheet, the row and the column. `Offer` is the same schema as a pydantic model,
 for code that handles single rows.
+
+Range rules (a value outside them is refused with its row and column). The bounds are far
+beyond any real offer, so they only catch typos, unit mix-ups and hostile files:
+
+* gpu_count: > 0 and <= 100,000 (one row may price a whole cluster; one instance has <= 8
+  GPUs today, a rack 72); fractional counts (AWS g6f, Azure NV*ads_A10_v5) are fine.
+* gpu_memory_gb: > 0 and <= 4,096 GB per GPU (the largest today has 288 GB).
+* price_hour, spot_price_hour: > 0 (empty = unknown) and <= 1,000 USD per GPU-hour, i.e.
+  price / gpu_count (list prices are about 0.1-15 USD per GPU-hour).
+* vcpus: >= 0 and <= 1,024 per GPU; ram_gb: >= 0 and <= 16,384 GB per GPU (whole-instance
+  values divided by gpu_count; real ones stay below 128 vCPUs and 2 TB per GPU).
+* numbers must be finite (NaN, inf and 1e400 are refused); text cells must be at most
+  1,000 characters with no control characters (they would garble terminal tables).
+* one row per (provider, region, instance_type) in a sheet: the FIRST row for a key is kept,
+  each later one is reported ("same ... as row N, which is kept").
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # name -> kind; order is the order written to CSV and shown in JSON.
@@ -32,6 +48,16 @@ COLUMNS: dict[str, str] = {
 REQUIRED = ("provider", "region", "instance_type", "gpu_model", "gpu_count")
 ORIGIN = "price_origin"  # "user" | "cache:<source>" | "bundled", added by the loader
 CURRENCIES = ("USD",)
+KEY = ("provider", "region", "instance_type")
+
+MAX_GPU_COUNT = 100_000
+MAX_GPU_MEMORY_GB = 4_096
+MAX_PRICE_PER_GPU_HOUR = 1_000.0  # USD, for price_hour and spot_price_hour
+MAX_VCPUS_PER_GPU = 1_024
+MAX_RAM_GB_PER_GPU = 16_384
+MAX_TEXT_CHARS = 1_000
+CONTROL_CHARS = r"[\x00-\x1f\x7f-\x9f]"
+CONTROL_RE = re.compile(CONTROL_CHARS)
 
 
 @dataclass(frozen=True)
@@ -50,6 +76,11 @@ class Problem:
         return f"{self.sheet}: {where}, column '{self.column}': {self.message}{got}"
 
 
+PER_GPU_MAX = {"vcpus": (MAX_VCPUS_PER_GPU, "vCPUs"), "ram_gb": (MAX_RAM_GB_PER_GPU, "GB of RAM"),
+               "price_hour": (MAX_PRICE_PER_GPU_HOUR, "USD/hour"),
+               "spot_price_hour": (MAX_PRICE_PER_GPU_HOUR, "USD/hour")}
+
+
 def empty_frame():
     import pandas as pd
 
@@ -60,7 +91,9 @@ def empty_frame():
 def validate(df, sheet: str = "sheet", row_numbers=None):
     """Return (good_rows, problems). Never raises on bad values; coerces types in the result.
 
-    `row_numbers` maps each frame position to the row number to report (defaults to 1..n).
+    `row_numbers` maps each frame position to the row number to report (defaults to 1..n);
+    `good.attrs["rows"]` lists the row number of each good row. A repeated (provider, region,
+    instance_type) keeps its first row; every later one is a problem naming both rows.
     """
     import numpy as np
     import pandas as pd
@@ -98,53 +131,109 @@ def validate(df, sheet: str = "sheet", row_numbers=None):
         return v or None
 
     def text(col: str):
-        values = [None] * n if col not in df.columns else [clean(v) for v in df[col].tolist()]
-        return pd.Series(values, dtype="object")
+        """(column as stripped str / None, mask of present cells, the present values)."""
+        if col not in df.columns:
+            return pd.Series([None] * n, dtype="object"), np.zeros(n, dtype=bool), []
+        values = df[col].to_numpy(dtype=object)
+        missing = values == None  # noqa: E711 - elementwise on an object array
+        try:  # str or None (the usual case): C-speed passes only
+            kept = np.array(list(map(str.strip, values[~missing])), dtype=object)
+        except TypeError:  # NaN, numbers, nested values: one by one
+            raw = pd.Series([clean(v) for v in values.tolist()], dtype="object")
+            present = raw.notna().to_numpy()
+            return raw, present, raw[present].tolist()
+        result = np.full(n, None, dtype=object)
+        result[~missing] = kept
+        empty = result == ""
+        if empty.any():
+            result[empty] = None
+            missing |= empty
+            kept = kept[kept != ""]
+        return pd.Series(result, dtype="object"), ~missing, kept
+
+    def text_checks(col: str, raw, present, values) -> None:
+        if max(map(len, values), default=0) > MAX_TEXT_CHARS:  # cheap test first
+            flag(raw.str.len() > MAX_TEXT_CHARS, col, f"is longer than {MAX_TEXT_CHARS:,} characters",
+                 raw.str.slice(0, 40) + "...")
+        joined = "".join(values)
+        if not joined.isprintable() and CONTROL_RE.search(joined):  # isprintable: a fast pre-check
+            flag(raw.str.contains(CONTROL_CHARS, regex=True, na=False), col,
+                 "contains a control character (tab, newline, escape, ...)", raw)
+
+    def per_value(series, fn):
+        """fn applied once per distinct value (a hash map over the column); None stays None."""
+        table = {v: (fn(v) if isinstance(v, str) else None) for v in pd.unique(series.to_numpy())}
+        return pd.Series(series.map(table).to_numpy(dtype=object), dtype="object")
 
     for col, kind in COLUMNS.items():
-        raw = text(col)
+        raw, present, values = text(col)
         if kind.startswith("str"):
             if not kind.endswith("?"):
-                flag(raw.isna(), col, "is empty", raw)
+                flag(~present, col, "is empty", raw)
+            text_checks(col, raw, present, values)
             if col == "gpu_model":  # canonical name, or the row is rejected right here
-                names = raw.tolist()
-                lookup = {v: canonical_name(v) for v in set(names) if isinstance(v, str)}
-                canon = pd.Series([lookup.get(v) for v in names], dtype="object")
-                flag(raw.notna() & canon.isna(), col,
+                canon = per_value(raw, canonical_name)
+                flag(present & canon.isna().to_numpy(), col,
                      "is not in the GPU table (pricing/data/gpus.csv)", raw)
                 raw = canon
             out[col] = raw
         elif kind.startswith("float"):
-            num = pd.to_numeric(raw, errors="coerce")
-            flag(raw.notna() & num.isna(), col, "is not a number", raw)
-            flag(num.notna() & ~np.isfinite(num.fillna(0)), col, "is not finite", raw)
+            num = pd.to_numeric(raw, errors="coerce").astype("float64")
+            known = num.notna().to_numpy()
+            flag(present & ~known, col, "is not a number", raw)
+            flag(known & ~np.isfinite(num.fillna(0)), col, "is not finite", raw)
             if not kind.endswith("?"):
-                flag(raw.isna(), col, "is empty", raw)
+                flag(~present, col, "is empty", raw)
             if col in ("gpu_count", "gpu_memory_gb", "price_hour", "spot_price_hour"):
-                flag(num.notna() & (num <= 0), col, "must be > 0 (empty means unknown)", raw)
+                flag(known & (num <= 0), col, "must be > 0 (empty means unknown)", raw)
             else:
-                flag(num.notna() & (num < 0), col, "must be >= 0", raw)
-            out[col] = num.astype("float64")
+                flag(known & (num < 0), col, "must be >= 0", raw)
+            if col == "gpu_count":
+                flag(num > MAX_GPU_COUNT, col, f"must be <= {MAX_GPU_COUNT:,} GPUs", raw)
+            elif col == "gpu_memory_gb":
+                flag(num > MAX_GPU_MEMORY_GB, col, f"must be <= {MAX_GPU_MEMORY_GB:,} GB per GPU", raw)
+            elif col in PER_GPU_MAX:
+                limit, unit = PER_GPU_MAX[col]
+                flag(num / out["gpu_count"] > limit, col,
+                     f"is more than {limit:,g} {unit} per GPU (gpu_count is the divisor)", raw)
+            out[col] = num
         else:  # datetime
             stamp = pd.to_datetime(raw, errors="coerce", utc=True, format="ISO8601")
-            flag(raw.isna(), col, "is empty (ISO date/time expected)", raw)
-            flag(raw.notna() & stamp.isna(), col, "is not an ISO date/time", raw)
+            flag(~present, col, "is empty (ISO date/time expected)", raw)
+            flag(present & stamp.isna().to_numpy(), col, "is not an ISO date/time", raw)
             out[col] = stamp
 
     price, spot = out["price_hour"], out["spot_price_hour"]
     flag(price.isna() & spot.isna(), "price_hour", "no on-demand or spot price", price)
-    cur = out["currency"].str.upper()
+    cur = per_value(out["currency"], str.upper)
     flag(cur.notna() & ~cur.isin(CURRENCIES), "currency",
          f"unsupported currency; accepted: {', '.join(CURRENCIES)}", out["currency"])
     out["currency"] = cur
-    out["provider"] = out["provider"].str.lower()
+    out["provider"] = per_value(out["provider"], str.lower)
 
-    good = pd.DataFrame(out)[~bad].reset_index(drop=True)
+    # one row per key: the first is kept, each later one is reported with both row numbers
+    frame = pd.DataFrame(out)
+    pos = np.flatnonzero(~bad)
+    keys = frame.loc[pos, list(KEY)]
+    dup = np.asarray(keys.duplicated(keep="first"))
+    if dup.any():
+        row_no = np.asarray(rows, dtype=object)
+        first = keys.assign(_row=row_no[pos]).groupby(list(KEY), sort=False, dropna=False)["_row"]
+        first = np.asarray(first.transform("first"), dtype=object)
+        for j in np.flatnonzero(dup):  # only the duplicates
+            i = pos[j]
+            problems.append(Problem(sheet, rows[i], "instance_type",
+                                    f"same provider, region and instance_type as row {first[j]}, "
+                                    "which is kept; this row is dropped",
+                                    "/".join(str(v) for v in keys.iloc[j])))
+            bad[i] = True
+    good = frame[~bad].reset_index(drop=True)
+    good.attrs["rows"] = np.asarray(rows, dtype=object)[~bad].tolist()
     return good, problems
 
 
 def _offer_model():
-    from pydantic import BaseModel, Field, field_validator
+    from pydantic import BaseModel, Field, field_validator, model_validator
 
     from pricing.gpus import canonical_name
 
@@ -155,12 +244,12 @@ def _offer_model():
         region: str
         instance_type: str
         gpu_model: str
-        gpu_count: float = Field(gt=0)
-        gpu_memory_gb: float = Field(gt=0)
-        vcpus: float | None = Field(default=None, ge=0)
-        ram_gb: float | None = Field(default=None, ge=0)
-        price_hour: float | None = Field(default=None, gt=0)
-        spot_price_hour: float | None = Field(default=None, gt=0)
+        gpu_count: float = Field(gt=0, le=MAX_GPU_COUNT, allow_inf_nan=False)
+        gpu_memory_gb: float = Field(gt=0, le=MAX_GPU_MEMORY_GB, allow_inf_nan=False)
+        vcpus: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+        ram_gb: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+        price_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        spot_price_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
         currency: str = "USD"
         source: str
         fetched_at: str
@@ -175,6 +264,22 @@ def _offer_model():
             if c is None:
                 raise ValueError(f"unknown GPU '{v}' (not in pricing/data/gpus.csv)")
             return c
+
+        @field_validator("provider", "region", "instance_type", "currency", "source", "interconnect",
+                         "notes")
+        @classmethod
+        def _text(cls, v):
+            if v is not None and (len(v) > MAX_TEXT_CHARS or re.search(CONTROL_CHARS, v)):
+                raise ValueError(f"at most {MAX_TEXT_CHARS} characters, no control characters")
+            return v
+
+        @model_validator(mode="after")
+        def _per_gpu(self):
+            for col, (limit, unit) in PER_GPU_MAX.items():
+                v = getattr(self, col)
+                if v is not None and v / self.gpu_count > limit:
+                    raise ValueError(f"{col}: more than {limit:,g} {unit} per GPU")
+            return self
 
         @property
         def price_per_gpu_hour(self) -> float | None:

@@ -97,35 +97,52 @@ def parse_lines(lines, region: str, url: str, fetched_at: str):
     return pd.DataFrame(rows), problems
 
 
-def _lines(resp, url: str):
-    """Decoded lines of a streamed body; a body that stops mid-line is a truncated download."""
+MAX_LINE = 1024 * 1024  # no line of a real offer file comes near this
+
+
+def _lines(chunks, url: str):
+    """Decoded lines of a streamed body; a body that stops mid-line is a truncated download,
+    a line over MAX_LINE bytes is refused (a hostile body could be one endless line)."""
     from pricing.errors import FetchError
 
     tail = b""
-    for chunk in resp.iter_content(1 << 16):
+    for chunk in chunks:
         parts = (tail + chunk).split(b"\n")
         tail = parts.pop()
+        if len(tail) > MAX_LINE:
+            raise FetchError(url, f"a line is longer than {MAX_LINE:,} bytes; not an AWS offer file")
         for part in parts:
+            if len(part) > MAX_LINE:
+                raise FetchError(url, f"a line is longer than {MAX_LINE:,} bytes; not an AWS offer file")
             yield part.rstrip(b"\r").decode("utf-8", "replace")
     if tail.strip():
         raise FetchError(url, "download truncated: the file ends mid-line")
 
 
 def fetch(base_url: str, regions=None, session=None, progress=None):
+    """Stream each region's offer file and parse it line by line, within the streamed-body
+    limits of pricing.http (deadline, GPU_ADVISOR_HTTP_MAX_STREAM_BYTES) and a CSV field limit."""
     import pandas as pd
 
-    from pricing import http
+    from pricing import files, http
     from pricing.errors import FetchError
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     frames, problems = [], []
     for region in regions or DEFAULT_REGIONS:
         url = base_url.rstrip("/") + PATH.format(region=region)
-        resp = http.request("GET", url, session=session, stream=True)
+        resp = http.request("GET", url, session=session, stream=True,
+                            max_bytes=http.settings()["max_stream_bytes"])
         try:
-            df, probs = parse_lines(_lines(resp, url), region, url, now)
+            with files.csv_field_limit() as limit:
+                df, probs = parse_lines(_lines(http.iter_body(resp, url), url), region, url, now)
         except FetchError:
             raise
+        except csv.Error as exc:
+            if files.is_field_limit_error(exc):
+                raise FetchError(url, f"a CSV field is longer than {limit:,} characters; "
+                                      "not an AWS offer file") from None
+            raise FetchError(url, f"unreadable CSV: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - a broken stream is a failed fetch
             raise FetchError(url, f"download truncated or broken mid-way ({type(exc).__name__})") from None
         finally:

@@ -1,7 +1,8 @@
 """Azure Retail Prices API -> our schema (public, no auth; PRICE_SOURCES.md §4).
 
 GET <base>?$filter=serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and
-armRegionName eq '<region>', then follow `NextPageLink` wherever it points until it is null.
+armRegionName eq '<region>', then follow `NextPageLink` until it is null (same host only, no
+page twice, at most GPU_ADVISOR_HTTP_MAX_PAGES pages per region).
 Items are classified: Windows (productName contains ' Windows' or ' Win'), Low Priority,
 DevTest, Reservation and Cloud Services items are dropped; skuName containing ' Spot' is the
 spot price; the rest is on-demand. Specs (GPU, count, vCPUs, RAM) are not in this API: they
@@ -20,7 +21,6 @@ NAME = "azure"
 DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
 DEFAULT_REGIONS = ["eastus", "eastus2", "westus2", "westus3", "southcentralus", "centralus",
                    "northcentralus", "westus", "westeurope"]
-MAX_PAGES = 2000  # a guard against a NextPageLink loop
 
 
 def classify(item: dict) -> str | None:
@@ -86,15 +86,32 @@ def parse_items(items: list, url: str, fetched_at: str):
 
 
 def fetch(base_url: str, regions=None, session=None, progress=None):
+    """Every page of every region. `NextPageLink` is followed while it stays on the base URL's
+    host (same scheme and port), never repeats a page, and the pages of one region stay under
+    GPU_ADVISOR_HTTP_MAX_PAGES; anything else stops the fetch with a FetchError."""
+    from urllib.parse import urljoin
+
+    from requests.models import PreparedRequest
+
     from pricing import http
+    from pricing.errors import FetchError
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    max_pages = http.settings()["max_pages"]
     items: list = []
     for region in regions or DEFAULT_REGIONS:
         flt = ("serviceName eq 'Virtual Machines' and priceType eq 'Consumption' "
                f"and armRegionName eq '{region}'")
         url, params = base_url, {"$filter": flt}
-        for _ in range(MAX_PAGES):
+        first = PreparedRequest()
+        first.prepare_url(base_url, params)
+        seen = {first.url, base_url}
+        pages = 0
+        while True:
+            pages += 1
+            if pages > max_pages:
+                raise FetchError(url, f"more than {max_pages} pages for region {region} "
+                                      "(GPU_ADVISOR_HTTP_MAX_PAGES); stopped following NextPageLink")
             page = http.get_json(url, session=session, params=params)
             items += field(page, "Items", url, list)
             nxt = page.get("NextPageLink") if isinstance(page, dict) else None
@@ -103,8 +120,14 @@ def fetch(base_url: str, regions=None, session=None, progress=None):
             if not nxt:
                 break
             if not isinstance(nxt, str):
-                from pricing.errors import FetchError
-
                 raise FetchError(url, f"field 'NextPageLink' is {type(nxt).__name__}, expected a URL")
-            url, params = nxt, None  # follow it wherever it points
+            nxt = urljoin(url, nxt.strip())
+            if not http.same_origin(nxt, base_url):
+                raise FetchError(url, f"NextPageLink leaves the price server ({nxt[:120]!r}); "
+                                      "refused to follow it")
+            if nxt in seen:
+                raise FetchError(url, f"NextPageLink repeats a page already fetched ({nxt[:120]!r}): "
+                                      "a loop; stopped")
+            seen.add(nxt)
+            url, params = nxt, None
     return parse_items(items, base_url, now)

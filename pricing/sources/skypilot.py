@@ -216,11 +216,22 @@ def _combine_gcp(rows: list[dict], sheet: str):
 
 def read_text(text: str, cloud: str, source: str, fetched_at: str, sheet: str,
               notes: str | None = None):
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or "Price" not in reader.fieldnames:
+    """One vms.csv as text -> (DataFrame, problems). An unreadable file (no Price column, a
+    field over pricing.files.MAX_CSV_FIELD characters, broken quoting) is one row-0 problem."""
+    from pricing import files
+
+    with files.csv_field_limit() as limit:
+        try:
+            reader = csv.DictReader(io.StringIO(text))
+            fields = reader.fieldnames
+            rows = list(reader) if fields and "Price" in fields else None
+        except csv.Error as exc:
+            why = (f"a field is longer than {limit:,} characters" if files.is_field_limit_error(exc)
+                   else f"unreadable CSV ({exc})")
+            return parse_rows([], cloud, source, fetched_at, sheet), [Problem(sheet, 0, "*", why)]
+    if rows is None:
         return parse_rows([], cloud, source, fetched_at, sheet), [
             Problem(sheet, 0, "Price", "not a SkyPilot vms.csv (no Price column)")]
-    rows = list(reader)
     if cloud == "gcp":
         return parse_rows(rows, cloud, source, fetched_at, sheet, notes)
     return parse_rows(list(enumerate(rows, start=1)), cloud, source, fetched_at, sheet, notes)
@@ -233,6 +244,7 @@ def import_path(path, fetched_at: str | None = None, source: str | None = None,
 
     import pandas as pd
 
+    from pricing import files
     from pricing.schema import empty_frame
 
     path = Path(path)
@@ -241,7 +253,8 @@ def import_path(path, fetched_at: str | None = None, source: str | None = None,
         cloud = cloud_of(f)
         stamp = fetched_at or dt.datetime.fromtimestamp(f.stat().st_mtime, dt.UTC).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
-        (df, probs) = read_text(f.read_text(encoding="utf-8", errors="replace"), cloud,
+        text = files.read_text(f, str(f), errors="replace")  # size-limited, BOM dropped
+        (df, probs) = read_text(text, cloud,
                                 source or f"skypilot:{f.name}", stamp, str(f),
                                 (notes_by_cloud or {}).get(cloud))
         frames.append(df)
@@ -266,10 +279,13 @@ def fetch(base_url: str, regions=None, session=None, progress=None, clouds=None)
         if progress:
             progress(cloud)
         df, probs = read_text(text, cloud, f"skypilot:{url}", now, url)
-        if any(p.row == 0 for p in probs):
+        sheet_level = [p for p in probs if p.row == 0]
+        if sheet_level:
             from pricing.errors import FetchError
 
-            raise FetchError(url, "response is not a SkyPilot vms.csv (no 'Price' column)")
+            if sheet_level[0].column == "Price":
+                raise FetchError(url, "response is not a SkyPilot vms.csv (no 'Price' column)")
+            raise FetchError(url, f"response is not a usable vms.csv: {sheet_level[0].message}")
         frames.append(df)
         problems += probs
     df = pd.concat(frames, ignore_index=True)

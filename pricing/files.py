@@ -1,0 +1,343 @@
+"""Files in and out, in one place: atomic writes, the cache folder, bounded YAML/JSON/CSV
+reading and spreadsheet-safe CSV writing.
+
+Everything a user or a server hands us is data, never code, and is read with limits, so a
+hostile file fails fast with one line (`PriceInputError`, exit 2) naming the file (`what`) and
+the limit, instead of eating minutes, memory or the stack:
+
+=========================  ===============================  ==========================
+limit                      default                          applies to
+=========================  ===============================  ==========================
+``MAX_DOC_BYTES``          5 MB (5,000,000 bytes)           load_yaml / load_json text
+``MAX_SHEET_BYTES``        50 MB                            read_text (CSV price sheets)
+``MAX_DEPTH``              100 levels of nesting            load_yaml / load_json
+``MAX_YAML_NODES``         2,000,000 nodes, aliases         load_yaml (billion laughs)
+                           expanded
+``MAX_CSV_FIELD``          65,536 characters per field      csv_field_limit()
+=========================  ===============================  ==========================
+
+Each function takes its limit as a keyword (None = the module default, read at call time), so
+a caller with other needs passes its own.
+A byte-order mark (UTF-8 as Excel writes it, or UTF-16) is accepted everywhere.
+
+CSV cells meant for spreadsheets go through `csv_safe` / `to_csv`, which neutralise formula
+cells (see `csv_safe` for the exact rule).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from pricing.errors import PriceInputError
+
+MAX_DOC_BYTES = 5_000_000
+MAX_SHEET_BYTES = 50_000_000
+MAX_DEPTH = 100
+MAX_YAML_NODES = 2_000_000
+MAX_CSV_FIELD = 65_536
+
+
+# --------------------------------------------------------------------------- writing
+def atomic_write(path, data: bytes | str, mode: int | None = None) -> None:
+    """Write `data` (str is UTF-8 encoded) so readers see the old file or the whole new one.
+
+    A temp file in the same folder is written, fsynced, given `mode` (default: 0o666 less the
+    umask, i.e. 0o644 usually; pass 0o755 for an executable) and `os.replace`d over `path`.
+    On any failure the temp file is removed and the old file is left as it was.
+    """
+    path = Path(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask  # mkstemp makes 0600; keep the usual file mode
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cache_dir() -> Path:
+    """$GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor."""
+    if os.environ.get("GPU_ADVISOR_CACHE_DIR"):
+        return Path(os.environ["GPU_ADVISOR_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "gpu-advisor"
+
+
+# --------------------------------------------------------------------------- reading
+def _size(n: int) -> str:
+    return f"{n / 1e6:g} MB" if n >= 1_000_000 else f"{n:,} bytes"
+
+
+def decode(data: bytes, what: str, errors: str = "strict") -> str:
+    """Bytes -> text: UTF-8, with or without a byte-order mark; UTF-16 only with its BOM.
+    `errors="replace"` turns undecodable bytes into U+FFFD instead of failing."""
+    try:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            return data.decode("utf-16", errors)
+        return data.decode("utf-8-sig", errors)
+    except UnicodeDecodeError as exc:
+        raise PriceInputError(f"{what}: not UTF-8 text (bad byte at offset {exc.start}); "
+                              "save it as UTF-8") from None
+
+
+def read_text(path, what: str | None = None, max_bytes: int | None = None,
+              errors: str = "strict") -> str:
+    """A text file, size-checked before it is read, BOM removed; PriceInputError otherwise
+    (not found, unreadable, over `max_bytes`, not UTF-8 unless `errors="replace"`)."""
+    path = Path(path)
+    what = what or str(path)
+    max_bytes = MAX_SHEET_BYTES if max_bytes is None else max_bytes
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise PriceInputError(f"{what}: file not found") from None
+    except OSError as exc:
+        raise PriceInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise PriceInputError(f"{what}: file is larger than the {_size(max_bytes)} limit")
+    return decode(data, what, errors)
+
+
+def _text(text: str | bytes, what: str, max_bytes: int) -> str:
+    if isinstance(text, (bytes, bytearray)):
+        if len(text) > max_bytes:
+            raise PriceInputError(f"{what}: larger than the {_size(max_bytes)} limit")
+        return decode(bytes(text), what)
+    if len(text) > max_bytes or (len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass"))
+                                 > max_bytes):
+        raise PriceInputError(f"{what}: larger than the {_size(max_bytes)} limit")
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _yaml_loader():
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+
+def _yaml_error(exc, what: str) -> PriceInputError:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if problem and mark is not None:
+        msg = f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    else:
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return PriceInputError(f"{what}: not valid YAML: {msg}")
+
+
+def _check_yaml_events(text: str, what: str, max_nodes: int, max_depth: int) -> None:
+    """Walk the event stream (no objects built) and refuse a document whose nesting is deeper
+    than `max_depth` or that would expand, aliases followed, into more than `max_nodes` nodes.
+    An alias costs the full size of what it points to, so a billion-laughs bomb (a few hundred
+    bytes naming 10^9 nodes) is refused after a handful of events."""
+    import yaml
+
+    loader = _yaml_loader()(text)
+    sizes: dict[str, int] = {}  # anchor -> expanded node count
+    stack: list[list] = []  # open collections: [expanded size so far, anchor]
+    open_anchors: set[str] = set()
+    total = 0
+
+    def too_big() -> PriceInputError:
+        return PriceInputError(f"{what}: YAML expands to more than {max_nodes:,} values once its "
+                               "aliases (*name) are followed; refused (alias bomb?)")
+
+    def add(n: int, anchor: str | None) -> None:
+        nonlocal total
+        if anchor:
+            sizes[anchor] = n
+        if stack:
+            stack[-1][0] += n
+            if stack[-1][0] > max_nodes:
+                raise too_big()
+        else:
+            total += n
+            if total > max_nodes:
+                raise too_big()
+
+    try:
+        while loader.check_event():
+            ev = loader.get_event()
+            if isinstance(ev, yaml.ScalarEvent):
+                add(1, ev.anchor)
+            elif isinstance(ev, yaml.AliasEvent):
+                if ev.anchor in open_anchors:
+                    raise PriceInputError(f"{what}: YAML alias *{ev.anchor} refers to a value that "
+                                          "contains it (a recursive structure); refused")
+                add(sizes.get(ev.anchor, 1), None)
+            elif isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                stack.append([1, ev.anchor])
+                if ev.anchor:
+                    open_anchors.add(ev.anchor)
+                if len(stack) > max_depth:
+                    raise PriceInputError(f"{what}: YAML is nested more than {max_depth} levels deep; "
+                                          "refused")
+            elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                n, anchor = stack.pop()
+                open_anchors.discard(anchor)
+                add(n, anchor)
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str | bytes, what: str, *, max_bytes: int | None = None,
+              max_depth: int | None = None, max_nodes: int | None = None):
+    """Parse one YAML document safely (plain data only: SafeLoader, no tags that build objects).
+
+    Refuses, with a one-line `PriceInputError` naming `what` and the limit: text over
+    `max_bytes`, nesting deeper than `max_depth`, more than `max_nodes` values once aliases are
+    expanded (billion laughs fails in milliseconds), recursive aliases, and syntax errors
+    (with line and column). A leading byte-order mark is ignored.
+    """
+    import yaml
+
+    max_bytes = MAX_DOC_BYTES if max_bytes is None else max_bytes
+    max_depth = MAX_DEPTH if max_depth is None else max_depth
+    max_nodes = MAX_YAML_NODES if max_nodes is None else max_nodes
+    text = _text(text, what, max_bytes)
+    try:
+        _check_yaml_events(text, what, max_nodes, max_depth)
+        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader
+    except PriceInputError:
+        raise
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, what) from None
+    except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # e.g. an int with 10^6 digits
+        raise PriceInputError(f"{what}: not valid YAML: {type(exc).__name__}: "
+                              f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+
+
+_JSON_ESCAPE = re.compile(r"\\.", re.S)
+_JSON_STRING = re.compile(r'"[^"]*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth(text: str, stop_after: int | None = None) -> int:
+    """Deepest nesting of [] / {} in JSON text, without parsing it (linear time, no recursion).
+
+    Escapes are dropped first, so every remaining quote delimits a string; brackets inside
+    strings are then removed with the strings. Stops counting past `stop_after`."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", _JSON_ESCAPE.sub("", text)))
+    depth = deepest = 0
+    for ch in brackets:
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if stop_after is not None and deepest > stop_after:
+                    break
+        else:
+            depth -= 1
+    return deepest
+
+
+def load_json(text: str | bytes, what: str, *, max_bytes: int | None = None,
+              max_depth: int | None = None):
+    """Parse JSON with a size limit and a nesting limit checked before parsing (so 100,000
+    nested brackets are refused in milliseconds, never a RecursionError). Errors are one-line
+    `PriceInputError`s naming `what` and the limit, or the line and column of a syntax error.
+    A leading byte-order mark is ignored; NaN/Infinity are parsed as floats (callers validate)."""
+    import json
+
+    max_bytes = MAX_DOC_BYTES if max_bytes is None else max_bytes
+    max_depth = MAX_DEPTH if max_depth is None else max_depth
+    text = _text(text, what, max_bytes)
+    if json_depth(text, stop_after=max_depth) > max_depth:
+        raise PriceInputError(f"{what}: JSON is nested more than {max_depth} levels deep; refused")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PriceInputError(f"{what}: not valid JSON: {exc.msg} at line {exc.lineno}, "
+                              f"column {exc.colno}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. an int with 10^6 digits
+        raise PriceInputError(f"{what}: not valid JSON: {type(exc).__name__}: "
+                              f"{(str(exc).splitlines() or [''])[0][:200]}") from None
+
+
+@contextlib.contextmanager
+def csv_field_limit(limit: int | None = None):
+    """Within the block, the csv module refuses fields longer than `limit` characters
+    (`csv.Error: field larger than field limit (N)`); the previous limit is restored after.
+    The setting is process-wide, so keep the block short (parse inside it, then leave)."""
+    limit = MAX_CSV_FIELD if limit is None else limit
+    old = csv.field_size_limit(limit)
+    try:
+        yield limit
+    finally:
+        csv.field_size_limit(old)
+
+
+def is_field_limit_error(exc: BaseException) -> bool:
+    return isinstance(exc, csv.Error) and "field limit" in str(exc)
+
+
+# --------------------------------------------------------------------------- CSV out
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_FORMULA_RE = r"^[=+\-@\t\r]"
+
+
+def csv_safe(value):
+    """A cell value that a spreadsheet shows as text instead of running it as a formula.
+
+    Rule (OWASP "CSV injection", as spreadsheet exporters do it): a *string* that starts with
+    ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a single quote in front
+    (``=HYPERLINK(..)`` -> ``'=HYPERLINK(..)``), unless the whole string is a plain decimal
+    number such as ``-0.5``, ``+3`` or ``-1e-3`` (left alone: it is a number either way).
+    Non-strings (numbers, None, dates) are returned unchanged.
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_START) and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def to_csv(df, float_format: str | None = "%.6g", **kw) -> str:
+    """`df.to_csv(index=False)` with every text cell passed through `csv_safe` (vectorised).
+
+    Line breaks inside a text cell are written as "\n", which makes the writer quote the cell
+    (a bare "\r" would otherwise be written unquoted and start a new row in a spreadsheet).
+    Use this for any CSV a person may open in a spreadsheet (e.g. `prices list --format csv`);
+    not for the cache, which must round-trip values exactly."""
+    import pandas as pd
+
+    out = df.copy(deep=False)
+    for col in out.columns:
+        s = out[col]
+        if s.dtype != object and not isinstance(s.dtype, pd.StringDtype):
+            continue
+        try:
+            starts = s.str.contains(_FORMULA_RE, regex=True, na=False)
+            breaks = s.str.contains("\r", regex=False, na=False)
+        except AttributeError:  # an object column without strings (.str refuses it)
+            continue
+        if not (starts.any() or breaks.any()):
+            continue
+        numeric = s.str.fullmatch(_PLAIN_NUMBER.pattern, na=False)
+        mask = (starts & ~numeric).astype(bool)
+        s = s.astype(object)
+        s[mask] = "'" + s[mask].astype(str)
+        breaks = breaks.astype(bool)
+        s[breaks] = s[breaks].str.replace("\r\n", "\n", regex=False).str.replace("\r", "\n", regex=False)
+        out[col] = s
+    kw.setdefault("index", False)
+    buf = io.StringIO()
+    out.to_csv(buf, float_format=float_format, **kw)
+    return buf.getvalue()
