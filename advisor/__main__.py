@@ -1,3 +1,5 @@
-from advisor.cli import main
+"""`python -m advisor`: the one entry shim allowed to reach up to the CLI package."""
+
+from cli import main
 
 main()

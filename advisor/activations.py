@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from advisor import families
 from advisor.architecture import ATTN_IN, ATTN_OUT, MLP_IN, SHARED_IN, Architecture, Layer
 from advisor.stacks import Shape, Stack
 
@@ -116,14 +117,15 @@ class Saved:
         return self.total * tokens + sum(self.fixed.values())
 
 
-def _norm(saved: Saved, name: str, h: int, stack: Stack, gemma: bool) -> None:
+def _norm(saved: Saved, name: str, h: int, stack: Stack, fp32_norm: bool) -> None:
     """One RMSNorm of width h: its input upcast to fp32, and the normalised tensor the weight
-    multiplies when that weight trains (LlamaRMSNorm: model dtype; Gemma and autocast: fp32).
+    multiplies when that weight trains (LlamaRMSNorm: model dtype; Gemma's fp32 `1 + weight`
+    norms (families.json norm_weight_offset_fp32) and autocast: fp32).
     The norm's result is a separate tensor, saved by the linears that read it (_linears)."""
     saved.add(f"{name}.input_fp32", FP32 * h)
     saved.add(f"{name}.rsqrt", FP32)  # (b, s, 1) fp32 reciprocal RMS
     if stack.method == "full":
-        fp32_out = gemma or stack.precision.startswith("amp") or stack.precision == "fp32"
+        fp32_out = fp32_norm or stack.precision.startswith("amp") or stack.precision == "fp32"
         saved.add(f"{name}.normalised", (FP32 if fp32_out else act_bytes(stack)) * h)
 
 
@@ -201,17 +203,17 @@ def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int, padded: b
     q = spec.num_attention_heads * spec.head_dim
     kv = spec.num_key_value_heads * spec.head_dim
     heads = spec.num_attention_heads
+    fam = families.traits(spec.family)
     if spec.qk_norm:
-        gemma = spec.family.startswith("gemma")
         saved.add("attention.qk_norm", FP32 * (q + kv))
         if stack.method == "full":
-            saved.add("attention.qk_norm", (FP32 if gemma else a) * (q + kv))
+            saved.add("attention.qk_norm", (FP32 if fam.norm_weight_offset_fp32 else a) * (q + kv))
     if stack.attention == "eager":
         rep = heads // max(spec.num_key_value_heads, 1)
         k_saved = q if rep > 1 else kv
         saved.add("attention.qkv", a * (q + 2 * k_saved))
         scores = heads * s  # per token: one row of the b·heads·s·s matrix
-        if spec.family == "gemma2":
+        if fam.attention_softcap:
             saved.add("attention.softcap", a * scores)
         if stack.precision == "fp32":
             saved.add("attention.scores", FP32 * scores)
@@ -270,7 +272,7 @@ def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
 def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, first: bool = False) -> Saved:
     """Bytes per token one decoder layer saves for backward."""
     spec = arch.spec
-    gemma = spec.family.startswith("gemma")
+    fp32_norm = families.traits(spec.family).norm_weight_offset_fp32
     h = spec.hidden_size
     saved = Saved()
     # With frozen embeddings (LoRA) and no checkpointing, the first layer's input needs no
@@ -278,7 +280,7 @@ def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, fi
     input_grad = not (first and stack.method != "full" and not stack.grad_checkpointing)
     for i in range(spec.norms_per_layer):  # input/post-attention (+ Gemma's pre/post feed-forward)
         if i > 0 or input_grad:
-            _norm(saved, "norms", h, stack, gemma)
+            _norm(saved, "norms", h, stack, fp32_norm)
     _attention(saved, arch, stack, shape.seq_len, shape.padded)
     _linears(saved, arch, layer, stack, input_grad)
     _mlp(saved, arch, layer, stack)
@@ -297,64 +299,93 @@ class ActivationEstimate:
 
 
 def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> ActivationEstimate:
-    spec = arch.spec
+    """Saved-for-backward bytes of one micro-batch: the per-token census (`_census`, computed once per
+    stack, sequence length and padding) scaled to the micro-batch's tokens."""
+    census = _census(arch, stack, shape.seq_len, shape.padded)
     tokens = shape.micro_batch * shape.seq_len
+    saved = {}
+    for key, val in census.per_token.items():
+        per = shape.seq_len if key in PER_POSITION else tokens
+        saved[f"activations.{key}"] = int(round(val * per))
+    for key, val in census.fixed.items():
+        saved[f"activations.{key}"] = saved.get(f"activations.{key}", 0) + int(val)
+    if census.weight_copies:
+        saved["activations.autocast_weight_copies"] = int(census.weight_copies)
+    recompute = int(max(s.bytes_for(tokens) for s in census.layer_kinds)) if stack.grad_checkpointing else 0
+    # Backward of the loss: grad of log_softmax output and its input, both fp32 (b·s·vocab).
+    loss_transient = int(2 * FP32 * arch.spec.vocab_size * tokens)
+    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient)
+
+
+# Terms sized per sequence position, shared by the micro-batch's rows (not per token).
+PER_POSITION = {"rope.cos_sin"}
+
+
+@dataclass
+class _Census:
+    per_token: dict[str, float]  # bytes per token (PER_POSITION terms: per position), by term
+    fixed: dict[str, float]  # bytes per micro-batch
+    weight_copies: float  # autocast's 16-bit weight copies (independent of the batch)
+    layer_kinds: list[Saved]  # one per distinct decoder-layer kind (checkpointing recomputes the largest)
+
+
+def _census(arch: Architecture, stack: Stack, seq_len: int, padded: bool) -> _Census:
+    key = ("census", stack.key, seq_len, padded)
+    if key not in arch._memo:
+        arch._memo[key] = _count(arch, stack, Shape(micro_batch=1, seq_len=seq_len, padded=padded))
+    return arch._memo[key]
+
+
+def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
+    spec = arch.spec
     a = act_bytes(stack)
     h, v = spec.hidden_size, spec.vocab_size
     amp = stack.precision.startswith("amp")
-    gemma = spec.family.startswith("gemma")
+    fam = families.traits(spec.family)
     totals: dict[str, float] = {}
     fixed: dict[str, float] = {}
-    per_layer_max = 0.0
     by_kind: dict[tuple, Saved] = {}  # layers of one kind (dense / MoE) save the same bytes
+    counts: dict[tuple, int] = {}
     for i, layer in enumerate(arch.layers):
         key = (layer.moe, len(layer.linears), i == 0)
         if key not in by_kind:
             by_kind[key] = layer_saved(arch, layer, stack, shape, first=i == 0)
-        s = by_kind[key]
-        per_layer_max = max(per_layer_max, s.bytes_for(tokens))
-        if not stack.grad_checkpointing:
+        counts[key] = counts.get(key, 0) + 1
+    if not stack.grad_checkpointing:
+        for i, layer in enumerate(arch.layers):  # summed in layer order, as the per-term totals are reported
+            s = by_kind[(layer.moe, len(layer.linears), i == 0)]
             for k, val in s.terms.items():
                 totals[f"layers.{k}"] = totals.get(f"layers.{k}", 0.0) + val
             for k, val in s.fixed.items():
                 fixed[f"layers.{k}"] = fixed.get(f"layers.{k}", 0.0) + val
-    if stack.grad_checkpointing:
+    else:
         # Reentrant checkpointing keeps each layer's input hidden states (residual stream).
         stream = FP32 if amp else a
         totals["checkpoint.layer_inputs"] = len(arch.layers) * stream * h
 
     # Rotary cos/sin, computed once per forward and shared by every layer.
     # Shape (1, s, head_dim): one copy per sequence position, not per batch row.
-    ropes = 2 if spec.family in ("gemma3", "gemma3_text") else 1  # Gemma 3: local + global RoPE
-    totals["rope.cos_sin"] = 2 * a * spec.head_dim * ropes / shape.micro_batch
+    # (families.json rope_tables: Gemma 3 computes a local and a global table)
+    totals["rope.cos_sin"] = 2 * a * spec.head_dim * fam.rope_tables
     if stack.method == "full":
         totals["embedding.indices"] = INT64
     # Final norm, lm_head input, loss.
     fin = Saved()
-    _norm(fin, "final_norm", h, stack, gemma)
+    _norm(fin, "final_norm", h, stack, fam.norm_weight_offset_fp32)
     for k, val in fin.terms.items():
         totals[k] = totals.get(k, 0.0) + val
     if stack.method == "full":  # lm_head (or the tied embedding) trains: keeps its input
         totals["lm_head.input"] = 2 * h if amp else a * h
-    if spec.family == "gemma2":
+    if fam.final_logit_softcap:
         totals["logits.softcap_tanh"] = a * v
     totals["loss.log_softmax_fp32"] = FP32 * v
     totals["loss.targets"] = INT64
 
-    copies = 0
+    copies = 0.0
     if amp:
         # bf16 copies of every linear weight, lm_head included. With checkpointing the layers run
         # under no_grad in forward, so only lm_head's copy is kept (the recomputed layer's own
         # copies are not counted separately).
         layers_w = 0 if stack.grad_checkpointing else arch.linear_weights_unscaled * arch.scale
         copies = 2 * (layers_w + v * h)
-
-    saved = {f"activations.{k}": int(round(val * tokens)) for k, val in totals.items()}
-    for k, val in fixed.items():
-        saved[f"activations.{k}"] = saved.get(f"activations.{k}", 0) + int(val)
-    if copies:
-        saved["activations.autocast_weight_copies"] = int(copies)
-    recompute = int(per_layer_max) if stack.grad_checkpointing else 0
-    # Backward of the loss: grad of log_softmax output and its input, both fp32 (b·s·vocab).
-    loss_transient = int(2 * FP32 * v * tokens)
-    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient)
+    return _Census(totals, fixed, copies, list(by_kind.values()))

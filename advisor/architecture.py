@@ -11,27 +11,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from advisor import families
 from advisor.modelspec import ModelSpec
 
 # Model types whose routed experts (3-D parameters) and router peft 0.21 wraps with LoRA
-# ParamWrappers under target_modules="all-linear" (peft's _MOE_TARGET_MODULE_MAPPING with
-# transformers 5's fused experts; observed: Mixtral and Qwen3-MoE yes, Qwen2-MoE no).
-EXPERT_LORA_FAMILIES = ("mixtral", "qwen3_moe")
+# ParamWrappers under target_modules="all-linear" (families.json expert_lora: peft's
+# _MOE_TARGET_MODULE_MAPPING with transformers 5's fused experts).
+EXPERT_LORA_FAMILIES = tuple(name for name, f in families.table().items() if f.expert_lora)
 
-# Attention implementations transformers 5 accepts per model class (its _supports_sdpa /
-# _supports_flash_attn flags): Gemma 2 has no SDPA (soft-capping), the multimodal Gemma 3
-# class no FlashAttention (bidirectional image-token mask). Everything else takes all three.
-ATTENTION_SUPPORT = {"gemma2": ("eager", "flash"), "gemma3": ("eager", "sdpa")}
-ALL_ATTENTION = ("flash", "sdpa", "eager")
+# Attention implementations transformers 5 accepts per model class (families.json attention: its
+# _supports_sdpa / _supports_flash_attn flags), for the families that do not take all three.
+ALL_ATTENTION = families.ALL_ATTENTION
+ATTENTION_SUPPORT = {name: f.attention for name, f in families.table().items() if f.attention != ALL_ATTENTION}
 
 
 def supported_attention(family: str) -> tuple[str, ...]:
-    return ATTENTION_SUPPORT.get(family, ALL_ATTENTION)
+    return families.traits(family).attention
 
 
 def default_attention(family: str) -> str:
     """What transformers picks when none is asked for: SDPA, else eager."""
-    return "sdpa" if "sdpa" in supported_attention(family) else "eager"
+    return families.traits(family).default_attention
 
 # Input streams a linear reads from; linears sharing a stream share one saved input tensor.
 ATTN_IN, ATTN_OUT, MLP_IN, MLP_ACT, SHARED_IN, SHARED_ACT = (
@@ -191,7 +191,7 @@ class Architecture:
         return [t.strip() for t in targets.split(",") if t.strip() and t.strip() not in known]
 
     def lora_wraps_experts(self, targets: str) -> bool:
-        return targets.strip() == "all-linear" and self.spec.family in EXPERT_LORA_FAMILIES and self.spec.is_moe
+        return targets.strip() == "all-linear" and families.traits(self.spec.family).expert_lora and self.spec.is_moe
 
     def expert_lora_params_per_layer(self, rank: int) -> int:
         """peft ParamWrapper on fused experts: gate_up A (2rE×h), B (2f×2rE); down A (rE×f),
@@ -202,14 +202,27 @@ class Architecture:
         return rank * e * (3 * h + 5 * fe) + rank * (h + e)
 
     def lora_params(self, rank: int, targets: str) -> int:
-        """A: in×r and B: r×out for every targeted linear (peft LoRA, no bias)."""
+        """Trainable adapter parameters: A (in×r) + B (r×out) for every targeted linear, the vision
+        tower's included (peft LoRA, no bias), plus peft's expert wrappers. The one adapter count."""
         key = ("lora_params", rank, targets)
-        if key in self._memo:
-            return self._memo[key]
-        total = sum(lin.count * rank * (lin.in_features + lin.out_features) for lin in self.lora_targeted(targets))
+        if key not in self._memo:
+            self._memo[key] = round(self._lora(rank, targets, vision=True, expert_share=1.0))
+        return self._memo[key]
+
+    def lora_params_per_token(self, rank: int, targets: str) -> float:
+        """Adapter weights one text token multiplies: no vision tower (text-only batches), and the
+        expert wrappers' share of the experts each token is routed to (FLOPs, not storage)."""
+        spec = self.spec
+        share = spec.num_experts_per_tok / spec.num_experts if spec.is_moe else 1.0
+        return self._lora(rank, targets, vision=False, expert_share=share)
+
+    def _lora(self, rank: int, targets: str, vision: bool, expert_share: float) -> float:
+        skip = set(map(id, self.vision_linears)) if not vision else set()
+        total: float = sum(lin.count * rank * (lin.in_features + lin.out_features)
+                           for lin in self.lora_targeted(targets) if id(lin) not in skip)
         if self.lora_wraps_experts(targets):
-            total += sum(1 for layer in self.layers if layer.moe) * self.expert_lora_params_per_layer(rank)
-        self._memo[key] = total
+            moe_layers = sum(1 for layer in self.layers if layer.moe)
+            total += moe_layers * self.expert_lora_params_per_layer(rank) * expert_share
         return total
 
 
@@ -217,8 +230,9 @@ def _layer_linears(spec: ModelSpec, layer: int) -> tuple[list[Linear], int, bool
     h, hd = spec.hidden_size, spec.head_dim
     q_out, kv_out = spec.num_attention_heads * hd, spec.num_key_value_heads * hd
     bias = spec.attention_bias
+    fam = families.traits(spec.family)
     lins: list[Linear] = []
-    if spec.family == "phi3":
+    if fam.fused_qkv:
         lins.append(Linear("qkv_proj", h, q_out + 2 * kv_out, bias, stream=ATTN_IN))
     else:
         lins += [
@@ -226,7 +240,7 @@ def _layer_linears(spec: ModelSpec, layer: int) -> tuple[list[Linear], int, bool
             Linear("k_proj", h, kv_out, bias, stream=ATTN_IN),
             Linear("v_proj", h, kv_out, bias, stream=ATTN_IN),
         ]
-    lins.append(Linear("o_proj", q_out, h, False, stream=ATTN_OUT))
+    lins.append(Linear("o_proj", q_out, h, bias and fam.attention_bias.o_proj, stream=ATTN_OUT))
 
     other = 0
     moe = spec.is_moe_layer(layer)
@@ -249,7 +263,7 @@ def _layer_linears(spec: ModelSpec, layer: int) -> tuple[list[Linear], int, bool
             ]
     else:
         f = spec.intermediate_size
-        if spec.family == "phi3":
+        if fam.fused_gate_up:
             lins.append(Linear("gate_up_proj", h, 2 * f, False, stream=MLP_IN))
         else:
             lins += [Linear("gate_proj", h, f, False, stream=MLP_IN), Linear("up_proj", h, f, False, stream=MLP_IN)]

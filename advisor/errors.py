@@ -15,3 +15,21 @@ class BadInput(AdvisorError, ValueError):
     """Input that cannot be used: names the field and the accepted values (exit 2)."""
 
     exit_code = 2
+
+
+def validation_message(exc) -> str:
+    """One sentence from a pydantic ValidationError: the field and what it accepts."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    err = errors[0]
+    ctx = err.get("ctx") or {}
+    if isinstance(ctx.get("error"), Exception) and str(ctx["error"]).startswith("--"):
+        return str(ctx["error"])  # our validators already name the option
+    field = ".".join(str(p) for p in err.get("loc", ())) or "input"
+    msg = err.get("msg", "invalid value")
+    if "expected" in ctx:
+        msg = f"expected {ctx['expected']}"
+    if isinstance(ctx.get("error"), Exception):
+        msg = str(ctx["error"])
+    return f"--{field.replace('_', '-')}: {msg} (got {err.get('input')!r})."

@@ -16,16 +16,17 @@ keeps fp32 master weights and Adam states (ZeRO paper, Rajbhandari et al. 2020, 
 from __future__ import annotations
 
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
+from advisor import families
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Candidate
+from pricing.files import atomic_write
 
 
 class LaunchWarning(UserWarning):
@@ -33,21 +34,8 @@ class LaunchWarning(UserWarning):
 
 
 # config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's
-# *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0).
-DECODER_LAYERS: dict[str, str] = {
-    "llama": "LlamaDecoderLayer",
-    "mistral": "MistralDecoderLayer",
-    "mixtral": "MixtralDecoderLayer",
-    "qwen2": "Qwen2DecoderLayer",
-    "qwen2_moe": "Qwen2MoeDecoderLayer",
-    "qwen3": "Qwen3DecoderLayer",
-    "qwen3_moe": "Qwen3MoeDecoderLayer",
-    "gemma": "GemmaDecoderLayer",
-    "gemma2": "Gemma2DecoderLayer",
-    "gemma3": "Gemma3DecoderLayer",
-    "gemma3_text": "Gemma3DecoderLayer",
-    "phi3": "Phi3DecoderLayer",
-}
+# *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0; families.json decoder_layer_class).
+DECODER_LAYERS: dict[str, str] = families.decoder_layers()
 
 # The 1.15.0 wizard's neutral values; launch ignores these keys (reference §2), we keep them for parity.
 _COMMON_KEYS = {
@@ -209,14 +197,14 @@ def training_args(
     if dist == "MULTI_GPU":
         training["ddp_find_unused_parameters"] = False
     lora = None
-    if c.method in ("lora", "qlora"):
-        rank = c.lora_rank or 16
-        targets = str(opts.get("lora_targets") or "all-linear")
+    st = c.stack
+    if st.method in ("lora", "qlora"):
+        targets = st.lora_targets.strip()
         lora = {
             "task_type": "CAUSAL_LM",
-            "r": rank,
-            "lora_alpha": int(opts.get("lora_alpha") or 2 * rank),
-            "lora_dropout": float(opts.get("lora_dropout", 0.05)),
+            "r": st.lora_rank,
+            "lora_alpha": st.lora_alpha,
+            "lora_dropout": st.lora_dropout,
             "target_modules": targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
             "bias": "none",
         }
@@ -226,7 +214,7 @@ def training_args(
         quant = {
             "load_in_4bit": True,
             "bnb_4bit_quant_type": "nf4",
-            "bnb_4bit_use_double_quant": bool(opts.get("double_quant", True)),
+            "bnb_4bit_use_double_quant": st.double_quant,
             "bnb_4bit_compute_dtype": compute,
         }
         if c.sharding in ("fsdp", "zero3"):
@@ -250,7 +238,7 @@ def training_args(
             "family": model.family,
             "dtype": dtype,
             "attn_implementation": ATTN_NAMES[c.attention],
-            "adapter_dtype": str(opts.get("adapter_dtype") or "fp32"),
+            "adapter_dtype": st.adapter_dtype,
         },
         "data": {"path": dataset, "max_seq_length": c.seq_len, "packing": True},
         "training": training,
@@ -370,16 +358,7 @@ def write_bundle(files: Mapping[str, str], out_dir: str | os.PathLike, force: bo
         raise BadInput(f"--out: folder {out} exists and is not empty; pass --force to overwrite its bundle files.")
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        target = out / name
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o755 if name.endswith((".sh", ".py")) else 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(out / name, text, mode=0o755 if name.endswith((".sh", ".py")) else 0o644)
     return out
 
 

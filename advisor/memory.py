@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.activations import ActivationEstimate, act_bytes, adapter_bytes, describe, estimate_activations
-from advisor.architecture import Architecture, build, default_attention, supported_attention
+from advisor.architecture import Architecture, default_attention, supported_attention
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
-from advisor.results import Breakdown, Component, FitCheck, MemoryEstimate, ModelInfo
+from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
 
 GiB = 2**30
@@ -187,15 +187,8 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     return _States(weights, gradients, optimizer, cpu)
 
 
-def _resolve(model: ModelSpec | str) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    from advisor.models import load_model
-
-    return load_model(model)
-
-
-def _check(arch: Architecture, stack: Stack) -> None:
+def check(arch: Architecture, stack: Stack) -> None:
+    """Refuse a stack the model cannot run: an attention kernel transformers lacks for it, LoRA targets it has not."""
     allowed = supported_attention(arch.spec.family)
     if stack.attention not in allowed:
         raise BadInput(
@@ -213,6 +206,7 @@ def _check(arch: Architecture, stack: Stack) -> None:
             raise BadInput("--lora-targets: selects no linear module; use all-linear or module names.")
 
 
+
 def estimate_memory(
     model: ModelSpec | str,
     stack: Stack | None = None,
@@ -220,26 +214,41 @@ def estimate_memory(
     gpu: str | None = None,
     headroom: float = 0.10,
 ) -> MemoryEstimate:
-    """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU)."""
-    spec = _resolve(model)
-    stack = stack or Stack(attention=default_attention(spec.family))
-    shape = shape or Shape()
-    arch = build(spec)
-    _check(arch, stack)
-    est = _estimate(arch, stack, shape)
-    if gpu:
-        est.fit = fit_check(arch, stack, shape, gpu, headroom, est)
-        from pricing.gpus import get_gpu
+    """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU);
+    with `gpu`, the fit on that card (advisor.fit). A fresh copy: callers may change it."""
+    from advisor.engine import Engine
 
-        card = get_gpu(gpu)
-        if "bf16" in stack.precision and not card.supports_bf16:
-            est.warnings.append(f"{card.name} has no native bf16 (emulated, slow): use --precision fp16 or amp-fp16.")
-        if stack.attention == "flash" and not card.supports_flash_attention:
-            est.warnings.append(f"FlashAttention-2 does not run on {card.name}: use --attention sdpa.")
+    engine = Engine.of(model)
+    stack = stack or Stack(attention=default_attention(engine.spec.family))
+    est = engine.memory(stack, shape or Shape()).model_copy(deep=True)
+    if gpu:
+        from advisor.fit import fit_check
+
+        est.fit, warnings = fit_check(engine, stack, est.shape, gpu, headroom, est)
+        est.warnings += warnings
     return est
 
 
-def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
+def fit_micro_batch(
+    model: ModelSpec | str,
+    stack: Stack,
+    seq_len: int,
+    usable_bytes: int,
+    headroom: float = 0.10,
+    max_micro_batch: int = 64,
+) -> tuple[int, MemoryEstimate]:
+    """Largest micro-batch whose device total fits in usable×(1−headroom), and its estimate
+    (0 and the micro-batch-1 estimate when none fits). See Engine.max_micro_batch."""
+    from advisor.engine import Engine
+
+    engine = Engine.of(model)
+    limit = int(usable_bytes * (1 - headroom))
+    mb = engine.max_micro_batch(stack, seq_len, limit, cap=max_micro_batch)
+    return mb, engine.memory(stack, Shape(micro_batch=max(mb, 1), seq_len=seq_len))
+
+
+def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
+    """Every memory component of `stack` at `shape`, the peak phase, and what nvidia-smi would show."""
     spec = arch.spec
     states = _model_states(arch, stack)
     acts: ActivationEstimate = estimate_activations(arch, stack, shape)
@@ -381,139 +390,3 @@ def _estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     )
 
 
-def _limit(usable: int, headroom: float) -> int:
-    return int(usable * (1 - headroom))
-
-
-def fit_micro_batch(
-    model: ModelSpec | str,
-    stack: Stack,
-    seq_len: int,
-    usable_bytes: int,
-    headroom: float = 0.10,
-    max_micro_batch: int = 64,
-) -> tuple[int, MemoryEstimate]:
-    """Largest micro-batch whose device total fits in usable×(1−headroom); (0, mb=1 estimate) if none."""
-    spec = _resolve(model)
-    arch = build(spec)
-    _check(arch, stack)
-    limit = _limit(usable_bytes, headroom)
-    one = _estimate(arch, stack, Shape(micro_batch=1, seq_len=seq_len))
-    if one.device_total > limit:
-        return 0, one
-    lo, hi, best = 1, max_micro_batch, one
-    while lo < hi:  # memory grows monotonically with the micro-batch
-        mid = (lo + hi + 1) // 2
-        est = _estimate(arch, stack, Shape(micro_batch=mid, seq_len=seq_len))
-        if est.device_total <= limit:
-            lo, best = mid, est
-        else:
-            hi = mid - 1
-    return lo, best
-
-
-def _max_seq_len(arch: Architecture, stack: Stack, micro_batch: int, limit: int) -> int:
-    cap = max(arch.spec.max_position_embeddings, 1)
-    if _estimate(arch, stack, Shape(micro_batch=micro_batch, seq_len=1)).device_total > limit:
-        return 0
-    lo, hi = 1, cap
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if _estimate(arch, stack, Shape(micro_batch=micro_batch, seq_len=mid)).device_total <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def fit_check(arch: Architecture, stack: Stack, shape: Shape, gpu_name: str, headroom: float, est: MemoryEstimate) -> FitCheck:
-    from pricing.gpus import get_gpu
-
-    if not 0 <= headroom < 1:
-        raise BadInput("--headroom: must be a fraction in [0, 1), e.g. 0.1.")
-    gpu = get_gpu(gpu_name)
-    usable = gpu.usable_bytes
-    limit = _limit(usable, headroom)
-    mb, _ = fit_micro_batch(arch.spec, stack, shape.seq_len, usable, headroom, max_micro_batch=1024)
-    fits = est.device_total <= limit
-    return FitCheck(
-        gpu=gpu.name,
-        usable_bytes=usable,
-        headroom_fraction=headroom,
-        fits=fits,
-        free_bytes=usable - est.device_total,
-        max_micro_batch=mb,
-        max_seq_len=_max_seq_len(arch, stack, shape.micro_batch, limit),
-        suggestions=[] if fits else fit_suggestions(arch, stack, shape, gpu, limit, max_micro_batch=mb),
-    )
-
-
-def fit_suggestions(arch: Architecture, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4,
-                    max_micro_batch: int = 1) -> list[str]:
-    """Single changes, least disruptive first (same model quality before cheaper compute), that bring
-    the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need. When none is
-    enough, one combination of memory savers, pruned to the changes it needs."""
-    Change = tuple[str, dict, dict]  # label, Stack fields, Shape fields
-
-    def need(changes: list[Change]) -> int | None:
-        st, sh = stack.model_dump(), shape.model_dump()
-        for _, stack_update, shape_update in changes:
-            st.update(stack_update)
-            sh.update(shape_update)
-        try:  # validated: a change that makes an impossible stack (QLoRA in fp32) is skipped
-            return _estimate(arch, Stack(**st), Shape(**sh)).device_total
-        except ValueError:
-            return None
-
-    def text(changes: list[Change], total: int) -> str:
-        return f"{' '.join(label for label, _, _ in changes)}: {total / 1e9:.1f} GB per GPU"
-
-    allowed = supported_attention(arch.spec.family)
-    singles: list[Change] = []
-    if not stack.grad_checkpointing:
-        singles.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
-    if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:
-        singles.append(("--attention flash", {"attention": "flash"}, {}))
-    if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
-        singles.append(("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}))
-    if shape.micro_batch > 1:
-        mb = max(1, min(max_micro_batch, shape.micro_batch - 1))  # the largest that fits, if any
-        singles.append((f"--batch-size {mb} (raise gradient accumulation instead)", {}, {"micro_batch": mb}))
-    for n in (2, 4, 8):
-        if stack.gpus < n:
-            singles.append((f"--gpus {n} --sharding fsdp (per-GPU share)", {"gpus": n, "sharding": "fsdp"}, {}))
-    if stack.method == "full":
-        singles.append(("--method lora", {"method": "lora"}, {}))
-    if stack.method in ("full", "lora"):
-        singles.append(("--method qlora", {"method": "qlora"}, {}))
-    if stack.method == "full" and (not stack.grad_checkpointing or stack.optimizer != "adamw-8bit"):
-        singles.append(("--grad-checkpointing --optimizer adamw-8bit",
-                        {"grad_checkpointing": True, "optimizer": "adamw-8bit"}, {}))
-    out = []
-    for change in singles:
-        total = need([change])
-        if total is not None and total <= limit:
-            out.append(text([change], total))
-        if len(out) == most:
-            break
-    if out:
-        return out
-    # No single change is enough: combine the memory savers one after another (same GPU count),
-    # then drop any the combination does not need.
-    steps: list[Change] = [("--grad-checkpointing", {"grad_checkpointing": True}, {}),
-                           ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}),
-                           ("--batch-size 1", {}, {"micro_batch": 1}),
-                           ("--method lora", {"method": "lora"}, {}),
-                           ("--method qlora", {"method": "qlora"}, {})]
-    chosen: list[Change] = []
-    for step in steps:
-        chosen.append(step)
-        total = need(chosen)
-        if total is not None and total <= limit:
-            for item in list(chosen):
-                rest = [c for c in chosen if c is not item]
-                t = need(rest)
-                if t is not None and t <= limit:
-                    chosen, total = rest, t
-            return [text(chosen, total)]
-    return [f"nothing on one {gpu.name} at this sequence length; try --seq-len, more GPUs, or a larger card"]

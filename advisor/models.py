@@ -20,60 +20,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from advisor import families
 from advisor.errors import BadInput
 from advisor.modelspec import SUPPORTED_FAMILIES, ModelSpec, VisionSpec
+from pricing.files import atomic_write, cache_dir
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "models.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEFAULT_ENDPOINT = "https://huggingface.co"  # $HF_ENDPOINT overrides it, as in huggingface_hub
 HUB_TIMEOUT_S = 10
 
-# transformers' config-class defaults for keys absent from config.json. None means derived:
-# num_key_value_heads = num_attention_heads, head_dim = hidden_size // num_attention_heads
-# (also what an explicit null in config.json gives).
-_BASE = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-             num_attention_heads=32, num_key_value_heads=None, head_dim=None, max_position_embeddings=2048,
-             tie_word_embeddings=False, attention_bias=False, sliding_window=None)
-FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": _BASE,
-    "mistral": {**_BASE, "intermediate_size": 14336, "num_key_value_heads": 8,
-                "max_position_embeddings": 131072, "sliding_window": 4096},
-    "mixtral": {**_BASE, "intermediate_size": 14336, "num_key_value_heads": 8,
-                "max_position_embeddings": 131072, "num_local_experts": 8, "num_experts_per_tok": 2},
-    "qwen2": {**_BASE, "vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
-              "max_position_embeddings": 32768,
-              "use_sliding_window": False, "sliding_window": 4096},
-    "qwen2_moe": {**_BASE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632,
-                  "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
-                  "max_position_embeddings": 32768,
-                  "use_sliding_window": False, "sliding_window": 4096, "qkv_bias": True, "num_experts": 60,
-                  "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
-                  "shared_expert_intermediate_size": 5632, "decoder_sparse_step": 1, "mlp_only_layers": []},
-    "qwen3": {**_BASE, "vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32, "head_dim": 128,
-              "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096},
-    "qwen3_moe": {**_BASE, "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144,
-                  "num_hidden_layers": 24, "num_key_value_heads": 4, "max_position_embeddings": 32768,
-                  "use_sliding_window": False, "sliding_window": 4096, "num_experts": 128,
-                  "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
-                  "mlp_only_layers": []},
-    "gemma": {**_BASE, "vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576,
-              "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
-              "max_position_embeddings": 8192, "tie_word_embeddings": True},
-    "gemma2": {**_BASE, "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
-               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-               "max_position_embeddings": 8192, "tie_word_embeddings": True, "sliding_window": 4096},
-    "gemma3_text": {**_BASE, "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
-                    "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-                    "head_dim": 256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
-                    "sliding_window": 4096},
-    "phi3": {**_BASE, "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
-             "max_position_embeddings": 4096},
-}
-# SiglipVisionConfig defaults (the tower Gemma 3 uses) and Gemma3Config's own.
-SIGLIP_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                       image_size=224, patch_size=16, num_channels=3)
-QK_NORM_FAMILIES = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
-FOUR_NORM_FAMILIES = {"gemma2", "gemma3", "gemma3_text"}  # pre/post attention and feed-forward norms
+# transformers' config-class defaults for keys absent from config.json, per flat model_type
+# (advisor/data/families.json). None means derived: num_key_value_heads = num_attention_heads,
+# head_dim = hidden_size // num_attention_heads (also what an explicit null in config.json gives).
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = families.family_defaults()
+# SiglipVisionConfig defaults (the tower Gemma 3 uses).
+SIGLIP_DEFAULTS: dict[str, Any] = next(
+    dict(f.vision_config.defaults) for f in families.table().values() if f.vision_config is not None)
 
 
 # ----------------------------------------------------------------------------- catalog
@@ -162,24 +125,27 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list[str] | tuple = ()) -> ModelSpec:
-    """Turn a config.json dict (any supported family) into a ModelSpec."""
+    """Turn a config.json dict (any supported family, Hub or transformers-5 key names) into a ModelSpec."""
     family = cfg.get("model_type")
-    if family not in SUPPORTED_FAMILIES:
+    fam = families.get(family) if isinstance(family, str) else None
+    if fam is None:
         raise BadInput(f"model_type: '{family}' in {source} is not supported; supported families: "
                        f"{', '.join(SUPPORTED_FAMILIES)}.")
-    if family == "gemma3":
+    cfg = fam.normalise(cfg)
+    if fam.text_config is not None:  # a multimodal wrapper: the text model's facts sit in text_config
         text = dict(cfg.get("text_config") or {})
-        text["model_type"] = "gemma3_text"
+        text["model_type"] = fam.text_config
         fields = _text_fields(text)
-        fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", text.get("tie_word_embeddings", True)))
-        fields["vision"] = _vision_spec(cfg)
-        dtype = cfg.get("torch_dtype") or cfg.get("dtype") or text.get("torch_dtype") or text.get("dtype")
+        tie = cfg.get("tie_word_embeddings")  # the wrapper's own value decides; text_config's is ignored
+        fields["tie_word_embeddings"] = bool(fam.defaults["tie_word_embeddings"] if tie is None else tie)
+        fields["vision"] = _vision_spec(cfg, fam)
+        dtype = _dtype(cfg) or _dtype(text)
     else:
         fields = _text_fields(cfg)
-        dtype = cfg.get("torch_dtype") or cfg.get("dtype")
+        dtype = _dtype(cfg)
     fields["family"] = family
-    fields["qk_norm"] = family in QK_NORM_FAMILIES
-    fields["norms_per_layer"] = 4 if family in FOUR_NORM_FAMILIES else 2
+    fields["qk_norm"] = fam.qk_norm
+    fields["norms_per_layer"] = fam.norms_per_layer
     if dtype:
         fields["torch_dtype"] = str(dtype)
     try:
@@ -188,9 +154,15 @@ def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list
         raise BadInput(f"model: config from {source} is invalid: {str(exc).splitlines()[0]}") from None
 
 
+def _dtype(cfg: dict[str, Any]) -> Any:
+    """The weights' dtype: transformers 5's `dtype`, else the Hub's older `torch_dtype`."""
+    return next((cfg[k] for k in families.dtype_keys() if cfg.get(k)), None)
+
+
 def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
-    family = cfg["model_type"]
-    d = FAMILY_DEFAULTS[family]
+    fam = families.traits(cfg["model_type"])
+    cfg = fam.normalise(cfg)
+    d = fam.defaults
 
     def get(key: str) -> Any:
         value = cfg.get(key, d.get(key))
@@ -217,41 +189,38 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     if heads % out["num_key_value_heads"]:
         raise BadInput(f"model: config.json num_key_value_heads ({out['num_key_value_heads']}) must divide "
                        f"num_attention_heads ({heads}).")
-    # q/k/v biases: hard-wired on in Qwen2, a `qkv_bias` switch in Qwen2-MoE, `attention_bias` elsewhere.
-    if family == "qwen2":
-        out["attention_bias"] = True
-    elif family == "qwen2_moe":
-        out["attention_bias"] = bool(get("qkv_bias"))
-    else:
-        out["attention_bias"] = bool(get("attention_bias"))
+    # q/k/v biases: a config switch (attention_bias, Qwen2-MoE's qkv_bias) or hard-wired in the modeling code.
+    rule = fam.attention_bias
+    out["attention_bias"] = bool(get(rule.key)) if rule.key else rule.fixed
     sliding = get("sliding_window")
-    if "use_sliding_window" in d and not get("use_sliding_window"):
+    if fam.sliding_window_switch and not get(fam.sliding_window_switch):
         sliding = None
     out["sliding_window"] = int(sliding) if sliding else None
-    if family == "mixtral":
-        out.update(num_experts=int(get("num_local_experts")), num_experts_per_tok=int(get("num_experts_per_tok")),
-                   moe_intermediate_size=out["intermediate_size"])
-    elif family in ("qwen2_moe", "qwen3_moe"):
-        out.update(num_experts=int(get("num_experts")), num_experts_per_tok=int(get("num_experts_per_tok")),
-                   moe_intermediate_size=int(get("moe_intermediate_size")),
-                   decoder_sparse_step=int(get("decoder_sparse_step")),
-                   mlp_only_layers=[int(i) for i in get("mlp_only_layers") or []])
-        if family == "qwen2_moe":
-            out["shared_expert_intermediate_size"] = int(get("shared_expert_intermediate_size"))
+    if fam.moe:
+        try:
+            for spec_field, key in fam.moe.items():
+                value = get(key)
+                out[spec_field] = [int(i) for i in value or []] if spec_field == "mlp_only_layers" else int(value)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"model: config.json has a missing or non-numeric expert setting ({exc}).") from None
     return out
 
 
-def _vision_spec(cfg: dict[str, Any]) -> VisionSpec:
-    vision = cfg.get("vision_config") or {}
-    values = {k: vision.get(k) if vision.get(k) is not None else v for k, v in SIGLIP_DEFAULTS.items()}
-    return VisionSpec(**values, mm_tokens_per_image=int(cfg.get("mm_tokens_per_image") or 256))
+def _vision_spec(cfg: dict[str, Any], fam: families.Family) -> VisionSpec:
+    sub = fam.vision_config
+    vision = sub.normalise(cfg.get("vision_config") or {})
+    values = {k: vision.get(k) if vision.get(k) is not None else v for k, v in sub.defaults.items()}
+    tokens = cfg.get("mm_tokens_per_image") or fam.defaults["mm_tokens_per_image"]
+    return VisionSpec(**values, mm_tokens_per_image=int(tokens))
 
 
 def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
-    """The config.json dict transformers builds this architecture from (inverse of from_hf_config)."""
-    family = spec.family
+    """The config.json dict transformers builds this architecture from (inverse of from_hf_config),
+    in the key names Hub config.json files use (transformers 5 reads them and their aliases)."""
+    fam = families.traits(spec.family)
+    text_fam = families.traits(fam.text_config) if fam.text_config else fam
     text: dict[str, Any] = {
-        "model_type": "gemma3_text" if family == "gemma3" else family,
+        "model_type": text_fam.model_type,
         "vocab_size": spec.vocab_size,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
@@ -262,49 +231,32 @@ def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
         "max_position_embeddings": spec.max_position_embeddings,
         "tie_word_embeddings": spec.tie_word_embeddings,
     }
-    if family == "qwen2_moe":
-        text["qkv_bias"] = spec.attention_bias
-    elif family != "qwen2":
-        text["attention_bias"] = spec.attention_bias
-    if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
-        text["use_sliding_window"] = spec.sliding_window is not None
+    if text_fam.attention_bias.key:
+        text[text_fam.attention_bias.key] = spec.attention_bias
+    if text_fam.sliding_window_switch:
+        text[text_fam.sliding_window_switch] = spec.sliding_window is not None
         if spec.sliding_window is not None:
             text["sliding_window"] = spec.sliding_window
     else:
         text["sliding_window"] = spec.sliding_window
-    if family == "mixtral":
-        text.update(num_local_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
-                    intermediate_size=spec.moe_intermediate_size or spec.intermediate_size)
-    elif family in ("qwen2_moe", "qwen3_moe"):
-        text.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
-                    moe_intermediate_size=spec.moe_intermediate_size, decoder_sparse_step=spec.decoder_sparse_step,
-                    mlp_only_layers=list(spec.mlp_only_layers))
-        if family == "qwen2_moe":
-            text["shared_expert_intermediate_size"] = spec.shared_expert_intermediate_size
-    if family != "gemma3":
+    for spec_field, key in (text_fam.moe or {}).items():
+        value = getattr(spec, spec_field)
+        if spec_field == "mlp_only_layers":
+            value = list(value)
+        elif key in text:  # an expert size that is the dense size's key (Mixtral's intermediate_size)
+            value = value or text[key]
+        text[key] = value
+    if fam.vision_config is None:
         return {**text, "torch_dtype": spec.torch_dtype}
-    v = spec.vision or VisionSpec(**SIGLIP_DEFAULTS)
-    vision = {
-        "model_type": "siglip_vision_model", "hidden_size": v.hidden_size, "intermediate_size": v.intermediate_size,
-        "num_hidden_layers": v.num_hidden_layers, "num_attention_heads": v.num_attention_heads,
-        "image_size": v.image_size, "patch_size": v.patch_size, "num_channels": v.num_channels,
-        "vision_use_head": False,  # Gemma 3 uses the patch embeddings, not SigLIP's pooling head
-    }
+    sub = fam.vision_config
+    v = spec.vision or VisionSpec(**sub.defaults)
+    vision = {"model_type": sub.model_type, **{k: getattr(v, k) for k in sub.defaults}, **sub.written}
     tie = text.pop("tie_word_embeddings")
-    return {"model_type": "gemma3", "text_config": text, "vision_config": vision,
+    return {"model_type": fam.model_type, "text_config": text, "vision_config": vision,
             "mm_tokens_per_image": v.mm_tokens_per_image, "tie_word_embeddings": tie, "torch_dtype": spec.torch_dtype}
 
 
 # ----------------------------------------------------------------------------- Hub fetch
-
-def cache_dir() -> Path:
-    """The user cache: $GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor."""
-    explicit = os.environ.get("GPU_ADVISOR_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "gpu-advisor"
-
 
 def _truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
@@ -333,7 +285,7 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         raise BadInput(f"model: cannot get config.json for '{repo_id}' from the Hugging Face Hub "
                        f"({_hub_reason(exc)}); pass a local path to its config.json or a catalog name "
                        f"(`gpu-advisor models` lists them); did you mean: {', '.join(close_names(repo_id))}?") from None
-    _write_atomic(cached, raw)
+    atomic_write(cached, raw)
     return data
 
 
@@ -377,18 +329,6 @@ def _hub_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[:120]}"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 # ----------------------------------------------------------------------------- --params mode
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(e[+-]?\d+)?\s*([kmbt]?)\s*$", re.IGNORECASE)
@@ -421,7 +361,7 @@ def synthetic_spec(params: int) -> ModelSpec:
     inter = max(128, 128 * round(3.5 * hidden / 128))
     heads = hidden // 128
     return ModelSpec(
-        name=f"{human_count(params)}-param model", family="llama",
+        name=f"{human_count(params)}-param model", family=families.synthetic_family(),
         source="--params (synthetic Llama-shaped architecture)",
         vocab_size=32000, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=heads, head_dim=128, max_position_embeddings=4096,

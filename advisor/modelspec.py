@@ -8,21 +8,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# model_type values whose architecture the estimator knows (config.json "model_type").
-SUPPORTED_FAMILIES = (
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "qwen2_moe",
-    "qwen3",
-    "qwen3_moe",
-    "gemma",
-    "gemma2",
-    "gemma3",
-    "gemma3_text",
-    "phi3",
-)
+from advisor import families
+
+# model_type values whose architecture the estimator knows (config.json "model_type"), in the
+# order of advisor/data/families.json.
+SUPPORTED_FAMILIES: tuple[str, ...] = families.names()
 
 
 class VisionSpec(BaseModel):
@@ -59,9 +49,9 @@ class ModelSpec(BaseModel):
     head_dim: int
     max_position_embeddings: int
     tie_word_embeddings: bool = False
-    attention_bias: bool = False  # q/k/v biases (Qwen2 always has them)
-    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma 3)
-    norms_per_layer: int = 2  # Gemma 2/3 have four (pre/post attention and feed-forward)
+    attention_bias: bool = False  # q/k/v biases (families.json attention_bias rule)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (families.json qk_norm)
+    norms_per_layer: int = 2  # RMSNorms per decoder layer (families.json norms_per_layer)
     sliding_window: int | None = None
 
     # Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE). num_experts == 0 means dense.

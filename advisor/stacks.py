@@ -18,6 +18,7 @@ Attention = Literal["flash", "sdpa", "eager"]
 Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Offload = Literal["none", "optimizer", "params", "both"]
 AdapterDtype = Literal["fp32", "bf16"]
+Loss = Literal["standard", "chunked"]
 
 METHODS: tuple[str, ...] = Method.__args__
 PRECISIONS: tuple[str, ...] = Precision.__args__
@@ -25,6 +26,7 @@ OPTIMIZERS: tuple[str, ...] = Optimizer.__args__
 ATTENTIONS: tuple[str, ...] = Attention.__args__
 SHARDINGS: tuple[str, ...] = Sharding.__args__
 OFFLOADS: tuple[str, ...] = Offload.__args__
+LOSSES: tuple[str, ...] = Loss.__args__
 
 
 class StackError(ValueError):
@@ -40,7 +42,7 @@ class Stack(BaseModel):
 
     method: Method = "full"
     lora_rank: int = Field(16, gt=0)
-    lora_alpha: int = Field(32, gt=0)
+    lora_alpha: int = Field(32, gt=0, description="default: 2 × lora_rank")
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
     lora_targets: str = "all-linear"  # or comma list of module names: "q_proj,v_proj"
     adapter_dtype: AdapterDtype = "fp32"  # peft >= 0.12 upcasts adapters to fp32 by default
@@ -55,6 +57,23 @@ class Stack(BaseModel):
     gpus: int = Field(1, gt=0)  # total data-parallel ranks (all nodes)
     sharding: Sharding = "none"
     offload: Offload = "none"
+    # Techniques a Hugging Face user switches on (issue 12): Liger Kernel (TrainingArguments
+    # use_liger_kernel: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE), a chunked
+    # cross-entropy without the other kernels, torch.compile, peft DoRA, and modules trained fully
+    # beside the adapters (peft modules_to_save, e.g. "embed_tokens,lm_head").
+    liger: bool = False
+    loss: Loss = "standard"
+    compile: bool = False
+    dora: bool = False
+    modules_to_save: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _alpha_follows_rank(cls, data):
+        """An absent (or null) lora_alpha is 2 × lora_rank, the scaling the CLI and launch bundles use."""
+        if isinstance(data, dict) and data.get("lora_alpha") is None:
+            data = {**data, "lora_alpha": 2 * int(data.get("lora_rank") or 16)}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "Stack":
@@ -72,6 +91,12 @@ class Stack(BaseModel):
             # Legal (FSDP on one GPU is used for CPU offload) -- nothing to shard, no error.
             pass
         return self
+
+    @property
+    def key(self) -> tuple:
+        """The field values as a tuple: a cheap dictionary key for the engine's caches (computed each
+        time: a cached value would survive `model_copy(update=...)` and name the wrong stack)."""
+        return tuple(self.__dict__.values())  # pydantic keeps exactly the fields there, in order
 
     @property
     def trainable_base(self) -> bool:
@@ -105,6 +130,10 @@ class Stack(BaseModel):
             parts.append(f"offload-{self.offload}")
         return " · ".join(parts)
 
+    def cli_args(self) -> list[str]:
+        """The `gpu-advisor estimate` / `plan` options that reproduce this stack exactly."""
+        return _cli_args(self)
+
 
 class Shape(BaseModel):
     """Per-GPU micro-batch (sequences) and sequence length (tokens)."""
@@ -122,3 +151,26 @@ class Shape(BaseModel):
     @property
     def tokens(self) -> int:
         return self.micro_batch * self.seq_len
+
+    def cli_args(self) -> list[str]:
+        """The `gpu-advisor estimate` options that reproduce this shape exactly."""
+        return _cli_args(self)
+
+
+# field -> option where the CLI spells it differently; booleans become --flag / --no-flag pairs
+_OPTION_NAMES = {"bnb_saves_inputs": ("--bnb-legacy", "--no-bnb-legacy"), "micro_batch": "--batch-size",
+                 "padded": ("--padded", "--packed")}
+
+
+def _cli_args(model: BaseModel) -> list[str]:
+    out: list[str] = []
+    for name, value in model.__dict__.items():
+        if name not in type(model).model_fields or value is None or value == "":
+            continue
+        option = _OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
+        if isinstance(value, bool):
+            yes, no = option if isinstance(option, tuple) else (option, "--no-" + option[2:])
+            out.append(yes if value else no)
+        else:
+            out += [str(option), str(value)]
+    return out

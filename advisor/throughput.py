@@ -65,37 +65,35 @@ class Counts:
     window: int | None
 
 
-def counts(model: ModelSpec, stack: Stack) -> Counts:
-    """Linear-layer parameter counts from the config (dense and MoE decoders)."""
-    return _counts(model.model_dump_json(), stack.method, stack.lora_rank, stack.lora_targets)
+def counts(arch, stack: Stack) -> Counts:
+    """Linear-layer parameter counts from the memory estimate's module inventory (advisor.architecture;
+    a ModelSpec is built through its engine); the vision tower's matmuls are left out of the FLOPs
+    (text-only batches never run it) but its adapters are trainable, so they count in the optimizer's
+    traffic."""
+    if isinstance(arch, ModelSpec):
+        from advisor.engine import Engine
+
+        arch = Engine.of(arch).arch
+    key = ("counts", stack.method, stack.lora_rank, stack.lora_targets)
+    if key not in arch._memo:
+        arch._memo[key] = _counts(arch, stack)
+    return arch._memo[key]
 
 
-@lru_cache(maxsize=256)
-def _counts(model_json: str, method: str, rank: int, targets: str) -> Counts:
-    """From the same module inventory the memory estimate uses (advisor.architecture); the
-    vision tower is left out: text-only batches never run it."""
-    from advisor.architecture import build
-
-    m = ModelSpec.model_validate_json(model_json)
-    arch = build(m)
+def _counts(arch, stack: Stack) -> Counts:
+    m = arch.spec
     k = m.num_experts_per_tok / m.num_experts if m.is_moe else 1.0
     linear_total = matmul_active = 0.0
-    adapters_total = adapters_active = 0.0
-    targeted = {id(lin) for lin in arch.lora_targeted(targets)} if method != "full" else set()
     for layer in arch.layers:
         for lin in layer.linears:
             linear_total += lin.weight_params
             matmul_active += lin.weight_params * (k if lin.expert else 1.0)
-            if id(lin) in targeted:
-                adapters_total += lin.count * rank * (lin.in_features + lin.out_features)
         linear_total += layer.other_params  # MoE router, a matmul over every token
         matmul_active += layer.other_params
-    adapters_active = adapters_total
-    if method != "full" and arch.lora_wraps_experts(targets):
-        per_layer = arch.expert_lora_params_per_layer(rank)
-        moe_layers = sum(1 for layer in arch.layers if layer.moe)
-        adapters_total += moe_layers * per_layer
-        adapters_active += moe_layers * per_layer * k
+    adapters_total = adapters_active = 0.0
+    if stack.method != "full":
+        adapters_total = float(arch.lora_params(stack.lora_rank, stack.lora_targets))
+        adapters_active = float(arch.lora_params_per_token(stack.lora_rank, stack.lora_targets))
     matmul_active += m.vocab_size * m.hidden_size  # lm_head projection (tied or not, the matmul happens)
     scale = arch.scale  # --params mode: the synthetic shape stretched to the given size
     return Counts(m.num_hidden_layers, m.num_attention_heads * m.head_dim, matmul_active * scale,
@@ -179,6 +177,9 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
 
     comm = 0.0
     hideable = 0.0
+    net = 0.0
+    if nodes > 1:
+        net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
     if n > 1 and stack.sharding != "none":
         grad_bytes = trainable * (2 if stack.method == "full" else 4)  # LoRA adapters/grads in fp32
         weight_bytes = (c.layer_linear_total * 0.53 + (c.params_total - c.layer_linear_total) * 2
@@ -197,14 +198,15 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         if nodes > 1:
             # NCCL rings cross each node boundary once per direction, so across nodes the bus
             # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
-            net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
             link = min(link, net / 8)
         comm = volume / (link * 1e9 * t["collective_efficiency"])
     overlap = t["comm_overlap"].get(stack.sharding, 0.0)
     exposed = comm - min(overlap * comm, hideable)
 
     step = grad_accum * per_mb + optimizer + exposed + t["step_overhead_s"]
+    tokens_per_sec = tokens_mb * grad_accum * n / step
     return {
+        "tokens_per_sec": tokens_per_sec, "mfu": tokens_per_sec * model_fpt / (n * peak), "internode_gbps": net,
         "step_seconds": step, "compute_seconds": grad_accum * compute, "overhead_seconds": grad_accum * overhead,
         "dequant_seconds": grad_accum * dequant, "optimizer_seconds": optimizer,
         "step_overhead_seconds": t["step_overhead_s"], "comm_seconds": comm,
@@ -213,31 +215,21 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     }
 
 
-def _resolve(model: ModelSpec | str) -> ModelSpec:
-    if isinstance(model, ModelSpec):
-        return model
-    from advisor.models import load_model
-
-    return load_model(model)
-
-
-def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1,
-                        nodes: int = 1, gpus_per_node: int | None = None, mfu: float | None = None,
-                        network_gbps: float | None = None) -> Throughput:
-    """Tokens per second (total over `stack.gpus` GPUs) for one setup, with every term visible."""
+def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
+               network_gbps: float | None = None) -> Throughput:
+    """Tokens per second (total over `stack.gpus` GPUs on `nodes` nodes) at the shape's gradient
+    accumulation (1 when unknown), with every term visible."""
     from pricing.gpus import GPU, get_gpu
 
-    spec = _resolve(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     if mfu is not None and not 0 < mfu <= 1:
         from advisor.errors import BadInput
 
         raise BadInput(f"--mfu: must be a fraction in (0, 1], got {mfu}.")
-    c = counts(spec, stack)
-    r = step_time(c, stack, shape, g, grad_accum=grad_accum, nodes=nodes, gpus_per_node=gpus_per_node,
-                  mfu=mfu, network_gbps=network_gbps)
-    tps = r["tokens_per_step"] / r["step_seconds"]
-    achieved = tps * r["model_flops_per_token"] / (stack.gpus * r["peak_flops_per_gpu"])
+    grad_accum = shape.grad_accum or 1
+    gpn = max(1, stack.gpus // nodes)
+    r = step_time(c, stack, shape, g, grad_accum=grad_accum, nodes=nodes, gpus_per_node=gpn, mfu=mfu,
+                  network_gbps=network_gbps)
     t = table()
     assumptions: dict[str, str | int | float | bool] = {
         "gpu_class": gpu_class(g),
@@ -246,19 +238,32 @@ def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu,
         "peak_tflops_per_gpu": g.peak_tflops(stack.precision),
         "layer_overhead_s": t["layer_overhead_s"],
         "comm_overlap": t["comm_overlap"].get(stack.sharding, 0.0),
+        "grad_accum": grad_accum,
         "nodes": nodes,
         "flops": "Kaplan 2020 / PaLM app. B: 6N full, 4N LoRA, +2N recompute, +attention (causal)",
     }
     if nodes > 1:
-        gpn = gpus_per_node or max(1, stack.gpus // nodes)
-        assumptions["internode_gbps"] = network_gbps if network_gbps is not None else internode_gbps(g, gpn)
+        assumptions["internode_gbps"] = r["internode_gbps"]
     return Throughput(
-        tokens_per_sec=tps,
-        mfu=achieved,
+        tokens_per_sec=r["tokens_per_sec"],
+        mfu=r["mfu"],
         step_seconds=r["step_seconds"],
         flops_per_token=r["model_flops_per_token"],
+        grad_accum=grad_accum,
+        nodes=nodes,
         compute_seconds_per_step=r["compute_seconds"],
         comm_seconds_per_step=r["comm_exposed_seconds"],
         components={k: float(v) for k, v in r.items() if k.endswith("_seconds") or k.endswith("_per_token")},
         assumptions=assumptions,
     )
+
+
+def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu, *, grad_accum: int | None = None,
+                        nodes: int = 1, mfu: float | None = None, network_gbps: float | None = None) -> Throughput:
+    """Library entry point: tokens/s of `model` for one setup (see Engine.throughput).
+    `grad_accum`, when given, replaces the shape's."""
+    from advisor.engine import Engine
+
+    if grad_accum is not None:
+        shape = shape.model_copy(update={"grad_accum": grad_accum})
+    return Engine.of(model).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)

@@ -2,11 +2,11 @@
 
     python benchmarks/accuracy.py [--csv PATH] [--out benchmarks/results/accuracy.md]
 
-For every usable row of ../shared/calibration/measured_memory.csv: our estimate of the
+For every usable row of benchmarks/data/calibration/measured_memory.csv: our estimate of the
 same quantity the source measured (allocated -> peak_allocated, reserved -> peak_reserved,
 nvidia-smi -> device_total, unknown -> peak_reserved), the measured value and the signed
 error; fit-test rows check "fits / OOM" on the card. The same rows go through the other
-calculators' formulas (advisor.baselines). Excluded rows are listed with their reason.
+calculators' formulas (benchmarks/baselines.py). Excluded rows are listed with their reason.
 `main()` returns the summary dict (tests call it) and writes the tables as Markdown.
 """
 
@@ -17,14 +17,14 @@ import datetime as dt
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.baselines import BASELINES  # noqa: E402
+from benchmarks.baselines import BASELINES  # noqa: E402
+from pricing.files import atomic_write  # noqa: E402
 from benchmarks.calibration_rows import CONF_ORDER, MEASURED_CSV, CalibrationRow, load_rows  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -39,19 +39,15 @@ KIND_FIELD = {
 Estimator = Callable[..., Any]  # (spec, stack, shape) -> object with peak_allocated/_reserved/device_total
 
 
-def default_estimator() -> Estimator | None:
-    try:
-        from advisor.memory import estimate_memory
-    except ImportError:
-        return None
+def default_estimator() -> Estimator:
+    from advisor.memory import estimate_memory
+
     return estimate_memory
 
 
-def default_throughput() -> Callable[..., Any] | None:
-    try:
-        from advisor.throughput import estimate_throughput
-    except ImportError:
-        return None
+def default_throughput() -> Callable[..., Any]:
+    from advisor.throughput import estimate_throughput
+
     return estimate_throughput
 
 
@@ -351,15 +347,6 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- entry point
 
 def main(argv: list[str] | None = None, *, estimate: Estimator | None = None,
@@ -372,7 +359,7 @@ def main(argv: list[str] | None = None, *, estimate: Estimator | None = None,
     parser.add_argument("--quiet", action="store_true", help="do not print the tables")
     args = parser.parse_args(argv)
     if not args.csv.is_file():
-        print(f"error: --csv: no such file {args.csv} (the calibration data lives in ../shared/calibration)",
+        print(f"error: --csv: no such file {args.csv} (the calibration data lives in benchmarks/data/calibration)",
               file=sys.stderr)
         raise SystemExit(2)
     estimate = estimate or default_estimator()
@@ -380,12 +367,10 @@ def main(argv: list[str] | None = None, *, estimate: Estimator | None = None,
     summary = evaluate(load_rows(args.csv), estimate, throughput)
     today = dt.date.today().isoformat()
     text = render(summary, args.csv, today)
-    if estimate is None:
-        text = "**advisor.memory is not available: baselines only.**\n\n" + text
     if not args.quiet:
         print(text)
     if not args.no_write:
-        write_atomic(args.out, text)
+        atomic_write(args.out, text)
     summary["date"] = today
     summary["markdown"] = text
     return summary

@@ -1,6 +1,6 @@
 """Published peak-memory measurements as typed rows the estimator can be run on.
 
-Reads `../shared/calibration/measured_memory.csv` (see SOURCES.md beside it) and turns each
+Reads `benchmarks/data/calibration/measured_memory.csv` (see SOURCES.md and PROVENANCE.md beside it) and turns each
 row into a model (catalog ModelSpec, or one built from the model's published config), a
 `Stack`, a `Shape`, the measured bytes (unit converted per row) and the kind of number
 measured. Rows whose settings the estimator does not model are kept, marked `excluded`
@@ -19,7 +19,7 @@ from advisor.architecture import default_attention, supported_attention
 from advisor.stacks import Shape, Stack
 
 REPO = Path(__file__).resolve().parents[1]
-CALIBRATION_DIR = REPO / ".." / "shared" / "calibration"
+CALIBRATION_DIR = REPO / "benchmarks" / "data" / "calibration"
 MEASURED_CSV = CALIBRATION_DIR / "measured_memory.csv"
 
 GB, GIB = 10**9, 2**30
@@ -126,13 +126,10 @@ def resolve_model(ref: str) -> tuple[ModelSpec | None, str | None]:
         return None, "GPTQ int4 base (Qwen-*-Chat-Int4) is not bitsandbytes NF4 QLoRA"
     if name in UNSUPPORTED:
         return None, f"architecture not supported ({UNSUPPORTED[name]})"
-    try:
-        from advisor import models
+    from advisor import models
 
-        if name.lower() in {n.lower() for n in models.catalog_names()}:
-            return models.load_model(name), None
-    except ImportError:  # the catalog module is not there: fall back to the facts below
-        pass
+    if name.lower() in {n.lower() for n in models.catalog_names()}:
+        return models.load_model(name), None
     if name in FACT_SPECS:
         return FACT_SPECS[name], None
     return None, f"model '{name}' not in the catalog and no config facts recorded"

@@ -21,10 +21,8 @@ import csv
 import datetime as dt
 import gc
 import importlib.util
-import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,16 +175,8 @@ def versions() -> dict[str, str]:
 
 
 def hf_config(spec: ModelSpec) -> dict:
-    try:
-        from advisor.models import to_hf_config
-    except ImportError:  # the models engineer's converter is the source of truth; minimal fallback
-        return {
-            "model_type": spec.family, "vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
-            "intermediate_size": spec.intermediate_size, "num_hidden_layers": spec.num_hidden_layers,
-            "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_key_value_heads,
-            "head_dim": spec.head_dim, "max_position_embeddings": spec.max_position_embeddings,
-            "tie_word_embeddings": spec.tie_word_embeddings,
-        }
+    from advisor.models import to_hf_config
+
     return to_hf_config(spec)
 
 
@@ -206,7 +196,7 @@ def build_model(case: Case, spec: ModelSpec, device: str):
         model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, dtype=torch.bfloat16)
     if case.method == "qlora":
         quantize_nf4(model, double_quant=True)
-    from advisor.measure import apply_stack
+    from benchmarks.measure import apply_stack
 
     return apply_stack(model, case.stack(), reentrant=False)  # the very stack the estimate is given
 
@@ -341,15 +331,16 @@ def run_case(case: Case, spec: ModelSpec, device: str, steps: int) -> dict[str, 
 # ----------------------------------------------------------------------------- driver
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-    os.replace(tmp, path)
+    import io
+
+    from pricing.files import atomic_write
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+    atomic_write(path, buf.getvalue())
 
 
 def main(argv: list[str] | None = None) -> Path | None:

@@ -1,6 +1,6 @@
 """Memory estimator vs real PyTorch: measured and estimated bytes per case and component.
 
-Runs every case of `advisor.measure.VALIDATION_CASES` (small random-initialised transformers
+Runs every case of `benchmarks.measure.VALIDATION_CASES` (small random-initialised transformers
 models on the CPU, one training step) and prints, per case and component, the measured bytes,
 the estimate of `advisor.memory.estimate_memory` and the signed error. Goal: within 2 % on
 weights, gradients and optimizer, within 10 % on activations. Stacks the CPU cannot run are
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.measure import (  # noqa: E402
+from benchmarks.measure import (  # noqa: E402
     EXCLUDED_STACKS,
     LLAMA_SMALL,
     TOLERANCE,
@@ -38,10 +38,8 @@ DUMP = ROOT / "benchmarks" / "results" / "saved_tensors_llama.txt"
 
 
 def _estimate(case):
-    try:
-        from advisor.memory import estimate_memory
-    except ImportError as exc:
-        return None, f"advisor.memory not importable ({exc})"
+    from advisor.memory import estimate_memory
+
     try:
         return estimate_memory(model_spec(case.config, case.name), case.stack, case.shape), ""
     except Exception as exc:  # report the estimator's failure in the table, keep going

@@ -8,9 +8,6 @@ can break a table or inject markup in either format.
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -18,37 +15,17 @@ from urllib.parse import quote
 
 from advisor.errors import BadInput
 from advisor.results import Candidate, Plan
+from advisor.text import duration, gb, md, money, pct
+from pricing.files import atomic_write
 
 from reports import charts
 
-GB = 1e9
-STALE_DAYS = 30
 TOP_ROWS = 10
 FORMATS = ("html", "md")
 SUFFIXES = {".html": "html", ".htm": "html", ".md": "md"}
 
 
-# ---------- number formatting ------------------------------------------------------------
-
-def money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.2f}"
-
-
-def duration(h: float) -> str:
-    if h < 1:
-        return f"{h * 60:.0f} min"
-    if h < 48:
-        return f"{h:.1f} h"
-    return f"{h:,.1f} h ({h / 24:.1f} days)"
-
-
-def gb(n: int | float) -> str:
-    return f"{n / GB:,.1f} GB"
-
-
-def pct(x: float) -> str:
-    return f"{x * 100:.0f}%"
-
+# ---------- number formatting (advisor.text) -------------------------------------------
 
 def value(v: object, key: str = "") -> str:
     """An assumption or workload value as a reader wants it (the key hints at its unit)."""
@@ -75,17 +52,7 @@ def gpus(c: Candidate) -> str:
 
 
 def stack(c: Candidate) -> str:
-    if c.stack_label:
-        return c.stack_label
-    parts = [c.method if c.lora_rank is None else f"{c.method} r{c.lora_rank}", c.precision, c.optimizer]
-    if c.grad_checkpointing:
-        parts.append("ckpt")
-    parts.append(c.attention)
-    if c.sharding != "none":
-        parts.append(c.sharding)
-    if c.offload != "none":
-        parts.append(f"offload-{c.offload}")
-    return " · ".join(parts)
+    return c.label or c.stack.label()
 
 
 def pricing(c: Candidate) -> str:
@@ -107,9 +74,10 @@ def price_age_days(c: Candidate, generated_at: str) -> int | None:
     return None if when is None else (now - when).days
 
 
-def is_stale(c: Candidate, generated_at: str) -> bool:
-    age = price_age_days(c, generated_at)
-    return c.price_stale or (age is not None and age > STALE_DAYS)
+def is_stale(c: Candidate, plan: Plan) -> bool:
+    """Stale as the sheet said when planned, or older than the plan's stale threshold now."""
+    age = price_age_days(c, plan.generated_at)
+    return c.price_stale or (age is not None and age > plan.stale_days)
 
 
 # ---------- context ------------------------------------------------------------------------
@@ -186,7 +154,7 @@ def candidate_table(plan: Plan) -> dict:
     rows, flags = [], []
     for c in plan.candidates[:TOP_ROWS]:
         on_front = (c.rank, c.instance_type, c.cost_usd) in front
-        stale = is_stale(c, plan.generated_at)
+        stale = is_stale(c, plan)
         rows.append([str(c.rank), c.provider, c.region, c.instance_type, gpus(c), stack(c), pricing(c),
                      f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}",
                      f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}", duration(c.hours),
@@ -219,11 +187,11 @@ def price_table(plan: Plan) -> dict:
     rows, flags = [], []
     for c in sorted(seen.values(), key=lambda c: (c.provider, c.instance_type, c.spot, c.nodes)):
         age = price_age_days(c, plan.generated_at)
-        stale = is_stale(c, plan.generated_at)
+        stale = is_stale(c, plan)
         node_note = f" ({c.nodes} nodes)" if c.nodes > 1 else ""
         rows.append([c.provider, c.region, c.instance_type + node_note, pricing(c), money(c.price_hour),
                      c.price_source, c.price_date, "unknown" if age is None else f"{age:,}",
-                     f"⚠ older than {STALE_DAYS} days" if stale else "ok"])
+                     f"⚠ older than {plan.stale_days:g} days" if stale else "ok"])
         flags.append(stale)
     return table(["Provider", "Region", "Instance", "Pricing", "$ per hour", "Source", "Date", "Age (days)",
                   "Status"], rows, flags)
@@ -261,7 +229,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "notice": plan.notice,
         "warnings": plan.warnings,
         "answer": answer_parts(plan),
-        "top_stale": top is not None and is_stale(top, plan.generated_at),
+        "top_stale": top is not None and is_stale(top, plan),
         "candidates": candidate_table(plan),
         "shown": min(TOP_ROWS, len(plan.candidates)),
         "memory": memory_table(plan),
@@ -275,7 +243,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "assumptions": table(["Assumption", "Value"], [[k, value(v, k)] for k, v in plan.assumptions.items()]),
         "prices": prices,
         "stale_count": stale_count,
-        "stale_days": STALE_DAYS,
+        "stale_days": f"{plan.stale_days:g}",
         "command": plan.command,
         "plan_file": plan_file,
         "launch": f"gpu-advisor launch --from {plan_file} --rank 1 --out launch/",
@@ -289,17 +257,13 @@ class Raw(str):
     """A Markdown fragment built by us (code fence); passed through `md_escape` untouched."""
 
 
-MD_SPECIAL = "\\`*_[]|~$"
-
-
 def md_escape(v: object) -> str:
+    """Every value a Markdown template prints: escaped (advisor.text.md) unless we built it (Raw)."""
     if v is None:
         return ""
     if isinstance(v, Raw):
         return str(v)
-    s = str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = re.sub(r"\s+", " ", s)  # no newlines inside a paragraph or table cell
-    return "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in s)
+    return md(v)
 
 
 def md_code(text: str) -> Raw:
@@ -410,22 +374,3 @@ def write(plan: Plan, path: Path, *, plan_file: str = "plan.json") -> list[Path]
 
 def _linked(text: str, name: str) -> bool:
     return f"({quote(name)})" in text
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write to a temp file in the same directory, fsync, then os.replace: readers never see
-    a half-written report."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

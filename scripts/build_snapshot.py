@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Rebuild the bundled price snapshot (pricing/data/snapshot.csv) from SkyPilot catalog files.
 
-    python scripts/build_snapshot.py /work/shared/reference/skypilot_catalog [--date 2026-11-30]
+    python scripts/build_snapshot.py [FOLDER] [--date 2026-11-30]   # FOLDER defaults to tests/data/skypilot_catalog
 
 Reads every `*_vms*.csv` / `vms.csv` in the folder with our SkyPilot importer, takes the
 source path and commit of each file from PROVENANCE.md (when present), marks clouds whose
@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+CATALOG = ROOT / "tests" / "data" / "skypilot_catalog"  # the extracts the bundled snapshot is built from
 
 # PROVENANCE.md: Azure/Paperspace come from catalog v6 (2024-era), RunPod from v8 (2025-era).
 # Lambda: every type is written for all 17 regions regardless of capacity (PRICE_SOURCES.md §1.4).
@@ -66,7 +67,8 @@ def build(folder: Path, date: str, out: Path) -> tuple[int, list]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder", type=Path, help="folder of SkyPilot vms.csv files (+ PROVENANCE.md)")
+    ap.add_argument("folder", type=Path, nargs="?", default=CATALOG,
+                    help="folder of SkyPilot vms.csv files (+ PROVENANCE.md); default: the in-repo extracts")
     ap.add_argument("--date", default="2026-11-30", help="fetched_at date for every row")
     ap.add_argument("--out", type=Path, default=ROOT / "pricing" / "data" / "snapshot.csv")
     args = ap.parse_args(argv)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from advisor.baselines import (
+from benchmarks.baselines import (
     accelerate_estimate,
     llama_factory,
     seed_simple,
@@ -20,10 +20,6 @@ from advisor.models import load_model
 from advisor.stacks import Shape, Stack
 from benchmarks import accuracy
 from benchmarks.calibration_rows import GB, GIB, MEASURED_CSV, load_rows, parse_row
-
-needs_calibration = pytest.mark.skipif(
-    not MEASURED_CSV.is_file(), reason="../shared/calibration/measured_memory.csv is not present in this checkout"
-)
 
 HEADER = ("id,source_url,source_locator,model,params_b,method,lora_rank,lora_targets,quant_bits,precision,optimizer,"
           "gpus,gpu_model,parallelism,micro_batch,seq_len,grad_checkpointing,attention,compile,peak_mem_gb_per_gpu,"
@@ -94,7 +90,6 @@ def test_fit_test_rows_keep_the_observed_outcome():
     assert r.fit_observed == "oom" and r.measured_bytes is None
 
 
-@needs_calibration
 def test_every_published_row_is_used_or_excluded_with_a_reason():
     with MEASURED_CSV.open(newline="") as f:
         n = sum(1 for _ in csv.DictReader(f))
@@ -187,7 +182,6 @@ def test_benchmark_compares_like_with_like_and_writes_markdown(tmp_path):
     assert "Date:" in text and "rows.csv" in text and "| seed (w+g+opt) |" in text and "a-03" in text
 
 
-@needs_calibration
 @pytest.mark.slow
 def test_published_rows_run_through_the_real_estimator(tmp_path):
     s = accuracy.main(["--out", str(tmp_path / "a.md"), "--quiet"])
@@ -197,23 +191,15 @@ def test_published_rows_run_through_the_real_estimator(tmp_path):
     assert s["versus"]["seed (w+g+opt)"]["ours_better"]["median_abs"]
 
 
-def test_validate_command_rejects_a_missing_csv_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "advisor", "validate", "--csv", str(tmp_path / "none.csv")],
-                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "--csv" in proc.stderr
+def test_benchmark_rejects_a_missing_csv_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        accuracy.main(["--csv", str(tmp_path / "none.csv")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.strip().count("\n") == 0 and "--csv" in err
 
 
-@needs_calibration
-def test_validate_command_prints_the_summary_table(tmp_path):
-    from click.testing import CliRunner
-
-    from advisor.commands.validate import validate
-
+def test_benchmark_prints_the_summary_table(tmp_path, capsys):
     out = tmp_path / "acc.md"
-    result = CliRunner().invoke(validate, ["--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert "| seed (w+g+opt) |" in result.output and out.is_file()
+    accuracy.main(["--out", str(out)])
+    assert "| seed (w+g+opt) |" in capsys.readouterr().out and out.is_file()

@@ -173,7 +173,8 @@ def test_lora_target_list_and_options_from_the_plan():
     from peft import LoraConfig
 
     c = candidate(method="lora", lora_rank=8, sharding="none", gpu_count=1)
-    args = yaml.safe_load(bundle(c, options={"lora_targets": "q_proj, v_proj", "lora_alpha": 8})["training_args.yaml"])
+    c = c.model_copy(update={"stack": c.stack.model_copy(update={"lora_targets": "q_proj, v_proj", "lora_alpha": 8})})
+    args = yaml.safe_load(bundle(c)["training_args.yaml"])  # the candidate's own stack, nothing merged in
     lora = LoraConfig(**args["lora"])
     assert set(lora.target_modules) == {"q_proj", "v_proj"} and lora.lora_alpha == 8
     assert args["quantization"] is None
@@ -291,7 +292,7 @@ def test_existing_folder_is_never_overwritten_silently(tmp_path):
 
 
 def run_cli(*args):
-    from advisor.cli import cli
+    from cli import cli
 
     return CliRunner().invoke(cli, list(args))
 
@@ -305,7 +306,7 @@ def test_cli_writes_the_bundle_for_the_chosen_rank(tmp_path):
 
 
 def test_cli_plans_inline_from_plan_options_and_bundles_exactly_that_candidate(tmp_path):
-    from advisor.commands.plan import build_plan
+    from cli.plan import build_plan
 
     opts = ["--model", "qwen2.5-0.5b", "--tokens", "5M", "--gpu", "A10G", "--providers", "aws"]
     result = run_cli("launch", *opts, "--rank", "2", "--out", str(tmp_path / "b"))

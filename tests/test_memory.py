@@ -182,7 +182,7 @@ def test_cli_bad_input_is_one_line_exit_2(args, field):
 def test_estimate_command_imports_no_torch_transformers_or_pandas():
     code = (
         "import sys\n"
-        "from advisor.cli import main\n"
+        "from cli import main\n"
         "try:\n"
         "    main(['estimate', 'llama-3.1-8b', '--gpu', 'A10G', '--format', 'json'])\n"
         "except SystemExit as e:\n"

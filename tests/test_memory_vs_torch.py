@@ -2,7 +2,7 @@
 
 Small random-initialised transformers models (several families, full and LoRA, with and
 without gradient checkpointing, eager and sdpa, bf16 / fp32 / fp16 / amp) run one training step
-on the CPU under `advisor.measure`, which counts parameter, gradient and optimizer-state bytes
+on the CPU under `benchmarks.measure`, which counts parameter, gradient and optimizer-state bytes
 exactly and the bytes autograd saves for backward (saved_tensors_hooks, one count per
 storage). The estimator must be within 2 % on weights, gradients and optimizer and within
 10 % on activations in every case. The first tests check the harness itself against facts
@@ -20,7 +20,7 @@ import torch  # the test extra installs torch, transformers and peft: missing is
 import transformers
 import peft  # noqa: F401
 
-from advisor.measure import (  # noqa: E402
+from benchmarks.measure import (  # noqa: E402
     EXCLUDED_STACKS,
     LLAMA_SMALL,
     TOLERANCE,

@@ -359,8 +359,6 @@ def test_models_command_rejects_an_unknown_family():
     assert out.returncode == 2 and "falcon" in out.stderr
 
 
-@pytest.mark.skipif(not (REPO / "advisor" / "commands" / "estimate.py").exists(),
-                    reason="advisor/commands/estimate.py not written yet")
 def test_estimate_with_unknown_model_exits_2_with_did_you_mean():
     out = run_cli("estimate", "not-a-model")
     assert out.returncode == 2, out.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
+from cli import cli
 from advisor.results import Plan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
+from cli import cli
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +52,7 @@ def test_table_shows_source_date_and_marks_stale_rows():
                                          (["--region", "us-esat-1"], "--region"),
                                          (["--discount", "aws=2"], "--discount")])
 def test_unknown_values_are_exit_2_with_the_valid_ones(args, field):
-    from advisor.cli import main
+    from cli import main
 
     with pytest.raises(SystemExit) as ex:
         main(["prices", "list", *args])
@@ -60,7 +60,7 @@ def test_unknown_values_are_exit_2_with_the_valid_ones(args, field):
 
 
 def test_unknown_provider_message_lists_valid_providers(capsys):
-    from advisor.cli import main
+    from cli import main
 
     with pytest.raises(SystemExit):
         main(["prices", "list", "--provider", "awz"])

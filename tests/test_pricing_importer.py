@@ -11,14 +11,11 @@ import pytest
 from pricing.sources import skypilot
 
 ROOT = Path(__file__).resolve().parents[1]
-CATALOG = ROOT / ".." / "shared" / "reference" / "skypilot_catalog"
-needs_catalog = pytest.mark.skipif(not CATALOG.is_dir(), reason="shared/reference/skypilot_catalog absent")
+CATALOG = ROOT / "tests" / "data" / "skypilot_catalog"  # SkyPilot catalog extracts (see PROVENANCE.md there)
 
 
 @pytest.fixture(scope="module")
 def imported():
-    if not CATALOG.is_dir():
-        pytest.skip("shared/reference/skypilot_catalog absent")
     df, problems = skypilot.import_path(CATALOG, fetched_at="2026-11-30T00:00:00Z")
     return df, problems
 
@@ -31,7 +28,6 @@ def one(df, **eq):
     return sel.iloc[0]
 
 
-@needs_catalog
 def test_azure_nd96isr_h100_has_eight_gpus_not_twelve(imported):
     df, _ = imported
     row = df[(df.instance_type == "Standard_ND96isr_H100_v5")].iloc[0]
@@ -40,7 +36,6 @@ def test_azure_nd96isr_h100_has_eight_gpus_not_twelve(imported):
     assert "spot_suspect" in row.notes
 
 
-@needs_catalog
 def test_gcp_gpu_vm_price_is_host_plus_gpus_in_the_same_region(imported):
     df, _ = imported
     # §10: us-central1 a3-highgpu-1g = 4.20076 (H100 x1) + 1.18251 (host)
@@ -51,7 +46,6 @@ def test_gcp_gpu_vm_price_is_host_plus_gpus_in_the_same_region(imported):
     assert row.spot_price_hour != row.spot_price_hour and "spot_suspect" in row.notes
 
 
-@needs_catalog
 def test_gcp_host_with_zero_price_is_missing_not_free(imported):
     df, problems = imported
     a4 = df[(df.provider == "gcp") & (df.instance_type == "a4-highgpu-8g")]
@@ -59,7 +53,6 @@ def test_gcp_host_with_zero_price_is_missing_not_free(imported):
     assert not (df.price_hour == 0).any() and not (df.spot_price_hour == 0).any()
 
 
-@needs_catalog
 def test_gcp_attachable_gpus_are_gpu_only_prices_flagged(imported):
     df, _ = imported
     t4 = df[(df.provider == "gcp") & (df.gpu_model == "T4")]
@@ -67,7 +60,6 @@ def test_gcp_attachable_gpus_are_gpu_only_prices_flagged(imported):
     assert t4.notes.str.contains("gpu_only_price").all()
 
 
-@needs_catalog
 def test_runpod_gb_in_mib_field_and_vast_totals_do_not_leak_into_memory(imported):
     df, _ = imported
     assert set(df[df.provider == "runpod"].groupby("gpu_model").gpu_memory_gb.first().items()) >= {
@@ -79,7 +71,6 @@ def test_runpod_gb_in_mib_field_and_vast_totals_do_not_leak_into_memory(imported
     assert vast.vcpus.isna().all()  # placeholders dropped
 
 
-@needs_catalog
 def test_a100_labels_are_split_by_memory_and_form_factor(imported):
     df, _ = imported
     assert set(df[df.instance_type.str.startswith("epyc-genoa-a100-pcie")].gpu_model) == {"A100-80GB-PCIE"}
@@ -87,14 +78,12 @@ def test_a100_labels_are_split_by_memory_and_form_factor(imported):
     assert set(df[df.instance_type == "1x_A100-80GB_SECURE"].gpu_model) == {"A100-80GB-PCIE"}
 
 
-@needs_catalog
 def test_empty_on_demand_price_with_spot_is_kept_for_spot_only(imported):
     df, _ = imported
     p5e = df[df.instance_type == "p5e.48xlarge"]
     assert len(p5e) and p5e.price_hour.isna().all() and p5e.spot_price_hour.notna().all()
 
 
-@needs_catalog
 def test_unknown_gpus_are_skipped_with_a_reason(imported):
     _, problems = imported
     k80 = [p for p in problems if p.value == "K80"]
@@ -125,7 +114,6 @@ def test_columns_are_read_by_name_whatever_their_order(tmp_path):
         assert (df.price_hour[0], df.spot_price_hour[0], df.gpu_model[0]) == (0.99, 0.79, "L40")
 
 
-@needs_catalog
 def test_bundled_snapshot_covers_300_offers_8_providers_and_every_rented_gpu(imported):
     from pricing.loader import load
 
@@ -138,7 +126,6 @@ def test_bundled_snapshot_covers_300_offers_8_providers_and_every_rented_gpu(imp
     assert snap.source.str.match(r"skypilot-catalog@[0-9a-f]{12}:catalogs/v\d/\w+/vms.csv").all()
 
 
-@needs_catalog
 @pytest.mark.slow
 def test_build_snapshot_script_reproduces_the_bundled_file(tmp_path):
     out = tmp_path / "snap.csv"

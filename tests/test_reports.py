@@ -3,7 +3,6 @@ check what is on the page, in what order, and that no value can become markup.""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -421,12 +420,11 @@ def test_write_picks_format_from_suffix_and_rejects_others(tmp_path):
 def test_write_replaces_existing_report_atomically(tmp_path, monkeypatch):
     out = tmp_path / "r.html"
     out.write_text("old report")
-    rr = importlib.import_module("reports.render")  # the module; `reports.render` is the function
 
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(rr.os, "replace", boom)
+    monkeypatch.setattr(os, "replace", boom)  # the one atomic writer (pricing.files) renames with os.replace
     with pytest.raises(OSError):
         reports.write(pf.single_gpu_plan(), out)
     assert out.read_text() == "old report" and os.listdir(tmp_path) == ["r.html"]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from advisor.commands.plan import build_plan, plan_options
 from advisor.errors import BadInput
+from advisor.text import plain
+from cli.plan import build_plan, plan_options
 
 
 @click.command()
@@ -68,16 +69,13 @@ def model_spec(plan):
     """The plan's model from the catalog; a minimal spec from the plan itself if that is unavailable."""
     from advisor.modelspec import ModelSpec
 
+    from advisor.models import load_model
+
     try:
-        from advisor.models import load_model
-    except ImportError:
-        load_model = None
-    if load_model is not None:
-        try:
-            return load_model(plan.model.name)
-        except Exception as exc:  # noqa: BLE001 - offline / unknown name: the bundle needs only name + family
-            click.echo(f"warning: could not load model {plan.model.name!r} ({exc}); using the plan's family only.",
-                       err=True)
+        return load_model(plan.model.name)
+    except Exception as exc:  # noqa: BLE001 - offline / unknown name: the bundle needs only name + family
+        click.echo(f"warning: could not load model {plain(plan.model.name)!r} ({plain(exc)}); using the plan's "
+                   "family only.", err=True)
     # Only name and family reach the bundle; the shape fields are placeholders.
     return ModelSpec(name=plan.model.name, family=plan.model.family, source=plan.model.source,
                      vocab_size=1, hidden_size=1, intermediate_size=1, num_hidden_layers=1,

@@ -14,7 +14,8 @@ exactly, in bytes:
 
 Also records which module and torch function saved each tensor, so the estimator's
 activation model can be checked term by term. torch, transformers and peft are imported
-inside functions only: the CLI never imports this module.
+inside functions only. This is validation code: it lives in benchmarks/, outside the
+installed package.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def model_spec(config: dict, name: str = "validation case"):
     from advisor.models import from_hf_config
 
     cfg = {**full_config(config), **config}
-    return from_hf_config(cfg, name=name, source="advisor.measure (random-initialised)")
+    return from_hf_config(cfg, name=name, source="benchmarks.measure (random-initialised)")
 
 
 def _dtype_for(precision: str):

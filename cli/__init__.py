@@ -1,8 +1,10 @@
-"""The `gpu-advisor` command: a thin click group that wires advisor, pricing and reports.
+"""The `gpu-advisor` command: a thin click group on top of `advisor`, `pricing` and `reports`.
 
-Subcommands live one per module in `advisor/commands/` and are imported only when used,
-so `gpu-advisor estimate` never pays for pandas, matplotlib or the price sheets.
-Errors carrying an `exit_code` become one line on stderr (no traceback unless --debug).
+This package is the composition root: it imports the library packages, none of them imports
+it (tests/test_layers.py). Subcommands live one per module (`cli/estimate.py`, ...) and are
+imported only when used, so `gpu-advisor estimate` never pays for pandas, matplotlib or the
+price sheets. Errors carrying an `exit_code` become one line on stderr (no traceback unless
+--debug); `cli/output.py` is the one place results become tables, CSV and Markdown.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import sys
 
 import click
 
+from advisor.errors import validation_message
+
 # name -> "module:attribute" of the click command
 COMMANDS = {
-    "estimate": "advisor.commands.estimate:estimate",
-    "plan": "advisor.commands.plan:plan",
-    "prices": "advisor.commands.prices:prices",
-    "report": "advisor.commands.report:report",
-    "launch": "advisor.commands.launch:launch",
-    "validate": "advisor.commands.validate:validate",
-    "models": "advisor.commands.models:models",
+    "estimate": "cli.estimate:estimate",
+    "plan": "cli.plan:plan",
+    "prices": "cli.prices:prices",
+    "report": "cli.report:report",
+    "launch": "cli.launch:launch",
+    "models": "cli.models:models",
 }
 
 
@@ -37,12 +40,7 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:  # subcommand not built yet
-                return None
-            raise
+        return getattr(importlib.import_module(module), attr)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(f"error: {first_line(exc)}", err=True)
             sys.exit(code)
         if type(exc).__name__ == "ValidationError":  # pydantic, raised from user input
-            click.echo(f"error: {pydantic_message(exc)}", err=True)
+            click.echo(f"error: {validation_message(exc)}", err=True)
             sys.exit(2)
         click.echo(f"error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", err=True)
         sys.exit(1)
@@ -88,21 +86,3 @@ def main(argv: list[str] | None = None) -> None:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
-
-
-def pydantic_message(exc: Exception) -> str:
-    """One sentence from a pydantic ValidationError: the field and what it accepts."""
-    errors = exc.errors()  # type: ignore[attr-defined]
-    if not errors:
-        return str(exc)
-    err = errors[0]
-    ctx = err.get("ctx") or {}
-    if isinstance(ctx.get("error"), Exception) and str(ctx["error"]).startswith("--"):
-        return str(ctx["error"])  # our validators already name the option
-    field = ".".join(str(p) for p in err.get("loc", ())) or "input"
-    msg = err.get("msg", "invalid value")
-    if "expected" in ctx:
-        msg = f"expected {ctx['expected']}"
-    if isinstance(ctx.get("error"), Exception):
-        msg = str(ctx["error"])
-    return f"--{field.replace('_', '-')}: {msg} (got {err.get('input')!r})."

@@ -72,7 +72,7 @@ def accelerate_estimate(spec: ModelSpec, params: int, stack: Stack, shape: Shape
     """`accelerate estimate-memory`, column "Training using Adam": 4 x the model size at the dtype.
 
     Source: accelerate docs, usage_guides/model_size_estimator.md (e.g. bert-base-cased fp32
-    1.61 GB; ../shared/calibration/published_estimates.csv accel-* rows). Full training of
+    1.61 GB; benchmarks/data/calibration/published_estimates.csv accel-* rows). Full training of
     one un-sharded copy only.
     """
     if stack.method != "full" or _sharded(stack):
@@ -112,7 +112,7 @@ def hf_anatomy_18_bytes(spec: ModelSpec, params: int, stack: Stack, shape: Shape
 
 
 # LLaMA-Factory README "Hardware Requirement" (marked '* estimated'), GB by model size in B.
-# ../shared/calibration/published_estimates.csv rows lf-cur-01..20.
+# benchmarks/data/calibration/published_estimates.csv rows lf-cur-01..20.
 LLAMA_FACTORY = {
     "full-amp": {7: 120, 14: 240, 30: 600, 70: 1200},
     "full-16": {7: 60, 14: 120, 30: 300, 70: 600},
@@ -141,7 +141,7 @@ def llama_factory(spec: ModelSpec, params: int, stack: Stack, shape: Shape) -> i
 
 
 # Unsloth docs "Fine-tuning VRAM requirements": 'absolute minimum' GB with Unsloth by size (B).
-# ../shared/calibration/published_estimates.csv rows unsloth-req-01..26.
+# benchmarks/data/calibration/published_estimates.csv rows unsloth-req-01..26.
 UNSLOTH_QLORA = {3: 3.5, 7: 5, 8: 6, 9: 6.5, 11: 7.5, 14: 8.5, 27: 22, 32: 26, 40: 30, 70: 41,
                  81: 48, 90: 53, 405: 237}
 UNSLOTH_LORA = {3: 8, 7: 19, 8: 22, 9: 24, 11: 29, 14: 33, 27: 64, 32: 76, 40: 96, 70: 164,

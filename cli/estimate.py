@@ -10,68 +10,31 @@ import json
 
 import click
 
-from advisor.stacks import ATTENTIONS, METHODS, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from advisor.stacks import METHODS
+from advisor.text import gb, plain
+from cli.options import FIELDS, stack_options
 
 GB = 1e9
 GiB = 2**30
 
 
-def stack_options(f):
-    """Every setting that moves memory; shared with commands that take one stack."""
-    options = [
-        click.option("--method", type=click.Choice(METHODS), default="full", show_default=True),
-        click.option("--lora-rank", type=click.IntRange(min=1), default=16, show_default=True),
-        click.option("--lora-alpha", type=click.IntRange(min=1), default=None, help="default: 2 × rank"),
-        click.option("--lora-dropout", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True),
-        click.option("--lora-targets", default="all-linear", show_default=True, help="all-linear or module names, e.g. q_proj,v_proj"),
-        click.option("--adapter-dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
-                     help="peft keeps adapters in fp32 by default; torchtune/older peft in bf16"),
-        click.option("--double-quant/--no-double-quant", default=True, show_default=True, help="QLoRA double quantisation"),
-        click.option("--bnb-legacy/--no-bnb-legacy", default=False, show_default=True,
-                     help="bitsandbytes 0.41-0.42, which kept every 4-bit linear's input for backward"),
-        click.option("--precision", type=click.Choice(PRECISIONS), default="bf16", show_default=True,
-                     help="bf16/fp16/fp32: weights held in that dtype; amp-*: fp32 weights + autocast"),
-        click.option("--optimizer", type=click.Choice(OPTIMIZERS), default="adamw", show_default=True),
-        click.option("--grad-checkpointing/--no-grad-checkpointing", default=False, show_default=True),
-        click.option("--attention", type=click.Choice(ATTENTIONS), default=None,
-                     help="default: sdpa, or eager where transformers has no SDPA for the model (Gemma 2)"),
-        click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="data-parallel ranks in total"),
-        click.option("--sharding", type=click.Choice(SHARDINGS), default=None, help="default: none on 1 GPU, fsdp on more"),
-        click.option("--offload", type=click.Choice(OFFLOADS), default="none", show_default=True, help="CPU offload (needs fsdp/zero)"),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
-
-
 def build_stack(family: str = "llama", **kw):
+    """The Stack the estimate options describe (sharding defaults to fsdp on more than one GPU)."""
     from advisor.architecture import default_attention
     from advisor.stacks import Stack
 
-    sharding = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
-    return Stack(
-        method=kw["method"],
-        lora_rank=kw["lora_rank"],
-        lora_alpha=kw["lora_alpha"] or 2 * kw["lora_rank"],
-        lora_dropout=kw["lora_dropout"],
-        lora_targets=kw["lora_targets"],
-        adapter_dtype=kw["adapter_dtype"],
-        double_quant=kw["double_quant"],
-        bnb_saves_inputs=kw["bnb_legacy"],
-        precision=kw["precision"],
-        optimizer=kw["optimizer"],
-        grad_checkpointing=kw["grad_checkpointing"],
-        attention=kw["attention"] or default_attention(family),
-        gpus=kw["gpus"],
-        sharding=sharding,
-        offload=kw["offload"],
-    )
+    fields = {k: kw[k] for k in FIELDS if kw.get(k) is not None}
+    fields["sharding"] = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
+    fields["attention"] = kw.get("attention") or default_attention(family)
+    return Stack(method=kw["method"], gpus=kw["gpus"], **fields)
 
 
 @click.command()
 @click.argument("model", required=False)
 @click.option("--params", "params", default=None, help="only a parameter count: 4B, 4e9, 4000M (simple mode)")
+@click.option("--method", type=click.Choice(METHODS), default="full", show_default=True)
 @stack_options
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="data-parallel ranks in total")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="micro-batch per GPU")
 @click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
 @click.option("--grad-accum", type=click.IntRange(min=1), default=None,
@@ -80,10 +43,17 @@ def build_stack(family: str = "llama", **kw):
 @click.option("--padded/--packed", default=False, show_default=True,
               help="batches padded with an attention mask (SDPA then repeats k/v and copies the mask per layer)")
 @click.option("--gpu", default=None, help="check the fit on this GPU (e.g. A10G, H100, A100-80GB)")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="instances the --gpus are spread over (time model: inter-node traffic)")
+@click.option("--internode-gbps", type=click.FloatRange(0, min_open=True), default=None,
+              help="network per node in Gb/s for multi-node timing (default: the GPU class's typical fabric)")
+@click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="kernel efficiency instead of the calibrated table (advisor/data/mfu.json)")
 @click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=0.10, show_default=True,
               help="share of usable memory kept free")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
-def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, headroom, fmt, **stack_kw):
+def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, fmt,
+             **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     from advisor.errors import BadInput
     from advisor.memory import estimate_memory
@@ -95,29 +65,22 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, headro
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
     stack = build_stack(spec.family, **stack_kw)
     shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
+    if nodes > 1 and stack.gpus % nodes:
+        raise BadInput(f"--nodes: {stack.gpus} GPUs do not split evenly over {nodes} nodes.")
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom)
     if gpu:
-        est.throughput = _throughput(spec, stack, shape, gpu)
+        from advisor.engine import Engine
+
+        est.throughput = Engine.of(spec).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu,
+                                                     network_gbps=internode_gbps)
     for w in est.warnings:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(f"warning: {plain(w)}", err=True)
     if fmt == "json":
         click.echo(json.dumps(est.model_dump(mode="json"), indent=2))
     elif fmt == "md":
         click.echo(render_markdown(est))
     else:
         click.echo(render_table(est))
-
-
-def _throughput(spec, stack, shape, gpu):
-    try:
-        from advisor.throughput import estimate_throughput
-    except ImportError:  # time model not installed in this build
-        return None
-    return estimate_throughput(spec, stack, shape, gpu)
-
-
-def gb(n: int) -> str:
-    return f"{n / GB:,.2f} GB"
 
 
 def _rows(est) -> list[tuple[str, int, str]]:
@@ -152,11 +115,11 @@ def render_table(est) -> str:
     lines.append(f"{'total (as nvidia-smi shows it)':<34}{b.total:>16,}{'':>3}{b.total / GB:>10.2f}{b.total / GiB:>10.2f}")
     lines += [
         "",
-        f"static (weights+grads+optimizer): {gb(est.static_bytes)}   "
-        f"peak allocated: {gb(est.peak_allocated)}   peak reserved: {gb(est.peak_reserved)}",
+        f"static (weights+grads+optimizer): {gb(est.static_bytes, 2)}   "
+        f"peak allocated: {gb(est.peak_allocated, 2)}   peak reserved: {gb(est.peak_reserved, 2)}",
     ]
     if est.cpu_ram_bytes:
-        lines.append(f"CPU RAM for offloaded states: {gb(est.cpu_ram_bytes)}")
+        lines.append(f"CPU RAM for offloaded states: {gb(est.cpu_ram_bytes, 2)}")
     if est.fit:
         f = est.fit
         verdict = "fits" if f.fits else "does NOT fit"

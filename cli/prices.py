@@ -10,7 +10,9 @@ import sys
 
 import click
 
-SOURCE_NAMES = ["skypilot", "azure", "aws", "lambda", "runpod", "vast"]
+from pricing.sources import SOURCES
+
+SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
 
 
 def _warn(problems, limit: int = 10) -> None:
@@ -59,7 +61,9 @@ def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount,
     if fmt == "json":
         click.echo(df.to_json(orient="records", indent=1))
     elif fmt == "csv":
-        click.echo(df.to_csv(index=False, float_format="%.6g"), nl=False)
+        from pricing.files import to_csv
+
+        click.echo(to_csv(df), nl=False)
     else:
         _table(df, spot)
 
@@ -90,31 +94,24 @@ def _filter(df, gpu, provider, region, min_gpus, spot):
     return df
 
 
-def _money(v) -> str:
-    return "-" if v != v or v is None else f"{v:,.3f}"
-
-
 def _table(df, spot: bool) -> None:
+    from advisor.text import money, plain
+    from cli.output import render_rows
+    from pricing.cache import stale_days
+
     if not len(df):
         click.echo("no offers match", err=True)
         return
-    head = ["provider", "region", "instance_type", "gpu", "n", "$/h", "$/gpu-h", "spot $/h",
-            "origin", "date"]
-    rows = []
-    for r in df.itertuples(index=False):
-        rows.append([r.provider, r.region, r.instance_type, r.gpu_model, f"{r.gpu_count:g}",
-                     _money(r.price_hour), _money(r.price_per_gpu_hour), _money(r.spot_price_hour),
-                     r.price_origin, r.fetched_at[:10] + (" STALE" if r.stale else "")])
-    widths = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(head)]
-    right = {4, 5, 6, 7}
-    line = lambda cells: "  ".join(c.rjust(w) if i in right else c.ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    out = [line(head), line(["-" * w for w in widths])] + [line(x) for x in rows]
+    head = ["provider", "region", "instance_type", "gpu", "n", "$/h", "$/gpu-h", "spot $/h", "origin", "date"]
+    rows = [[r.provider, r.region, r.instance_type, r.gpu_model, f"{r.gpu_count:g}", money(r.price_hour, 3),
+             money(r.price_per_gpu_hour, 3), money(r.spot_price_hour, 3), r.price_origin,
+             r.fetched_at[:10] + (" STALE" if r.stale else "")] for r in df.itertuples(index=False)]
+    out = [render_rows(head, rows, "table", right={4, 5, 6, 7})]
     sources = sorted(set(df["source"]))
     out.append(f"{len(rows)} offers; USD per hour, whole instance (on-demand unless noted). "
-               f"Sources: {', '.join(sources[:4])}{' ...' if len(sources) > 4 else ''}")
+               f"Sources: {plain(', '.join(sources[:4]))}{' ...' if len(sources) > 4 else ''}")
     if df["stale"].any():
-        out.append("STALE: older than the stale threshold (30 days by default) or from an old "
+        out.append(f"STALE: older than {stale_days():g} days (GPU_ADVISOR_STALE_DAYS) or from an old "
                    "catalog generation; run `gpu-advisor prices refresh`.")
     click.echo("\n".join(out))
 

@@ -1,0 +1,114 @@
+"""Does a run fit on a GPU, how large may it grow, and if not, which change makes it fit.
+
+Built on the engine's one micro-batch and sequence search (advisor.engine); the suggestions
+re-estimate each candidate change with the same engine, so every number they print is the
+estimator's own.
+"""
+
+from __future__ import annotations
+
+from advisor.architecture import supported_attention
+from advisor.engine import MAX_SEARCH_MICRO_BATCH, Engine, usable_limit
+from advisor.errors import BadInput
+from advisor.results import FitCheck, MemoryEstimate
+from advisor.stacks import Shape, Stack
+
+
+def fit_check(engine: Engine, stack: Stack, shape: Shape, gpu_name: str, headroom: float,
+              est: MemoryEstimate) -> tuple[FitCheck, list[str]]:
+    """The fit of `est` on `gpu_name` with `headroom` kept free, and warnings about the card."""
+    from pricing.gpus import get_gpu
+
+    if not 0 <= headroom < 1:
+        raise BadInput("--headroom: must be a fraction in [0, 1), e.g. 0.1.")
+    gpu = get_gpu(gpu_name)
+    limit = usable_limit(gpu, headroom)
+    mb = engine.max_micro_batch(stack, shape.seq_len, limit, cap=MAX_SEARCH_MICRO_BATCH)
+    fits = est.device_total <= limit
+    check = FitCheck(
+        gpu=gpu.name,
+        usable_bytes=gpu.usable_bytes,
+        headroom_fraction=headroom,
+        fits=fits,
+        free_bytes=gpu.usable_bytes - est.device_total,
+        max_micro_batch=mb,
+        max_seq_len=engine.max_seq_len(stack, shape.micro_batch, limit),
+        suggestions=[] if fits else fit_suggestions(engine, stack, shape, gpu, limit, max_micro_batch=mb),
+    )
+    warnings = []
+    if "bf16" in stack.precision and not gpu.supports_bf16:
+        warnings.append(f"{gpu.name} has no native bf16 (emulated, slow): use --precision fp16 or amp-fp16.")
+    if stack.attention == "flash" and not gpu.supports_flash_attention:
+        warnings.append(f"FlashAttention-2 does not run on {gpu.name}: use --attention sdpa.")
+    return check, warnings
+
+
+def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4,
+                    max_micro_batch: int = 1) -> list[str]:
+    """Single changes, least disruptive first (same model quality before cheaper compute), that bring
+    the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need. When none is
+    enough, one combination of memory savers, pruned to the changes it needs."""
+    Change = tuple[str, dict, dict]  # label, Stack fields, Shape fields
+
+    def need(changes: list[Change]) -> int | None:
+        st, sh = stack.model_dump(), shape.model_dump()
+        for _, stack_update, shape_update in changes:
+            st.update(stack_update)
+            sh.update(shape_update)
+        try:  # validated: a change that makes an impossible stack (QLoRA in fp32) is skipped
+            return engine.device_total(Stack(**st), Shape(**sh))
+        except ValueError:
+            return None
+
+    def text(changes: list[Change], total: int) -> str:
+        return f"{' '.join(label for label, _, _ in changes)}: {total / 1e9:.1f} GB per GPU"
+
+    allowed = supported_attention(engine.spec.family)
+    singles: list[Change] = []
+    if not stack.grad_checkpointing:
+        singles.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
+    if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:
+        singles.append(("--attention flash", {"attention": "flash"}, {}))
+    if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
+        singles.append(("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}))
+    if shape.micro_batch > 1:
+        mb = max(1, min(max_micro_batch, shape.micro_batch - 1))  # the largest that fits, if any
+        singles.append((f"--batch-size {mb} (raise gradient accumulation instead)", {}, {"micro_batch": mb}))
+    for n in (2, 4, 8):
+        if stack.gpus < n:
+            singles.append((f"--gpus {n} --sharding fsdp (per-GPU share)", {"gpus": n, "sharding": "fsdp"}, {}))
+    if stack.method == "full":
+        singles.append(("--method lora", {"method": "lora"}, {}))
+    if stack.method in ("full", "lora"):
+        singles.append(("--method qlora", {"method": "qlora"}, {}))
+    if stack.method == "full" and (not stack.grad_checkpointing or stack.optimizer != "adamw-8bit"):
+        singles.append(("--grad-checkpointing --optimizer adamw-8bit",
+                        {"grad_checkpointing": True, "optimizer": "adamw-8bit"}, {}))
+    out = []
+    for change in singles:
+        total = need([change])
+        if total is not None and total <= limit:
+            out.append(text([change], total))
+        if len(out) == most:
+            break
+    if out:
+        return out
+    # No single change is enough: combine the memory savers one after another (same GPU count),
+    # then drop any the combination does not need.
+    steps: list[Change] = [("--grad-checkpointing", {"grad_checkpointing": True}, {}),
+                           ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}),
+                           ("--batch-size 1", {}, {"micro_batch": 1}),
+                           ("--method lora", {"method": "lora"}, {}),
+                           ("--method qlora", {"method": "qlora"}, {})]
+    chosen: list[Change] = []
+    for step in steps:
+        chosen.append(step)
+        total = need(chosen)
+        if total is not None and total <= limit:
+            for item in list(chosen):
+                rest = [c for c in chosen if c is not item]
+                t = need(rest)
+                if t is not None and t <= limit:
+                    chosen, total = rest, t
+            return [text(chosen, total)]
+    return [f"nothing on one {gpu.name} at this sequence length; try --seq-len, more GPUs, or a larger card"]

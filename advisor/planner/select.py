@@ -1,0 +1,172 @@
+"""Stages 5-7 — price every fitting config on every matching offer, then pick what the plan shows.
+
+`select` joins configs to priced offers (advisor.planner.costing), applies the budget and the
+deadline, ranks (cost then time, or time then cost), keeps one row per offer × node count ×
+method unless every stack is asked for, and finds the Pareto front, the best option per GPU and
+per provider and the naive baseline; everything vectorised over candidates. `rejections` says
+why every ruled-out option was ruled out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.planner import costing
+from advisor.planner.configs import Config
+from advisor.planner.rejections import Rejections
+from advisor.planner.request import PlanRequest
+
+
+@dataclass
+class Selection:
+    """Positions into `scored` (one row per priced offer × fitting config)."""
+
+    scored: object  # DataFrame: offer_row, cfg_row, row, hours, cost_usd, ...
+    fitting: object  # DataFrame of the fitting configs (row = index into the config list)
+    ranked: object  # np.ndarray, best first
+    pareto: object
+    best: dict  # "gpu_model" | "provider" -> list of positions
+    baseline: object
+    notice: str
+    rejections: Rejections
+    n_scored: int
+    n_meeting: int
+
+    def shown(self, top: int):
+        """Positions of every candidate the plan will show (checked exactly before it is built)."""
+        import numpy as np
+
+        parts = [self.ranked[:top], self.pareto, *map(np.asarray, self.best.values()), self.baseline]
+        return np.concatenate([np.asarray(p) for p in parts]).astype(int)
+
+
+def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float, adapters_gb: float):
+    """One row per config with what costing needs (memory, hours, setup and checkpoint times)."""
+    import numpy as np
+    import pandas as pd
+
+    cfg = pd.DataFrame({
+        "gpu_model": [c.gpu_model for c in configs], "gpu_count": [c.per_node for c in configs],
+        "nodes": [c.nodes for c in configs], "method": [c.method for c in configs],
+        "micro_batch": [c.micro_batch for c in configs], "need1": [c.need1 for c in configs],
+        "cpu_ram": [c.cpu_ram for c in configs], "usable": [c.gpu.usable_bytes for c in configs],
+        "limit": [c.limit for c in configs], "train_hours": [c.train_hours for c in configs],
+    })
+    cfg["row"] = np.arange(len(cfg))
+    is_full = (cfg["method"] == "full").to_numpy()
+    out_gb = np.where(is_full, weights_gb, adapters_gb)
+    cfg["setup_hours"] = costing.setup_hours(weights_gb, out_gb, request.setup_hours)
+    state_gb = np.where(is_full, weights_gb * 8, adapters_gb * 4)  # 16 B per trainable parameter
+    cfg["ckpt_hours"] = costing.checkpoint_hours(state_gb, cfg["nodes"].to_numpy(float))
+    return cfg
+
+
+def _fmt_gb(b: float) -> str:
+    return f"{b / 1e9:.1f} GB"
+
+
+def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: PlanRequest,
+                 rejections: Rejections) -> None:
+    """Configs that fit nowhere, counted once per priced offer they would have joined."""
+    cfg["n_priced"] = [priced_counts.get((g, k), 0) for g, k in zip(cfg["gpu_model"], cfg["gpu_count"])]
+    in_m = cfg["method"].isin(request.methods)
+    nofit = cfg[in_m & (cfg["micro_batch"] == 0)]
+    if not len(nofit):
+        return
+    keys = ["gpu_model", "gpu_count", "nodes", "method"]
+    fit_groups = set(map(tuple, cfg.loc[in_m & (cfg["micro_batch"] > 0), keys].itertuples(index=False)))
+    first_offer = off.drop_duplicates(["gpu_model", "gpu_count"]).set_index(["gpu_model", "gpu_count"])
+    for key, grp in nofit.groupby(keys, sort=False):
+        g, pn, nodes, meth = key
+        if key in fit_groups:
+            rejections.add("stack variants that need more memory than a leaner stack on the same GPU",
+                           grp["n_priced"].sum())
+            continue
+        best = grp.loc[grp["need1"].idxmin()]
+        ex = first_offer.loc[(g, pn)]
+        where = f"{g} {best['usable'] / 2**30:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
+        rejections.add(f"{where}: {meth} fine-tuning needs {_fmt_gb(best['need1'])} per GPU even at micro-batch 1 "
+                       f"(limit {_fmt_gb(best['limit'])} with {request.headroom:.0%} headroom)", grp["n_priced"].sum(),
+                       f"{ex['provider']} {ex['instance_type']} · {configs[int(best['row'])].stack.label()}")
+
+
+def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections) -> Selection:
+    """Score every candidate and pick what the plan shows (vectorised over candidates)."""
+    import numpy as np
+
+    b = costing.billing()["spot"]
+    rate = b["interruptions_per_hour"] if request.interruptions_per_hour is None else request.interruptions_per_hour
+    interval = (b["checkpoint_interval_hours"] if request.checkpoint_interval_hours is None
+                else request.checkpoint_interval_hours)
+    cfg = cfg.assign(train_hours=[c.train_hours for c in configs], micro_batch=[c.micro_batch for c in configs],
+                     cpu_ram=[c.cpu_ram for c in configs])
+    methods = request.methods
+    fitting = cfg[cfg["micro_batch"] > 0].reset_index(drop=True)
+    sc = costing.score(priced, fitting, spot_rate=rate, checkpoint_interval=interval)
+    cfg_row = sc["cfg_row"].to_numpy()
+    sc["row"] = fitting["row"].to_numpy()[cfg_row]
+    bad_ram = ~sc["ram_ok"].to_numpy()
+    cmeth = fitting["method"].to_numpy()[cfg_row]
+    i = np.flatnonzero(bad_ram & np.isin(cmeth, methods))
+    if len(i):
+        o = priced.iloc[sc["offer_row"].iat[i[0]]]
+        rejections.add(f"CPU offload needs more host RAM than the instance has (e.g. "
+                       f"{_fmt_gb(fitting['cpu_ram'].iat[cfg_row[i[0]]])} vs {o['ram_gb']:g} GB)", len(i),
+                       f"{o['provider']} {o['instance_type']}")
+    sel = ~bad_ram & np.isin(cmeth, methods)
+    cost, hours = sc["cost_usd"].to_numpy(), sc["hours"].to_numpy()
+
+    notice = ""
+    meets = sel.copy()
+    if request.budget is not None:
+        over = cost > request.budget
+        rejections.add(f"over the budget of ${request.budget:,.0f}", int((over & meets).sum()))
+        meets &= ~over
+    if request.deadline_hours is not None:
+        late = hours > request.deadline_hours
+        rejections.add(f"misses the deadline of {request.deadline_hours:g} h", int((late & meets).sum()))
+        meets &= ~late
+    tie = sc["offer_row"].to_numpy() * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
+    primary = (tie, hours, cost) if request.sort == "cost" else (tie, cost, hours)
+    if sel.any() and not meets.any():
+        what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
+                            if v is not None)
+        notice = f"No candidate meets the {what}; showing the closest."
+        viol = np.zeros(len(sc))
+        if request.budget is not None:
+            viol += np.maximum(cost / request.budget - 1, 0)
+        if request.deadline_hours is not None:
+            viol += np.maximum(hours / request.deadline_hours - 1, 0)
+        pool = np.flatnonzero(sel)
+        ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], viol[pool]))]
+    else:
+        pool = np.flatnonzero(meets)
+        ranked = pool[np.lexsort(tuple(k[pool] for k in primary))]
+    # One row per instance offer × node count × method: its best stack. The variants behind it
+    # (another optimizer or attention kernel at a higher cost) stay in the Pareto front and the
+    # best-per lists' pool, but would crowd the ranking with near-copies.
+    if request.distinct and len(ranked):
+        nodes_c = fitting["nodes"].to_numpy(np.int64)[cfg_row]
+        meth_c = np.unique(cmeth, return_inverse=True)[1].astype(np.int64)
+        group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + meth_c
+        _, first = np.unique(group[ranked], return_index=True)
+        ranked = ranked[np.sort(first)]
+    if not sel.any():
+        notice = ("Nothing fits: no offer can hold this job with the allowed settings."
+                  if len(priced) else "No offer matches the filters.")
+    # Pareto front (cost vs hours) over what meets the constraints (or the closest pool)
+    by_cost = pool[np.lexsort((tie[pool], hours[pool], cost[pool]))]
+    h = hours[by_cost]
+    prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
+    pareto = by_cost[h < prev]
+    order = pool[np.lexsort(tuple(k[pool] for k in primary))]
+    best = {}
+    for column in ("gpu_model", "provider"):
+        vals = priced[column].to_numpy()[sc["offer_row"].to_numpy()[order]]
+        _, first = np.unique(vals, return_index=True)
+        best[column] = [order[j] for j in sorted(first)]
+    # naive baseline: full fine-tuning, on demand, on the cheapest instance where it fits
+    base = np.flatnonzero(~bad_ram & (cmeth == "full") & ~priced["spot"].to_numpy()[sc["offer_row"].to_numpy()])
+    baseline = base[np.lexsort((tie[base], cost[base], sc["price_hour"].to_numpy()[base]))][:1]
+    return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
+                     notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()))

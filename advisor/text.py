@@ -1,0 +1,68 @@
+"""Numbers and untrusted text as people read them — the one formatter of each kind.
+
+Money, sizes and durations look the same in the CLI, the reports and the launch README.
+Text that came from a file or a server (model names, provider names, price sources) is data:
+`plain` makes it safe for a terminal or a one-line cell (no ANSI escapes, no control
+characters, no line breaks), `md` for Markdown (also escapes markup and HTML), and CSV cells go
+through `pricing.files.csv_safe` (spreadsheet formulas neutralised).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+GB = 1e9
+GiB = 2**30
+
+# ESC-introduced sequences (CSI, OSC ... BEL/ST, two-char escapes), then any other C0/C1 control or DEL.
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+MD_SPECIAL = "\\`*_[]|~$"
+
+
+def money(v: float | None, digits: int = 2) -> str:
+    """'$1,234.56' ('n/a' when unknown)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return f"${v:,.{digits}f}"
+
+
+def gb(n: float, digits: int = 1) -> str:
+    """Bytes as GB (10^9), with the unit."""
+    return f"{n / GB:,.{digits}f} GB"
+
+
+def gib(n: float, digits: int = 1) -> str:
+    """Bytes as GiB (2^30), with the unit."""
+    return f"{n / GiB:,.{digits}f} GiB"
+
+
+def duration(h: float) -> str:
+    """Hours as people say them: '45 min', '6.2 h', '130.0 h (5.4 days)'."""
+    if h < 1:
+        return f"{h * 60:.0f} min"
+    if h < 48:
+        return f"{h:.1f} h"
+    return f"{h:,.1f} h ({h / 24:.1f} days)"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def plain(value: object) -> str:
+    """Untrusted text for a terminal or a one-line cell: escape sequences and control characters
+    removed, every run of white space (line breaks included) folded to one space."""
+    s = "" if value is None else str(value)
+    s = _ANSI.sub("", s)
+    s = re.sub(r"\s+", " ", s)
+    return _CONTROL.sub("", s).strip()
+
+
+def md(value: object) -> str:
+    """Untrusted text for Markdown: `plain`, then HTML (&, <, >) and Markdown markup escaped, so no
+    value can add a heading, a link, an image, a code span or a table column."""
+    s = plain(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = "".join("\\" + ch if ch in MD_SPECIAL else ch for ch in s)
+    return "\\" + s if s.startswith("#") else s  # a value at the start of a line must not become a heading

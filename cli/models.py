@@ -1,0 +1,50 @@
+"""`gpu-advisor models`: list the built-in model catalog (names a user can pass to --model)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from advisor.models import human_count
+from advisor.modelspec import SUPPORTED_FAMILIES
+from cli.output import render_rows
+
+
+def _rows(family: str | None) -> list[dict]:
+    from advisor.models import catalog
+
+    from advisor.architecture import build
+
+    rows = []
+    for spec in catalog():
+        if family and spec.family != family:
+            continue
+        row = {"name": spec.name, "aliases": spec.aliases, "family": spec.family}
+        arch = build(spec)
+        row["params"] = arch.params_total
+        row["params_active"] = arch.params_active
+        row["max_position_embeddings"] = spec.max_position_embeddings
+        rows.append(row)
+    return rows
+
+
+@click.command("models")
+@click.option("--family", type=click.Choice(SUPPORTED_FAMILIES), help="Only this config.json model_type.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "csv"]), default="table",
+              show_default=True, help="Output format.")
+def models(family: str | None, fmt: str) -> None:
+    """List the built-in models: Hugging Face id, short aliases, family and parameter count.
+
+    Any of these names (any case) works as a model argument; so do a path to a config.json
+    and other Hugging Face ids (fetched once, then cached).
+    """
+    rows = _rows(family)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    header = ["name", "aliases", "family", "params", "active", "max_pos"]
+    count = str if fmt == "csv" else human_count  # csv keeps exact integers for spreadsheets
+    table = [[r["name"], ", ".join(r["aliases"]), r["family"], count(r["params"]), count(r["params_active"]),
+              str(r["max_position_embeddings"])] for r in rows]
+    click.echo(render_rows(header, table, fmt))
