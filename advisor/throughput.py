@@ -1,22 +1,48 @@
 """Time model: how many training tokens per second a stack reaches on a set of GPUs.
 
-step time = grad_accum × (compute + per-layer overhead + QLoRA dequantisation) + optimizer step
-            + the part of communication that compute does not hide.
+One optimizer step on each GPU is
 
-* FLOPs per token follow Kaplan et al. 2020 (C ≈ 6N per token, +attention 6·n_layer·n_ctx·d_attn)
-  and PaLM (Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T; MFU vs HFU). LoRA/QLoRA skip the
-  weight gradient of frozen weights (backward = 1× instead of 2× forward, so ≈ 4N);
-  activation checkpointing recomputes the forward (+2N, Korthikanti et al. 2022, §4).
-* Achieved compute = GPUs × dense peak × kernel efficiency (advisor/data/mfu.json, `--mfu`).
-* Communication volumes from the ZeRO paper (Rajbhandari et al. 2020, §7): DDP all-reduce 2Ψ,
-  ZeRO-3/FSDP all-gather (forward and backward) + reduce-scatter 3Ψ, ring factor (n−1)/n.
-* The reported `mfu` is PaLM's model-FLOPs utilisation: useful FLOPs (no recompute) per second
-  over peak, after every overhead — comparable with published MFU figures.
+    step = grad_accum × max(GPU work of one micro-batch, host dispatch of its kernels)
+           + optimizer step + communication that compute does not hide + fixed step overhead
+
+and the GPU work of one micro-batch is a sum of named mechanisms, each from a count:
+
+* **matmuls** — FLOPs per token after Kaplan et al. 2020 and PaLM (Chowdhery et al. 2022, app. B):
+  2 per weight forward, 2 more for input gradients, 2 more for weight gradients of trained weights
+  (LoRA/QLoRA: frozen weights get none), one more forward with activation checkpointing
+  (Korthikanti et al. 2022, §4). They run at the dense peak *as the hardware sustains it* (the maximum
+  achievable matmul FLOPS measured per accelerator, mfu.json `mamf_fraction`) times one fitted
+  matmul efficiency — and never faster than the weights can be read from memory (roofline: a pass
+  over M tokens reads every weight once, so at small M the weight traffic, not the FLOPs, sets the
+  time; for MoE every expert's weights are read while each sees only M·k/E tokens).
+* **attention** — 2·2·s_ctx·d_attn FLOPs per token per layer forward (QKᵀ and A·V over the average
+  causal context), backward 2×, at the fused kernel's published utilisation (FlashAttention-2 paper
+  on A100, FlashAttention-3 paper for FA2 on H100); eager attention also moves its b·heads·s² score
+  matrix (bytes counted from transformers' eager_attention_forward).
+* **elementwise traffic** — RMSNorm, RoPE, SwiGLU, residual adds, LoRA's input casts and dropout,
+  the fp32 loss path: bytes per token counted op by op from transformers' and peft's forward
+  code (mfu.json `elementwise_bytes`), backward twice the forward; Liger Kernel and torch.compile
+  fuse them into fewer passes (counted the same way).
+* **QLoRA dequantisation** — bitsandbytes reads the NF4 weight and its absmax constants and writes a
+  16-bit copy before every matmul that uses it (forward, backward, recompute).
+* **DoRA** — peft recomputes the weight norm ‖W + s·BA‖ of every adapted linear in every forward.
+* **MoE routing** — softmax/top-k and the gather/scatter of each token to its k experts.
+* **kernel dispatch** — eager PyTorch issues every kernel from Python; when the kernels are small
+  the host, not the GPU, sets the pace (kernel counts per layer in mfu.json `kernels`; one fitted
+  dispatch time per kernel).
+
+The optimizer step moves its state bytes once (fused AdamW / DeepSpeed FusedAdam); communication
+volumes follow the ZeRO paper (Rajbhandari et al. 2020, §7) over the named link (NVLink, PCIe — staged
+through host memory where the cards have no peer-to-peer —, or the inter-node network). Every
+constant is in advisor/data/mfu.json with its source, or marked fitted with the held-out figure of
+`benchmarks/time_calibration.py` (leave-one-source-out cross-validation), which also writes the
+per-segment error bands `band()` returns.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,22 +56,27 @@ MFU_FILE = Path(__file__).parent / "data" / "mfu.json"
 
 @lru_cache(maxsize=1)
 def table() -> dict:
-    """The documented efficiency table (advisor/data/mfu.json)."""
+    """The documented constants of the time model (advisor/data/mfu.json)."""
     return json.loads(MFU_FILE.read_text())
 
 
 def gpu_class(gpu) -> str:
-    """Efficiency class of a GPU from its architecture (keys of mfu.json's kernel_efficiency)."""
+    """Efficiency class of a GPU from its architecture (keys of mfu.json's per-class tables)."""
     arch = gpu.architecture.lower()
     if gpu.vendor.upper() == "AMD":
         return "cdna"
     for key, cls in (("blackwell", "blackwell"), ("hopper", "hopper"), ("ada", "ada"),
-                     ("turing", "turing"), ("volta", "volta")):
+                     ("turing", "turing"), ("volta", "volta"), ("pascal", "volta")):
         if key in arch:
             return cls
     if "ga100" in arch:
         return "ampere-datacenter"
-    return "ampere-workstation"  # GA102 parts: A10, A10G, A6000, RTX 3090
+    return "ampere-workstation"  # GA102/GA104 parts: A10, A10G, A40, A6000, RTX 3090
+
+
+def segment(gpu, stack: Stack) -> str:
+    """The calibration segment a setup belongs to: GPU class × method (the unit of the error band)."""
+    return f"{gpu_class(gpu)}/{stack.method}"
 
 
 # --------------------------------------------------------------------------- parameter counts
@@ -53,28 +84,49 @@ def gpu_class(gpu) -> str:
 
 @dataclass(frozen=True)
 class Counts:
-    """Parameter counts the FLOPs and traffic terms need (text model; embeddings are lookups)."""
+    """What the time model needs to know about the model for one stack (text model only: the
+    vision tower of a multimodal model does not run on text batches)."""
 
     layers: int
     d_attn: int  # num_attention_heads × head_dim
     matmul_active: float  # weights multiplied per token: layer linears (routed experts only) + lm_head
-    layer_linear_total: float  # all layer linears (every expert): what NF4 quantises / dequantises
+    layer_linear_total: float  # all layer linears (every expert)
     params_total: float
     adapters_total: float  # LoRA parameters (0 for full)
     adapters_active: float
     window: int | None
+    hidden: int = 0
+    head_dim: int = 0
+    q_dim: int = 0
+    kv_dim: int = 0
+    mlp_width: float = 0.0  # SwiGLU width a token passes through per layer (MoE: k experts + shared expert)
+    vocab: int = 0
+    lm_head: float = 0.0  # vocab × hidden (the output projection's weights, tied or not)
+    dense_weight_total: float = 0.0  # layer linears that every token multiplies (not routed experts) + routers
+    expert_weight_total: float = 0.0  # routed experts' weights over all layers
+    expert_tokens_fraction: float = 1.0  # k / E: share of a micro-batch's tokens each expert sees
+    moe_layers: int = 0
+    top_k: int = 0
+    quantised_weight_total: float = 0.0  # what bitsandbytes stores in NF4 (non-expert linears of the text model)
+    quantised_linears: int = 0  # Linear4bit modules in the text model
+    adapted_linears: int = 0  # LoRA-wrapped linears in the text model
+    adapted_in_features: float = 0.0  # Σ in_features over the adapted linears (LoRA input traffic)
+    adapted_out_features: float = 0.0  # Σ out_features over the adapted linears (DoRA's output rescaling)
+    adapted_weight_total: float = 0.0  # Σ in×out over the adapted linears (DoRA's weight norm)
+    param_tensors: int = 0  # parameter tensors (ZeRO-3 fetches each one per pass)
+    trainable_tensors: int = 0
+    extra_trainable: float = 0.0  # peft modules_to_save (trained in full beside the adapters)
+    lm_head_trained: bool = False
 
 
 def counts(arch, stack: Stack) -> Counts:
-    """Linear-layer parameter counts from the memory estimate's module inventory (advisor.architecture;
-    a ModelSpec is built through its engine); the vision tower's matmuls are left out of the FLOPs
-    (text-only batches never run it) but its adapters are trainable, so they count in the optimizer's
-    traffic."""
+    """Counts from the memory estimate's module inventory (advisor.architecture; a ModelSpec is
+    built through its engine). Memoised per (method, rank, targets, modules_to_save)."""
     if isinstance(arch, ModelSpec):
         from advisor.engine import Engine
 
         arch = Engine.of(arch).arch
-    key = ("counts", stack.method, stack.lora_rank, stack.lora_targets)
+    key = ("counts", stack.method, stack.lora_rank, stack.lora_targets, stack.modules_to_save)
     if key not in arch._memo:
         arch._memo[key] = _counts(arch, stack)
     return arch._memo[key]
@@ -83,21 +135,74 @@ def counts(arch, stack: Stack) -> Counts:
 def _counts(arch, stack: Stack) -> Counts:
     m = arch.spec
     k = m.num_experts_per_tok / m.num_experts if m.is_moe else 1.0
-    linear_total = matmul_active = 0.0
+    linear_total = matmul_active = dense = experts = quantised = 0.0
+    n_linears = tensors = moe_layers = 0
+    mlp_width = 0.0
     for layer in arch.layers:
         for lin in layer.linears:
             linear_total += lin.weight_params
             matmul_active += lin.weight_params * (k if lin.expert else 1.0)
+            if lin.expert:
+                experts += lin.weight_params
+                tensors += 1
+            else:
+                dense += lin.weight_params
+                quantised += lin.weight_params
+                n_linears += lin.count
+                tensors += lin.count * (2 if lin.bias else 1)
         linear_total += layer.other_params  # MoE router, a matmul over every token
         matmul_active += layer.other_params
+        dense += layer.other_params
+        tensors += m.norms_per_layer + (2 if m.qk_norm else 0) + (1 if layer.other_params else 0)
+        if layer.moe:
+            moe_layers += 1
+            fe = m.moe_intermediate_size or m.intermediate_size
+            mlp_width += m.num_experts_per_tok * fe + m.shared_expert_intermediate_size
+        else:
+            mlp_width += m.intermediate_size
+    L = max(m.num_hidden_layers, 1)
     adapters_total = adapters_active = 0.0
+    adapted = 0
+    adapted_in = adapted_out = adapted_w = 0.0
+    trainable_tensors = 0
     if stack.method != "full":
         adapters_total = float(arch.lora_params(stack.lora_rank, stack.lora_targets))
         adapters_active = float(arch.lora_params_per_token(stack.lora_rank, stack.lora_targets))
-    matmul_active += m.vocab_size * m.hidden_size  # lm_head projection (tied or not, the matmul happens)
+        text = [lin for layer in arch.layers for lin in layer.linears]
+        ids = {id(lin) for lin in text}
+        for lin in arch.lora_targeted(stack.lora_targets):
+            if id(lin) in ids:
+                adapted += lin.count
+                adapted_in += lin.count * lin.in_features
+                adapted_out += lin.count * lin.out_features
+                adapted_w += lin.weight_params
+        trainable_tensors = 2 * adapted
+    lm_head = float(m.vocab_size * m.hidden_size)
+    matmul_active += lm_head  # lm_head projection (tied or not, the matmul happens)
+    extra, lm_head_trained = 0.0, False
+    if stack.method != "full" and stack.modules_to_save:
+        for name in (n.strip() for n in stack.modules_to_save.split(",") if n.strip()):
+            if name in ("lm_head", "embed_tokens", "wte", "output"):
+                extra += lm_head
+                trainable_tensors += 1
+                lm_head_trained |= name in ("lm_head", "output")
+    tensors += 2 + (0 if m.tie_word_embeddings else 1)  # embedding, final norm, lm_head
+    if stack.method == "full":
+        trainable_tensors = tensors
     scale = arch.scale  # --params mode: the synthetic shape stretched to the given size
-    return Counts(m.num_hidden_layers, m.num_attention_heads * m.head_dim, matmul_active * scale,
-                  linear_total * scale, float(arch.params_total), adapters_total, adapters_active, m.sliding_window)
+    return Counts(
+        layers=m.num_hidden_layers, d_attn=m.num_attention_heads * m.head_dim, matmul_active=matmul_active * scale,
+        layer_linear_total=linear_total * scale, params_total=float(arch.params_total), adapters_total=adapters_total,
+        adapters_active=adapters_active, window=m.sliding_window, hidden=m.hidden_size, head_dim=m.head_dim,
+        q_dim=m.num_attention_heads * m.head_dim, kv_dim=m.num_key_value_heads * m.head_dim,
+        mlp_width=mlp_width / L, vocab=m.vocab_size, lm_head=lm_head * scale, dense_weight_total=dense * scale,
+        expert_weight_total=experts * scale, expert_tokens_fraction=k, moe_layers=moe_layers,
+        top_k=m.num_experts_per_tok if m.is_moe else 0, quantised_weight_total=quantised * scale,
+        quantised_linears=n_linears, adapted_linears=adapted, adapted_in_features=adapted_in * scale,
+        adapted_out_features=adapted_out * scale,
+        adapted_weight_total=adapted_w * scale, param_tensors=tensors, trainable_tensors=trainable_tensors,
+        extra_trainable=extra * scale, lm_head_trained=lm_head_trained,
+    )
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -110,7 +215,7 @@ def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float
     A·V) with s_ctx the average causal context (s/2: FlashAttention skips masked tiles; capped
     by a sliding window). Backward: 2× forward for weights that get gradients, 1× for frozen
     weights (input gradients only), 2× for attention (no weights). Checkpointing adds one
-    forward (executed, not model FLOPs).
+    forward of the decoder layers (executed, not model FLOPs; the lm_head is outside them).
     """
     s_ctx = seq_len / 2 if c.window is None else min(seq_len / 2, c.window)
     attn_fwd = 4.0 * c.layers * s_ctx * c.d_attn
@@ -119,12 +224,20 @@ def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float
     if stack.method == "full":
         model = 3 * mm_fwd + 3 * attn_fwd
     else:
-        model = 2 * mm_fwd + 3 * attn_fwd + 3 * ad_fwd
-    executed = model + ((mm_fwd + attn_fwd + ad_fwd) if stack.grad_checkpointing else 0.0)
+        model = 2 * mm_fwd + 3 * attn_fwd + 3 * ad_fwd + (2.0 * c.lm_head if c.lm_head_trained else 0.0)
+    executed = model + ((mm_fwd - 2.0 * c.lm_head + attn_fwd + ad_fwd) if stack.grad_checkpointing else 0.0)
     return model, executed
 
 
-# --------------------------------------------------------------------------- the time model
+# --------------------------------------------------------------------------- constants
+
+
+def constants(overrides: dict | None = None) -> dict:
+    """The fitted constants (mfu.json `fitted`), with `overrides` for the calibration's search."""
+    fitted = {k: v["value"] for k, v in table()["fitted"].items() if not k.startswith("_")}
+    if overrides:
+        fitted.update(overrides)
+    return fitted
 
 
 def internode_gbps(gpu, gpus_per_node: int, interconnect: str = "") -> float:
@@ -135,54 +248,174 @@ def internode_gbps(gpu, gpus_per_node: int, interconnect: str = "") -> float:
                  else t["other"])
 
 
-def kernel_efficiency(gpu, stack: Stack) -> float:
+def matmul_rate(gpu, stack: Stack, k: dict, mfu: float | None = None) -> float:
+    """FLOP/s the training matmuls of one GPU reach: dense peak × the share of it a large GEMM sustains
+    (measured MAMF) × the fitted training-matmul efficiency; `mfu` (--mfu) replaces the last two."""
+    peak = gpu.peak_tflops(stack.precision) * 1e12
+    if mfu is not None:
+        return peak * mfu
+    return peak * table()["mamf_fraction"][gpu_class(gpu)] * k["matmul_efficiency"]
+
+
+def _elementwise_bytes(c: Counts, stack: Stack, seq_len: int) -> float:
+    """Bytes the non-matmul ops move per token per forward pass of one decoder layer (mfu.json
+    `elementwise_bytes`: counted op by op; Liger and torch.compile fuse the chains)."""
+    t = table()["elementwise_bytes"]
+    mode = "compiled" if stack.compile else "liger" if stack.liger else "eager"
+    per = t[mode]
+    b = per["hidden"] * c.hidden + per["q"] * c.q_dim + per["kv"] * c.kv_dim + per["mlp"] * c.mlp_width
+    if c.moe_layers:
+        # gather each token to its k experts and scatter the weighted outputs back (16-bit, read + write)
+        b += t["moe_dispatch_per_hidden"] * c.top_k * c.hidden * c.moe_layers / max(c.layers, 1)
+    return b
+
+
+def _loss_bytes(c: Counts, stack: Stack) -> float:
+    """Bytes per token of the logits path (forward + backward), by loss implementation."""
+    t = table()["elementwise_bytes"]["loss_per_vocab"]
+    mode = "fused" if stack.liger else "chunked" if stack.loss == "chunked" else "compiled" if stack.compile else "eager"
+    return t[mode] * c.vocab
+
+
+def _kernels_per_microbatch(c: Counts, stack: Stack) -> float:
+    """Kernels one micro-batch launches (forward, backward, recompute) — mfu.json `kernels`."""
+    t = table()["kernels"]
+    mode = "compiled" if stack.compile else "liger" if stack.liger else "eager"
+    fwd = t["layer_forward"][mode]
+    passes = 3.0 + (1.0 if stack.grad_checkpointing else 0.0)  # backward ≈ 2 forwards of kernels
+    per_layer = fwd * passes
+    if stack.method != "full" and c.adapted_linears:
+        lora = t["lora_per_adapted_linear"]
+        per_adapter = lora["forward"] * (2 if stack.grad_checkpointing else 1) + lora["backward"]
+        if stack.dora:
+            per_adapter += t["dora_per_adapted_linear"] * (2 if stack.grad_checkpointing else 1)
+        if stack.compile:
+            per_adapter *= t["compiled_lora_factor"]
+        per_layer += per_adapter * c.adapted_linears / max(c.layers, 1)
+    if stack.method == "qlora":
+        per_layer += t["dequant_per_linear_pass"] * (c.quantised_linears / max(c.layers, 1)) * (passes - 1)
+    if c.moe_layers:
+        per_layer += t["moe_layer"] * passes * c.moe_layers / max(c.layers, 1)
+    if stack.sharding in ("fsdp", "zero3"):
+        per_layer += t["fsdp_layer"]
+    return per_layer * c.layers + t["model_per_microbatch"]
+
+
+def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, nodes: int, bw: float) -> float:
     t = table()
-    return (t["kernel_efficiency"][gpu_class(gpu)] * t["method_factor"][stack.method]
-            * t["attention_factor"][stack.attention])
+    n = stack.gpus
+    # LoRA adapters are fp32 (peft default) and DeepSpeed's 16-bit modes keep fp32 masters: the
+    # optimizer traffic is then the mixed-precision kind
+    mixed = (stack.precision.startswith("amp") or stack.precision == "fp32" or stack.method != "full"
+             or stack.sharding.startswith("zero"))
+    opt_bytes = t["optimizer_bytes_per_param"]["amp" if mixed else "pure16"][stack.optimizer]
+    if stack.offload in ("optimizer", "both"):
+        shard = trainable / n
+        return trainable / nodes / t["cpu_adam_params_per_s"] + shard * 4 / (t["pcie_gb_s"] * 1e9)
+    grad_bytes = 2 if stack.method == "full" and not mixed else 4
+    clip = t["grad_clip_passes"] * grad_bytes * trainable / stack.shard_degree_grads  # norm, then rescale
+    return (trainable / stack.shard_degree_optimizer * opt_bytes + clip) / bw
+
+
+def link_gb_s(gpu, nodes: int, net_gbps: float) -> float:
+    """GB/s per direction a GPU's collectives get: NVLink/xGMI, or PCIe — staged through host memory
+    where the cards have no peer-to-peer (GeForce) — and, across nodes, one node's network."""
+    t = table()
+    link = gpu.link_gb_s_per_direction
+    if gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True):
+        link *= t["no_p2p_link_factor"]
+    if nodes > 1:
+        # NCCL rings cross each node boundary once per direction, so across nodes the bus
+        # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
+        link = min(link, net_gbps / 8)
+    return link
+
+
+# --------------------------------------------------------------------------- the time model
 
 
 def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1, nodes: int = 1,
-              gpus_per_node: int | None = None, mfu: float | None = None,
-              network_gbps: float | None = None) -> dict[str, float]:
-    """Seconds per optimizer step, by component (plain floats: the planner calls this per config)."""
+              gpus_per_node: int | None = None, mfu: float | None = None, network_gbps: float | None = None,
+              fitted: dict | None = None, with_band: bool = True) -> dict[str, float]:
+    """Seconds per optimizer step by component, tokens/s and its band (plain floats: the planner calls
+    this per config). `fitted` overrides the fitted constants (the calibration's search only)."""
     t = table()
+    k = constants(fitted)
     n = stack.gpus
     gpn = gpus_per_node or max(1, n // nodes)
-    tokens_mb = shape.micro_batch * shape.seq_len
+    T = shape.micro_batch * shape.seq_len  # tokens per micro-batch per GPU
     model_fpt, exec_fpt = flops_per_token(c, stack, shape.seq_len)
-    eff = mfu if mfu is not None else kernel_efficiency(gpu, stack)
     peak = gpu.peak_tflops(stack.precision) * 1e12
     bw = gpu.mem_bandwidth_tb_s * 1e12 * t["bandwidth_efficiency"]
+    rate = matmul_rate(gpu, stack, k, mfu)
+    cls = gpu_class(gpu)
+    ckpt = 1.0 if stack.grad_checkpointing else 0.0
 
-    compute = tokens_mb * exec_fpt / (peak * eff)
-    if nodes > 1:
-        compute /= t["multi_node_efficiency"] ** (nodes - 1)
-    overhead = c.layers * t["layer_overhead_s"]
-    if stack.sharding in ("zero3", "fsdp"):
-        overhead += c.layers * t["zero3_layer_overhead_s"]
-    passes = 3 if stack.grad_checkpointing else 2
-    dequant = c.layer_linear_total * t["nf4_dequant_bytes_per_param"] * passes / bw if stack.method == "qlora" else 0.0
-    per_mb = compute + overhead + dequant
+    # matmuls: FLOPs at the sustained rate, but no faster than the weights stream from memory
+    s_ctx = shape.seq_len / 2 if c.window is None else min(shape.seq_len / 2, c.window)
+    attn_fwd = 4.0 * c.layers * s_ctx * c.d_attn
+    attn_flops = attn_fwd * (3.0 + ckpt) * T
+    mm_flops = exec_fpt * T - attn_flops
+    weight_passes = (3.0 if stack.method == "full" else 2.0) + ckpt  # fwd, dgrad, (wgrad), recompute
+    dense_bytes = 2.0 * (c.dense_weight_total + c.lm_head) * weight_passes
+    expert_bytes = 2.0 * c.expert_weight_total * weight_passes  # every expert is read by each pass
+    # grouped expert GEMMs multiply only M·k/E rows each: below the ridge they stream weights
+    mm_expert = 2.0 * c.expert_weight_total * c.expert_tokens_fraction * T * weight_passes
+    matmul = (max((mm_flops - mm_expert) / rate, dense_bytes / bw)
+              + (max(mm_expert / rate, expert_bytes / bw) if c.expert_weight_total else 0.0))
 
-    trainable = c.params_total if stack.method == "full" else c.adapters_total
-    # LoRA adapters are fp32 (peft default), so their optimizer traffic is the mixed-precision kind
-    mixed = stack.precision.startswith("amp") or stack.precision == "fp32" or stack.method != "full"
-    mode = "amp" if mixed else "pure16"
-    opt_bytes = t["optimizer_bytes_per_param"][mode][stack.optimizer]
-    if stack.offload in ("optimizer", "both"):
-        shard = trainable / n
-        optimizer = trainable / nodes / t["cpu_adam_params_per_s"] + shard * 4 / (t["pcie_gb_s"] * 1e9)
+    # attention: fused kernels at their published utilisation; eager also moves the score matrix
+    if stack.attention == "eager":
+        attention = attn_flops / rate
+        heads = c.d_attn / max(c.head_dim, 1)
+        score = t["eager_score_bytes"]["forward"] * (1.0 + ckpt) + t["eager_score_bytes"]["backward"]
+        attention += c.layers * shape.micro_batch * heads * shape.seq_len ** 2 * score / bw
     else:
-        optimizer = trainable / stack.shard_degree_optimizer * opt_bytes / bw
+        att_eff = t["attention_efficiency"][cls] if mfu is None else mfu
+        attention = attn_flops / (peak * att_eff)
 
-    comm = 0.0
-    hideable = 0.0
-    net = 0.0
+    # elementwise traffic (norms, RoPE, SwiGLU, residuals, casts, LoRA inputs, loss)
+    passes = 3.0 + ckpt  # forward + backward (twice the forward's bytes) + recompute
+    elem = _elementwise_bytes(c, stack, shape.seq_len) * c.layers * passes * T
+    if stack.method != "full" and c.adapted_linears:
+        lb = t["elementwise_bytes"]["lora_per_input_feature"]
+        per_in = lb[stack.adapter_dtype] * (1.0 - (lb["dropout_share"] if stack.lora_dropout == 0 else 0.0))
+        elem += per_in * c.adapted_in_features * (3.0 + ckpt) / 3.0 * T * (0.5 if stack.compile else 1.0)
+    elem += _loss_bytes(c, stack) * T
+    elementwise = elem / bw
+
+    dequant = 0.0
+    if stack.method == "qlora":
+        dequant = c.quantised_weight_total * t["nf4_dequant_bytes_per_param"] * (2.0 + ckpt) / bw
+    dora = 0.0
+    if stack.dora and stack.method != "full":
+        # the weight norm of W + s·BA every forward, and the rescaling of every adapted output
+        dora = (c.adapted_weight_total * t["dora_bytes_per_weight"] * (1.0 + ckpt)
+                + c.adapted_out_features * t["dora_bytes_per_output_feature"] * (3.0 + ckpt) / 3.0 * T) / bw
+        if stack.lora_dropout > 0:
+            # with dropout peft cannot reuse the base output: DoRA runs the base matmul again on the
+            # dropped-out input (forward + input gradient)
+            dora += 2.0 * c.adapted_weight_total * T * (2.0 + ckpt) / rate
+
+    gpu_work = matmul + attention + elementwise + dequant + dora
+    launches = _kernels_per_microbatch(c, stack)
+    host = launches * k["dispatch_seconds_per_kernel"]
+    if stack.sharding == "zero3":
+        host += c.param_tensors * (2.0 + ckpt) * k["zero3_param_fetch_s"]
+    per_mb = max(gpu_work, host)
+    compute = matmul + attention  # the FLOP-bound part (what --mfu scales)
+    if nodes > 1:
+        per_mb /= t["multi_node_efficiency"]  # stragglers and synchronisation jitter across nodes
+
+    trainable = (c.params_total if stack.method == "full" else c.adapters_total + c.extra_trainable)
+    optimizer = _optimizer_seconds(c, stack, gpu, trainable, nodes, bw)
+
+    comm = hideable = net = 0.0
     if nodes > 1:
         net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
     if n > 1 and stack.sharding != "none":
         grad_bytes = trainable * (2 if stack.method == "full" else 4)  # LoRA adapters/grads in fp32
-        weight_bytes = (c.layer_linear_total * 0.53 + (c.params_total - c.layer_linear_total) * 2
+        weight_bytes = (c.quantised_weight_total * 0.53 + (c.params_total - c.quantised_weight_total) * 2
                         if stack.method == "qlora" else c.params_total * 2)
         ring = (n - 1) / n
         if stack.sharding == "ddp":
@@ -194,31 +427,94 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         else:  # fsdp / zero3: gather weights for forward and backward of every micro-batch
             volume = ring * (2 * weight_bytes * grad_accum + grad_bytes)
             hideable = per_mb * grad_accum
-        link = gpu.link_gb_s_per_direction
-        if nodes > 1:
-            # NCCL rings cross each node boundary once per direction, so across nodes the bus
-            # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
-            link = min(link, net / 8)
-        comm = volume / (link * 1e9 * t["collective_efficiency"])
+        comm = volume / (link_gb_s(gpu, nodes, net) * 1e9 * t["collective_efficiency"])
+    if stack.offload in ("params", "both"):
+        # offloaded parameters cross PCIe from host memory before every use of each rank's shard
+        weight_shard = (c.quantised_weight_total * 0.53 + (c.params_total - c.quantised_weight_total) * 2
+                        if stack.method == "qlora" else c.params_total * 2) / n
+        comm += weight_shard * (2.0 + ckpt) * grad_accum / (t["pcie_gb_s"] * 1e9)
+        hideable = per_mb * grad_accum
     overlap = t["comm_overlap"].get(stack.sharding, 0.0)
     exposed = comm - min(overlap * comm, hideable)
 
-    step = grad_accum * per_mb + optimizer + exposed + t["step_overhead_s"]
-    tokens_per_sec = tokens_mb * grad_accum * n / step
-    return {
+    step = grad_accum * per_mb + optimizer + exposed + k["step_overhead_s"]
+    tokens_per_sec = T * grad_accum * n / step
+    out = {
         "tokens_per_sec": tokens_per_sec, "mfu": tokens_per_sec * model_fpt / (n * peak), "internode_gbps": net,
-        "step_seconds": step, "compute_seconds": grad_accum * compute, "overhead_seconds": grad_accum * overhead,
-        "dequant_seconds": grad_accum * dequant, "optimizer_seconds": optimizer,
-        "step_overhead_seconds": t["step_overhead_s"], "comm_seconds": comm,
+        "step_seconds": step, "compute_seconds": grad_accum * compute, "matmul_seconds": grad_accum * matmul,
+        "attention_seconds": grad_accum * attention, "elementwise_seconds": grad_accum * elementwise,
+        "dequant_seconds": grad_accum * dequant, "dora_seconds": grad_accum * dora,
+        "dispatch_seconds": grad_accum * host, "overhead_seconds": grad_accum * max(0.0, host - gpu_work),
+        "optimizer_seconds": optimizer, "step_overhead_seconds": k["step_overhead_s"], "comm_seconds": comm,
         "comm_exposed_seconds": exposed, "model_flops_per_token": model_fpt, "executed_flops_per_token": exec_fpt,
-        "kernel_efficiency": eff, "tokens_per_step": tokens_mb * grad_accum * n, "peak_flops_per_gpu": peak,
+        "kernel_efficiency": rate / peak, "kernels_per_micro_batch": launches,
+        "tokens_per_step": T * grad_accum * n, "peak_flops_per_gpu": peak,
     }
+    if with_band:
+        low, high, rows = _band_factors(gpu, stack)
+        out.update(tokens_per_sec_low=tokens_per_sec * low, tokens_per_sec_high=tokens_per_sec * high,
+                   interval_rows=rows)
+    return {k_: float(v) for k_, v in out.items()}
+
+
+# --------------------------------------------------------------------------- uncertainty
+
+
+def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
+    bands = table().get("bands") or {}
+    seg = segment(gpu, stack)
+    entry = (bands.get("segments") or {}).get(seg)
+    if entry is None:
+        entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
+        return entry, f"{seg}: no calibration rows; the band of held-out GPU classes"
+    return entry, f"{seg}: {entry['rows']} held-out calibration rows"
+
+
+def _band_factors(gpu, stack: Stack) -> tuple[float, float, int]:
+    entry, _ = _band_entry(gpu, stack)
+    return float(entry["low"]), float(entry["high"]), int(entry.get("rows", 0))
+
+
+def band(gpu, stack: Stack) -> tuple[float, float, str]:
+    """(low_factor, high_factor, basis): multiply a predicted tokens/s by the factors for the p10-p90
+    interval of held-out error in this setup's segment (GPU class × method). low ≤ 1 ≤ high, so the
+    interval holds the point estimate; segments with fewer calibration rows get wider bands
+    (benchmarks/time_calibration.py writes them into mfu.json `bands`). Hours and cost scale by the
+    inverse: hours_high = hours / low_factor."""
+    from pricing.gpus import GPU, get_gpu
+
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    entry, basis = _band_entry(g, stack)
+    return float(entry["low"]), float(entry["high"]), basis
+
+
+def band_quantile(gpu, stack: Stack, q: float) -> tuple[float, str]:
+    """(factor, basis): measured/predicted tokens/s at quantile `q` of this segment's held-out error
+    (stored at 0.1, 0.2, 0.8, 0.9; 0.5 is the point estimate, 1.0; log-linear between, clamped to
+    0.1-0.9). For a pessimistic budget at the 80th percentile of hours: hours_p80 = hours /
+    band_quantile(gpu, stack, 0.2)[0]."""
+    from pricing.gpus import GPU, get_gpu
+
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"band_quantile: q must be in (0, 1), got {q}")
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    entry, basis = _band_entry(g, stack)
+    stored = entry.get("quantiles") or {"0.1": entry["low"], "0.9": entry["high"]}
+    knots = sorted([(float(k), math.log(float(v))) for k, v in stored.items()] + [(0.5, 0.0)])
+    q = min(max(q, knots[0][0]), knots[-1][0])
+    for (q0, v0), (q1, v1) in zip(knots, knots[1:]):
+        if q0 <= q <= q1:
+            return math.exp(v0 + (v1 - v0) * (q - q0) / (q1 - q0)), basis
+    return math.exp(knots[-1][1]), basis
+
+
+# --------------------------------------------------------------------------- typed result
 
 
 def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
                network_gbps: float | None = None) -> Throughput:
     """Tokens per second (total over `stack.gpus` GPUs on `nodes` nodes) at the shape's gradient
-    accumulation (1 when unknown), with every term visible."""
+    accumulation (1 when unknown), with every term visible and the held-out error band."""
     from pricing.gpus import GPU, get_gpu
 
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
@@ -231,17 +527,23 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
     r = step_time(c, stack, shape, g, grad_accum=grad_accum, nodes=nodes, gpus_per_node=gpn, mfu=mfu,
                   network_gbps=network_gbps)
     t = table()
+    k = constants()
+    low, high, basis = band(g, stack)
     assumptions: dict[str, str | int | float | bool] = {
         "gpu_class": gpu_class(g),
         "kernel_efficiency": round(r["kernel_efficiency"], 4),
-        "kernel_efficiency_source": "--mfu" if mfu is not None else "advisor/data/mfu.json",
+        "kernel_efficiency_source": ("--mfu" if mfu is not None
+                                     else "advisor/data/mfu.json (MAMF × fitted matmul efficiency)"),
         "peak_tflops_per_gpu": g.peak_tflops(stack.precision),
-        "layer_overhead_s": t["layer_overhead_s"],
+        "dispatch_seconds_per_kernel": k["dispatch_seconds_per_kernel"],
         "comm_overlap": t["comm_overlap"].get(stack.sharding, 0.0),
         "grad_accum": grad_accum,
         "nodes": nodes,
         "flops": "Kaplan 2020 / PaLM app. B: 6N full, 4N LoRA, +2N recompute, +attention (causal)",
+        "interval": f"p10-p90 of held-out error ({basis})",
     }
+    if g.interconnect == "pcie" and stack.gpus > 1 and not g.pcie_p2p:
+        assumptions["pcie_p2p"] = False
     if nodes > 1:
         assumptions["internode_gbps"] = r["internode_gbps"]
     return Throughput(
@@ -253,7 +555,11 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         nodes=nodes,
         compute_seconds_per_step=r["compute_seconds"],
         comm_seconds_per_step=r["comm_exposed_seconds"],
-        components={k: float(v) for k, v in r.items() if k.endswith("_seconds") or k.endswith("_per_token")},
+        tokens_per_sec_low=r["tokens_per_sec_low"],
+        tokens_per_sec_high=r["tokens_per_sec_high"],
+        interval_basis={"segment": segment(g, stack), "rows": int(r["interval_rows"]),
+                        "low_factor": round(low, 4), "high_factor": round(high, 4), "basis": basis},
+        components={k_: float(v) for k_, v in r.items() if k_.endswith("_seconds") or k_.endswith("_per_token")},
         assumptions=assumptions,
     )
 
@@ -267,3 +573,7 @@ def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu,
     if grad_accum is not None:
         shape = shape.model_copy(update={"grad_accum": grad_accum})
     return Engine.of(model).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
+
+
+__all__ = ["Counts", "band", "band_quantile", "counts", "estimate_throughput", "flops_per_token", "gpu_class", "segment", "step_time",
+           "table", "throughput"]

@@ -8,10 +8,17 @@ For each case (catalog model random-initialised from its config -- nothing downl
 method full / LoRA / QLoRA, checkpointing on/off, SDPA / FlashAttention 2, micro-batch and
 sequence length) it runs a few AdamW steps on random tokens in a fresh CUDA state and
 records torch.cuda.max_memory_allocated, max_memory_reserved, device memory in use (NVML,
-else cudaMemGetInfo) and tokens/s, with the estimator's predictions side by side. Cases
-that cannot run here are recorded as skipped with the reason; OOM is recorded and the run
-goes on. The CSV (GPU, library versions, date on every row) is rewritten after each case,
-so a run cut short still leaves its rows.
+else cudaMemGetInfo) and the step time -- forward, backward and optimizer step timed apart,
+the median over the timed steps after one warm-up -- with the estimator's memory and the
+time model's tokens/s, step time and held-out band side by side. Cases that cannot run here
+are recorded as skipped with the reason; OOM is recorded and the run goes on. The CSV (GPU,
+library versions, date on every row) is rewritten after each case, so a run cut short still
+leaves its rows. `benchmarks/throughput_rows.py` reads a CUDA run's CSV as a calibration
+source of its own (`gpumeasure`).
+
+The optimizer is torch's fused AdamW on CUDA (HF Trainer's default `adamw_torch_fused`, what
+the memory and time models assume); no gradient clipping, scheduler or logging, so the time
+model's fixed per-step overhead is an upper bound here.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import datetime as dt
 import gc
 import importlib.util
 import re
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -41,9 +49,11 @@ COLUMNS = [
     "case", "model", "params", "method", "precision", "optimizer", "grad_checkpointing", "attention",
     "lora_rank", "micro_batch", "seq_len", "steps", "status", "reason",
     "max_allocated_bytes", "max_reserved_bytes", "device_used_bytes", "device_used_source",
-    "tokens_per_sec", "step_seconds", "case_seconds", "planned_seconds",
+    "tokens_per_sec", "step_seconds", "forward_seconds", "backward_seconds", "optimizer_seconds",
+    "case_seconds", "planned_seconds",
     "est_peak_allocated", "est_peak_reserved", "est_device_total", "est_tokens_per_sec",
-    "err_allocated_pct", "err_reserved_pct", "err_device_pct", "err_tokens_per_sec_pct",
+    "est_tokens_per_sec_low", "est_tokens_per_sec_high", "est_step_seconds",
+    "err_allocated_pct", "err_reserved_pct", "err_device_pct", "err_tokens_per_sec_pct", "tokens_per_sec_in_band",
 ]
 
 # A tiny Llama for the CPU run: exercises every code path in well under a second per case.
@@ -261,10 +271,22 @@ def estimates(spec: ModelSpec, case: Case, gpu: str | None) -> dict[str, Any]:
         try:
             from advisor.throughput import estimate_throughput
 
-            out["est_tokens_per_sec"] = float(estimate_throughput(spec, case.stack(), case.shape(), gpu).tokens_per_sec)
+            t = estimate_throughput(spec, case.stack(), case.shape(), gpu)
+            out.update(est_tokens_per_sec=f"{t.tokens_per_sec:.1f}", est_tokens_per_sec_low=f"{t.tokens_per_sec_low:.1f}",
+                       est_tokens_per_sec_high=f"{t.tokens_per_sec_high:.1f}", est_step_seconds=f"{t.step_seconds:.4f}")
         except Exception as exc:  # noqa: BLE001
             out.setdefault("est_error", f"throughput: {type(exc).__name__}: {exc}")
     return out
+
+
+def in_band(row: dict[str, Any]) -> str:
+    """'yes' / 'no' when the measured tokens/s falls inside the time model's held-out band, '' when unknown."""
+    try:
+        measured, low, high = (float(row[k]) for k in ("tokens_per_sec", "est_tokens_per_sec_low",
+                                                       "est_tokens_per_sec_high"))
+    except (KeyError, TypeError, ValueError):
+        return ""
+    return "yes" if low <= measured <= high else "no"
 
 
 def _err(est: Any, measured: Any) -> str:
@@ -293,25 +315,35 @@ def run_case(case: Case, spec: ModelSpec, device: str, steps: int) -> dict[str, 
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=1e-5)  # torch default: states in the parameter dtype
+        # fused AdamW (states in the parameter dtype), as HF Trainer's adamw_torch_fused on CUDA
+        optimizer = torch.optim.AdamW(params, lr=1e-5, fused=cuda)
         gen = torch.Generator(device="cpu").manual_seed(0)
         batch = torch.randint(0, spec.vocab_size, (case.micro_batch, case.seq_len), generator=gen).to(device)
-        elapsed = 0.0
-        for i in range(steps + 1):
+        phases: list[tuple[float, float, float]] = []  # (forward, backward, optimizer) seconds per timed step
+
+        def sync() -> float:
             if cuda:
                 torch.cuda.synchronize()
-            t0 = time.perf_counter()
+            return time.perf_counter()
+
+        for i in range(steps + 1):
+            t0 = sync()
             loss = model(input_ids=batch, labels=batch).loss
+            t1 = sync()
             loss.backward()
+            t2 = sync()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if cuda:
-                torch.cuda.synchronize()
+            t3 = sync()
             if i > 0:  # step 0 is warm-up (optimizer state creation, kernel selection)
-                elapsed += time.perf_counter() - t0
+                phases.append((t1 - t0, t2 - t1, t3 - t2))
+        step = statistics.median(sum(p) for p in phases)
         out["status"] = "ok"
-        out["step_seconds"] = f"{elapsed / steps:.4f}"
-        out["tokens_per_sec"] = f"{case.micro_batch * case.seq_len * steps / elapsed:.1f}"
+        out["step_seconds"] = f"{step:.6f}"
+        out["forward_seconds"] = f"{statistics.median(p[0] for p in phases):.6f}"
+        out["backward_seconds"] = f"{statistics.median(p[1] for p in phases):.6f}"
+        out["optimizer_seconds"] = f"{statistics.median(p[2] for p in phases):.6f}"
+        out["tokens_per_sec"] = f"{case.micro_batch * case.seq_len / step:.1f}"
     except Exception as exc:  # noqa: BLE001
         oom = type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).lower()
         out["status"] = "oom" if oom else "error"
@@ -411,6 +443,7 @@ def main(argv: list[str] | None = None) -> Path | None:
             row["err_reserved_pct"] = _err(row.get("est_peak_reserved"), row.get("max_reserved_bytes"))
             row["err_device_pct"] = _err(row.get("est_device_total"), row.get("device_used_bytes"))
             row["err_tokens_per_sec_pct"] = _err(row.get("est_tokens_per_sec"), row.get("tokens_per_sec"))
+            row["tokens_per_sec_in_band"] = in_band(row)
             print(f"{row['status']:5s} {case.id} {row['case_seconds']} s alloc={row.get('max_allocated_bytes')} "
                   f"est={row.get('est_peak_allocated')} tok/s={row.get('tokens_per_sec')}", file=sys.stderr)
         rows.append(row)

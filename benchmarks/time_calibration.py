@@ -1,64 +1,408 @@
-"""Time model vs published throughput: predicted and measured tokens/s per calibration row.
+"""Time model vs published throughput, judged on sources it was not fitted to.
 
-Uses the same row interpretation as the memory benchmark (`benchmarks/calibration_rows.py`:
-model, stack, shape, GPU, gradient accumulation and whether tokens/s is per GPU or total) and
-prints, per row, `advisor.throughput.estimate_throughput`'s prediction, the published figure and
-the signed error, then the median |error| (goal <= 20 %). Rows that cannot be modelled are listed
-with the reason; none are dropped silently.
+Every included row of `benchmarks/throughput_rows.py` (published_throughput.csv + the memory set's
+rows with tokens/s) is predicted by `advisor.throughput.step_time` with the same counts the engine
+uses. The few fitted constants (mfu.json `fitted`: training-matmul efficiency, host dispatch time per
+kernel, fixed step overhead, ZeRO-3 parameter fetch) are judged by leave-one-source-out
+cross-validation: fit on every source but one, predict the held-out source, repeat. The fit is
+deterministic: least squares on the log error (each source's rows weighted so a source counts in
+proportion to the square root of its row count), by coordinate search on a log grid that halves
+its step each round.
 
-Run: python benchmarks/time_calibration.py [--mfu X] [--csv PATH]
+Printed: each row's held-out prediction, the per-source held-out table (rows, median |error|, signed
+median, worst), the overall held-out figures, the constants fitted on all sources, and the error
+bands per segment (GPU class × method) that `advisor.throughput.band()` returns. `--write` (the
+default) rewrites benchmarks/results/time_calibration.md and mfu.json's `fitted`, `fit` and `bands`.
+
+Run: python benchmarks/time_calibration.py [--no-write] [--quiet]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
+import math
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.throughput import estimate_throughput  # noqa: E402
-from benchmarks.calibration_rows import MEASURED_CSV as CSV_PATH, load_rows  # noqa: E402
+from advisor.engine import Engine  # noqa: E402
+from advisor.throughput import MFU_FILE, Counts, gpu_class, segment, step_time, table  # noqa: E402
+from benchmarks.throughput_rows import TimeRow, load_rows  # noqa: E402
+from pricing.gpus import GPU, get_gpu  # noqa: E402
+
+RESULTS_MD = ROOT / "benchmarks" / "results" / "time_calibration.md"
+
+# The fitted constants and the box the search stays in (physically plausible ranges).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "matmul_efficiency": (0.3, 1.0),
+    "dispatch_seconds_per_kernel": (1e-6, 2e-4),
+    "step_overhead_s": (1e-3, 3.0),
+    "zero3_param_fetch_s": (1e-6, 1e-2),
+}
+START = {"matmul_efficiency": 0.75, "dispatch_seconds_per_kernel": 1e-5, "step_overhead_s": 0.05,
+         "zero3_param_fetch_s": 1e-4}
+ROUNDS, GRID = 12, 9
+SHRINK_ROWS = 10  # a segment with n rows trusts its own quantiles with weight n / (n + 10)
+# Pretraining-style sources (SOURCES.md: same work per token as a full fine-tune of the architecture, but
+# their own training loops); the report also gives the held-out figures without them.
+PRETRAINING = ("llmf", "titan", "ibmfsdp", "tinyllama")
 
 
-def run(mfu: float | None = None, csv: Path = CSV_PATH, quiet: bool = False) -> dict:
-    """Predict every row with a published tokens/s; returns {'rows', 'median_abs_error', 'p90_abs_error', 'excluded'}."""
-    rows = [r for r in load_rows(csv) if r.tokens_per_sec_total]
-    errors, excluded = [], []
-    for r in rows:
-        if not r.included or r.gpu is None:
-            excluded.append((r.id, r.excluded or "GPU not stated"))
+@dataclass
+class Case:
+    row: TimeRow
+    counts: Counts
+    gpu: GPU
+
+    @property
+    def source(self) -> str:
+        return self.row.source
+
+    @property
+    def segment(self) -> str:
+        return segment(self.gpu, self.row.stack)
+
+
+def cases(rows: list[TimeRow] | None = None) -> tuple[list[Case], list[TimeRow]]:
+    """(cases to fit and judge, excluded rows with their reasons)."""
+    rows = load_rows() if rows is None else rows
+    out = [Case(r, Engine.of(r.spec).counts(r.stack), get_gpu(r.gpu)) for r in rows if r.included]
+    return out, [r for r in rows if not r.included]
+
+
+def predict(case: Case, fitted: dict[str, float] | None = None) -> float:
+    r = case.row
+    return step_time(case.counts, r.stack, r.shape, case.gpu, grad_accum=r.shape.grad_accum or 1, nodes=r.nodes,
+                     network_gbps=r.network_gbps, fitted=fitted, with_band=False)["tokens_per_sec"]
+
+
+def log_error(case: Case, fitted: dict[str, float] | None = None) -> float:
+    """log(predicted / measured): positive when the model promises more tokens/s than measured."""
+    return math.log(predict(case, fitted) / case.row.tokens_per_sec)
+
+
+def objective(group: list[Case], fitted: dict[str, float]) -> float:
+    """Σ over sources of √n_s × (mean squared log error of the source)."""
+    by: dict[str, list[float]] = {}
+    for c in group:
+        by.setdefault(c.source, []).append(log_error(c, fitted) ** 2)
+    return sum(math.sqrt(len(v)) * sum(v) / len(v) for v in by.values())
+
+
+def fit(group: list[Case], start: dict[str, float] | None = None) -> dict[str, float]:
+    """Deterministic coordinate search on a log grid (GRID points per constant, ROUNDS rounds, the
+    half-width halving each round), inside BOUNDS."""
+    x = {k: math.log(v) for k, v in (start or START).items()}
+    width = {k: math.log(4.0) for k in x}
+    best = objective(group, {k: math.exp(v) for k, v in x.items()})
+    for _ in range(ROUNDS):
+        for k in BOUNDS:
+            lo, hi = (math.log(b) for b in BOUNDS[k])
+            for i in range(GRID):
+                v = min(hi, max(lo, x[k] - width[k] + 2 * width[k] * i / (GRID - 1)))
+                trial = {**x, k: v}
+                f = objective(group, {kk: math.exp(vv) for kk, vv in trial.items()})
+                if f < best - 1e-12:
+                    best, x = f, trial
+            width[k] /= 2
+    return {k: math.exp(v) for k, v in x.items()}
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), pure Python."""
+    s = sorted(values)
+    if not s:
+        return 0.0
+    pos = q * (len(s) - 1)
+    i = int(math.floor(pos))
+    j = min(i + 1, len(s) - 1)
+    return s[i] + (s[j] - s[i]) * (pos - i)
+
+
+def pct(log_err: float) -> float:
+    """Signed relative error of tokens/s (predicted − measured) / measured."""
+    return math.exp(log_err) - 1.0
+
+
+def summary(errs: list[float]) -> dict[str, float]:
+    """rows, median |error|, signed median, worst (largest |error|, signed), p90 |error| — in relative terms."""
+    rel = [pct(e) for e in errs]
+    worst = max(rel, key=abs) if rel else 0.0
+    return {"rows": len(rel), "median_abs": statistics.median(abs(r) for r in rel) if rel else 0.0,
+            "signed_median": statistics.median(rel) if rel else 0.0, "worst": worst,
+            "p90_abs": quantile([abs(r) for r in rel], 0.9)}
+
+
+BAND_QUANTILES = (0.1, 0.2, 0.8, 0.9)  # stored per segment; low/high are the p10/p90
+
+
+def segment_quantile(seg_errs: list[float], q: float, global_q: float, global_half: float,
+                     shrink: int = SHRINK_ROWS) -> float:
+    """Quantile q (< 0.5: the slow side, > 0.5: the fast side) of log(measured/predicted) for a segment.
+
+    The segment's own quantile is pulled toward the wider of it and the global quantile with weight
+    shrink / (n + shrink), then widened by the sampling error of a quantile read off n rows (it shrinks
+    as 1/√n): the global p10-p90 half-width / √(n + 1). For the same errors, fewer rows never give a
+    narrower band; a segment without rows gets the global quantile widened by the
+    whole half-width. Tails never cross 0, so the interval holds the point estimate."""
+    n = len(seg_errs)
+    margin = global_half / math.sqrt(n + 1)
+    slow = q < 0.5
+    if n == 0:
+        base = global_q
+    else:
+        own = quantile(seg_errs, q)
+        w = n / (n + shrink)
+        base = w * own + (1 - w) * (min(own, global_q) if slow else max(own, global_q))
+    return min(base, 0.0) - margin if slow else max(base, 0.0) + margin
+
+
+def segment_band(seg_errs: list[float], global_lo: float, global_hi: float, shrink: int = SHRINK_ROWS
+                 ) -> tuple[float, float]:
+    """(low, high) log-ratio band for a segment: its p10 and p90 by `segment_quantile`."""
+    half = (global_hi - global_lo) / 2
+    return (segment_quantile(seg_errs, 0.1, global_lo, half, shrink),
+            segment_quantile(seg_errs, 0.9, global_hi, half, shrink))
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = None) -> dict:
+    """Leave-one-source-out, the all-source fit, bands; returns the figures (and writes them with `write`)."""
+    all_cases, excluded = cases(rows)
+    sources = sorted({c.source for c in all_cases})
+    held: dict[str, float] = {}  # row id -> held-out log(pred/measured)
+    folds: dict[str, dict[str, float]] = {}
+    for s in sources:
+        train = [c for c in all_cases if c.source != s]
+        k = fit(train)
+        folds[s] = k
+        for c in all_cases:
+            if c.source == s:
+                held[c.row.id] = log_error(c, k)
+    final = fit(all_cases)
+    insample = {c.row.id: log_error(c, final) for c in all_cases}
+
+    # GPU classes held out whole: the band for a class with no calibration rows
+    classes = sorted({gpu_class(c.gpu) for c in all_cases})
+    unseen: list[float] = []
+    for cls in classes:
+        train = [c for c in all_cases if gpu_class(c.gpu) != cls]
+        if not train:
             continue
-        t = estimate_throughput(r.spec, r.stack, r.shape, r.gpu, grad_accum=r.grad_accum, nodes=1, mfu=mfu)
-        err = (t.tokens_per_sec - r.tokens_per_sec_total) / r.tokens_per_sec_total
-        errors.append(err)
-        if not quiet:
-            print(f"{r.id:<12} {r.gpu:<12} {r.stack.label():<58} {r.shape.micro_batch:>3}×{r.shape.seq_len:<6} "
-                  f"{t.tokens_per_sec:>10.0f} {r.tokens_per_sec_total:>10.0f} {err:>+7.1%}")
-    abs_err = sorted(abs(e) for e in errors)
-    summary = {
-        "rows": len(errors),
-        "median_abs_error": statistics.median(abs_err) if abs_err else None,
-        "p90_abs_error": abs_err[int(0.9 * (len(abs_err) - 1))] if abs_err else None,
-        "excluded": excluded,
+        k = fit(train)
+        unseen += [log_error(c, k) for c in all_cases if gpu_class(c.gpu) == cls]
+
+    # the band is measured/predicted: log ratio = −log(pred/measured)
+    ratios = {rid: -e for rid, e in held.items()}
+    everything = list(ratios.values())
+    g = {q: quantile(everything, q) for q in BAND_QUANTILES}
+    half = (g[0.9] - g[0.1]) / 2
+    segs: dict[str, list[float]] = {}
+    for c in all_cases:
+        segs.setdefault(c.segment, []).append(ratios[c.row.id])
+
+    def entry(errs: list[float], rows: int, qs: dict[float, float] | None = None) -> dict:
+        qv = {q: segment_quantile(errs, q, (qs or g)[q], half) for q in BAND_QUANTILES}
+        return {"rows": rows, "low": round(math.exp(qv[0.1]), 4), "high": round(math.exp(qv[0.9]), 4),
+                "quantiles": {str(q): round(math.exp(v), 4) for q, v in qv.items()}}
+
+    bands = {"global": {"rows": len(ratios), "low": round(math.exp(min(g[0.1], 0)), 4),
+                        "high": round(math.exp(max(g[0.9], 0)), 4)},
+             "segments": {}, "unseen": {}}
+    for seg, errs in sorted(segs.items()):
+        bands["segments"][seg] = entry(errs, len(errs))
+        bands["segments"][seg].update(p10_raw=round(math.exp(quantile(errs, 0.1)), 4),
+                                      p90_raw=round(math.exp(quantile(errs, 0.9)), 4))
+    # a class without rows: the errors of whole classes held out (never narrower than the global band),
+    # widened as a segment without rows is
+    held_classes = [-e for e in unseen]
+    uq = {q: (min if q < 0.5 else max)(quantile(held_classes, q) if held_classes else g[q], g[q])
+          for q in BAND_QUANTILES}
+    bands["unseen"] = {**entry([], 0, uq), "held_out_class_rows": len(unseen)}
+
+    per_source = {s: summary([held[c.row.id] for c in all_cases if c.source == s]) for s in sources}
+    overall = summary(list(held.values()))
+    overall["source_median_of_medians"] = statistics.median(v["median_abs"] for v in per_source.values())
+    finetune = summary([held[c.row.id] for c in all_cases if c.source not in PRETRAINING])
+    result = {
+        "date": dt.date.today().isoformat(), "rows": len(all_cases), "sources": sources, "per_source": per_source,
+        "overall": overall, "finetune": finetune, "in_sample": summary(list(insample.values())), "fitted": final,
+        "folds": folds,
+        "bands": bands, "held": held, "excluded": [(r.id, r.excluded) for r in excluded],
+        "unseen_rows": len(unseen),
     }
     if not quiet:
-        for rid, why in excluded:
-            print(f"excluded {rid}: {why}")
-        if abs_err:
-            print(f"\n{len(errors)} rows: median |error| {summary['median_abs_error']:.1%}, p90 {summary['p90_abs_error']:.1%} "
-                  f"(goal: median <= 20%)")
-    return summary
+        print_report(all_cases, result)
+    if write:
+        write_outputs(all_cases, result)
+    return result
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _f(x: float) -> str:
+    return f"{x:+.1%}"
+
+
+def source_table(result: dict) -> list[str]:
+    lines = ["| source | rows | median \\|error\\| | signed median | worst |", "|---|---:|---:|---:|---:|"]
+    for s in result["sources"]:
+        v = result["per_source"][s]
+        lines.append(f"| {s} | {v['rows']} | {v['median_abs']:.1%} | {_f(v['signed_median'])} | {_f(v['worst'])} |")
+    o = result["overall"]
+    lines.append(f"| **all sources** | **{o['rows']}** | **{o['median_abs']:.1%}** | **{_f(o['signed_median'])}** | "
+                 f"{_f(o['worst'])} |")
+    return lines
+
+
+def print_report(all_cases: list[Case], result: dict) -> None:
+    print(f"{'row':<12} {'gpu':<10} {'stack':<60} {'shape':>13} {'held-out':>9} {'measured':>9} {'error':>7}")
+    for c in all_cases:
+        r = c.row
+        e = result["held"][r.id]
+        pred = r.tokens_per_sec * math.exp(e)
+        print(f"{r.id:<12} {r.gpu:<10} {r.stack.label()[:60]:<60} {r.shape.micro_batch:>4}×{r.shape.seq_len:<6}"
+              f"ga{r.shape.grad_accum:<2} {pred:>9.0f} {r.tokens_per_sec:>9.0f} {_f(pct(e)):>7}")
+    print()
+    for rid, why in result["excluded"]:
+        print(f"excluded {rid}: {why}")
+    print("\nleave-one-source-out (each source predicted by constants fitted on the others):")
+    for line in source_table(result):
+        print(line)
+    o, i = result["overall"], result["in_sample"]
+    print(f"\nheld-out: {o['rows']} rows, {len(result['sources'])} sources: median |error| {o['median_abs']:.1%}, "
+          f"signed median {_f(o['signed_median'])}, p90 |error| {o['p90_abs']:.1%} (goal: ≤ 20 %, |signed| ≤ 10 %)")
+    ft = result["finetune"]
+    print(f"held-out, fine-tuning sources only ({ft['rows']} rows): median |error| {ft['median_abs']:.1%}, "
+          f"signed median {_f(ft['signed_median'])}")
+    print(f"in-sample (all sources fitted): median |error| {i['median_abs']:.1%}, signed {_f(i['signed_median'])}")
+    print("fitted on all sources: " + ", ".join(f"{k}={v:.4g}" for k, v in result["fitted"].items()))
+    print("bands (measured/predicted, p10-p90 of held-out error):")
+    for seg, b in result["bands"]["segments"].items():
+        print(f"  {seg:<28} rows {b['rows']:>3}  ×{b['low']:.2f} .. ×{b['high']:.2f}")
+    u = result["bands"]["unseen"]
+    print(f"  {'(GPU class not calibrated)':<28} rows   0  ×{u['low']:.2f} .. ×{u['high']:.2f}")
+
+
+def markdown(all_cases: list[Case], result: dict) -> str:
+    o, i = result["overall"], result["in_sample"]
+    out = [
+        "# Time model: leave-one-source-out calibration",
+        "",
+        f"Generated by `python benchmarks/time_calibration.py` on {result['date']}. Every fitted constant "
+        "(advisor/data/mfu.json `fitted`) is refitted on all sources but one and the held-out source is "
+        "predicted with it; the table is the error on rows the constants never saw. Error = (predicted − "
+        "measured) / measured tokens/s; positive means the model promises more speed than was measured.",
+        "",
+        *source_table(result),
+        "",
+        f"Held-out over all {o['rows']} rows from {len(result['sources'])} sources: median |error| "
+        f"**{o['median_abs']:.1%}**, signed median **{_f(o['signed_median'])}**, p90 |error| {o['p90_abs']:.1%}; "
+        f"median of the per-source medians {o['source_median_of_medians']:.1%}. Fine-tuning sources only "
+        f"(without the pretraining-style {', '.join(PRETRAINING)}): {result['finetune']['rows']} rows, median |error| "
+        f"{result['finetune']['median_abs']:.1%}, signed {_f(result['finetune']['signed_median'])}. "
+        "In-sample (fitted on every "
+        f"source) for comparison: median |error| {i['median_abs']:.1%}, signed {_f(i['signed_median'])}.",
+        "",
+        "## Fitted constants (all sources)",
+        "",
+        "| constant | value | range searched |",
+        "|---|---:|---|",
+    ]
+    for k, v in result["fitted"].items():
+        lo, hi = BOUNDS[k]
+        out.append(f"| `{k}` | {v:.4g} | {lo:g} – {hi:g} |")
+    out += ["", "Per held-out source, the constants fitted without it:", "",
+            "| held out | " + " | ".join(f"`{k}`" for k in BOUNDS) + " |",
+            "|---|" + "---:|" * len(BOUNDS)]
+    for s, k in result["folds"].items():
+        out.append(f"| {s} | " + " | ".join(f"{k[n]:.4g}" for n in BOUNDS) + " |")
+    out += ["", "## Error bands (what `advisor.throughput.band()` returns)", "",
+            "Measured / predicted tokens/s, p10 – p90 of the held-out errors of the segment (GPU class × method), "
+            f"pulled toward the wider of the segment's and the global band with weight {SHRINK_ROWS} / "
+            f"(rows + {SHRINK_ROWS}), then widened by the sampling error of a quantile read off few rows (the "
+            "global half-width / √(rows + 1)); GPU classes without rows get the band of whole GPU classes held "
+            "out, widened by the global half-width.", "",
+            "| segment | rows | low | high | raw p10 | raw p90 |", "|---|---:|---:|---:|---:|---:|"]
+    for seg, b in result["bands"]["segments"].items():
+        out.append(f"| {seg} | {b['rows']} | ×{b['low']:.2f} | ×{b['high']:.2f} | ×{b['p10_raw']:.2f} | "
+                   f"×{b['p90_raw']:.2f} |")
+    g, u = result["bands"]["global"], result["bands"]["unseen"]
+    out.append(f"| all rows | {g['rows']} | ×{g['low']:.2f} | ×{g['high']:.2f} | | |")
+    out.append(f"| GPU class not calibrated | 0 | ×{u['low']:.2f} | ×{u['high']:.2f} | | |")
+    out += ["", "## Rows (held-out prediction)", "",
+            "| row | GPU | stack | micro-batch × seq | accum | nodes | predicted | measured | error |",
+            "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for c in all_cases:
+        r = c.row
+        e = result["held"][r.id]
+        out.append(f"| {r.id} | {r.gpu} | {r.stack.label()} | {r.shape.micro_batch} × {r.shape.seq_len} | "
+                   f"{r.shape.grad_accum} | {r.nodes} | {r.tokens_per_sec * math.exp(e):,.0f} | "
+                   f"{r.tokens_per_sec:,.0f} | {_f(pct(e))} |")
+    out += ["", "## Excluded rows", "", "| row | why |", "|---|---|"]
+    for rid, why in result["excluded"]:
+        out.append(f"| {rid} | {why} |")
+    return "\n".join(out) + "\n"
+
+
+def write_outputs(all_cases: list[Case], result: dict) -> None:
+    from pricing.files import atomic_write
+
+    atomic_write(RESULTS_MD, markdown(all_cases, result))
+    data = json.loads(MFU_FILE.read_text())
+    o = result["overall"]
+    fitted = data["fitted"]
+    for k, v in result["fitted"].items():
+        fitted[k]["value"] = float(f"{v:.4g}")
+    fitted["_about"] = (f"Fitted by benchmarks/time_calibration.py on {result['date']} over {result['rows']} rows of "
+                        f"{len(result['sources'])} sources (least squares on log error, each source weighted by "
+                        "√rows, deterministic coordinate search on a log grid). Leave-one-source-out held-out "
+                        f"median |error| {o['median_abs']:.1%}, signed median {o['signed_median']:+.1%}; "
+                        "per-source figures in `fit` and benchmarks/results/time_calibration.md.")
+    data["fit"] = {
+        "date": result["date"], "method": "leave-one-source-out; least squares on log(predicted/measured), source "
+                                          "weight √rows; coordinate search on a log grid, 12 rounds × 9 points",
+        "rows": result["rows"], "sources": result["sources"],
+        "held_out": {"median_abs_error": round(o["median_abs"], 4), "signed_median": round(o["signed_median"], 4),
+                     "p90_abs_error": round(o["p90_abs"], 4)},
+        "held_out_finetune_sources": {"rows": result["finetune"]["rows"],
+                                      "median_abs_error": round(result["finetune"]["median_abs"], 4),
+                                      "signed_median": round(result["finetune"]["signed_median"], 4)},
+        "held_out_per_source": {s: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in d.items()}
+                                for s, d in result["per_source"].items()},
+        "in_sample": {"median_abs_error": round(result["in_sample"]["median_abs"], 4),
+                      "signed_median": round(result["in_sample"]["signed_median"], 4)},
+    }
+    data["_bands"] = ("Held-out error bands per segment (GPU class/method): tokens/s × low .. × high is the p10-p90 "
+                      "of measured/predicted on rows whose source was held out, pulled toward the wider of the "
+                      "segment's and the global band with weight 10/(rows+10) and widened by the global half-width "
+                      "/ √(rows+1) (sampling error of a quantile from few rows); `unseen` is for GPU classes without "
+                      "rows (whole classes held out, widened by the global half-width). Written by "
+                      "benchmarks/time_calibration.py.")
+    data["bands"] = result["bands"]
+    atomic_write(MFU_FILE, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    table.cache_clear()
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mfu", type=float, default=None, help="override the calibrated efficiency table")
-    p.add_argument("--csv", type=Path, default=CSV_PATH)
+    p.add_argument("--no-write", dest="write", action="store_false",
+                   help="print only; leave mfu.json and benchmarks/results/time_calibration.md as they are")
+    p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
-    return run(args.mfu, args.csv)
+    return run(quiet=args.quiet, write=args.write)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,14 @@ It lives in `pricing` because price sheets normalise provider GPU names against 
 The rows in `pricing/data/gpus.csv` were built from vendor datasheets (dense, not sparse,
 tensor-core TFLOPS; each row keeps its `source_url` and `confidence`).
 `usable_gib` is what `torch.cuda.get_device_properties().total_memory` reports — the
-capacity a CUDA OOM message prints — not the marketing number.
+capacity a CUDA OOM message prints — not the marketing number. Dense tensor rates are the ones
+PyTorch runs: bf16/fp16 inputs with fp32 accumulation (cuBLAS CUBLAS_COMPUTE_32F), which GeForce
+parts execute at half their fp16-accumulate rate (NVIDIA Ada whitepaper, appendix A: RTX 4090
+"Peak BF16 Tensor TFLOPS with FP32 Accumulate 165.2/330.4"; GA102 whitepaper: RTX 3090 71/142;
+RTX Blackwell whitepaper: RTX 5090 209.5/419). `pcie_p2p` is false for GeForce cards, whose
+drivers expose no PCIe peer-to-peer (tinygrad/open-gpu-kernel-modules README for the RTX 4090;
+the same patch is what re-enables it on RTX 3090/5090), so NCCL stages their traffic through host
+memory (advisor/data/mfu.json `no_p2p_link_factor`).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ class GPU:
     source_url: str
     confidence: str
     aliases: tuple[str, ...] = ()
+    pcie_p2p: bool = True  # PCIe peer-to-peer between cards (false: NCCL copies through host memory)
 
     @property
     def usable_bytes(self) -> int:
@@ -94,6 +102,7 @@ def _table() -> dict[str, GPU]:
                 source_url=r["source_url"],
                 confidence=r["confidence"],
                 aliases=tuple(a for a in r["aliases"].split(";") if a),
+                pcie_p2p=(r.get("pcie_p2p") or "true").lower() == "true",
             )
             out[gpu.name] = gpu
     return out

@@ -1,15 +1,17 @@
-"""The time model: FLOPs per token, efficiencies, QLoRA dequantisation, communication, calibration."""
+"""The time model: FLOPs per token, the mechanisms it adds up, the held-out error band, and
+estimate/plan agreement through the engine."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 import pytest
 
+from advisor.engine import Engine
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
 from advisor.stacks import Shape, Stack
-from advisor.throughput import counts, estimate_throughput, flops_per_token, gpu_class, table
+from advisor.throughput import band, band_quantile, counts, estimate_throughput, flops_per_token, gpu_class, segment, step_time, table
 from pricing.gpus import all_gpus, get_gpu
 
 # Llama-3.1-8B config.json values (https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json)
@@ -19,8 +21,11 @@ LLAMA_8B = ModelSpec(name="llama-3.1-8b-test", family="llama", source="test", vo
 P_8B = 8_030_261_248  # parameters of Llama-3.1-8B (embeddings untied)
 
 
-def tps(stack: Stack, gpu: str = "A100-80GB", mb: int = 4, seq: int = 2048, **kw) -> float:
-    return estimate_throughput(LLAMA_8B, stack, Shape(micro_batch=mb, seq_len=seq), gpu, **kw).tokens_per_sec
+def tps(stack: Stack, gpu: str = "A100-80GB", mb: int = 4, seq: int = 2048, model=LLAMA_8B, **kw) -> float:
+    return estimate_throughput(model, stack, Shape(micro_batch=mb, seq_len=seq), gpu, **kw).tokens_per_sec
+
+
+# ----------------------------------------------------------------------------- FLOPs
 
 
 def test_parameter_count_matches_llama_8b():
@@ -41,10 +46,13 @@ def test_lora_skips_weight_gradients_so_costs_about_two_thirds():
     assert lora / full == pytest.approx(4 / 6, abs=0.03)
 
 
-def test_checkpointing_recomputes_one_forward():
+def test_checkpointing_recomputes_the_decoder_layers_forward_not_the_lm_head():
     stack = Stack(method="full", grad_checkpointing=True)
-    model, executed = flops_per_token(counts(LLAMA_8B, stack), stack, 512)
-    assert (executed - model) / model == pytest.approx(1 / 3, abs=0.01)
+    c = counts(LLAMA_8B, stack)
+    model, executed = flops_per_token(c, stack, 512)
+    attn_fwd = 4.0 * 32 * 256 * 4096
+    assert executed - model == pytest.approx(2 * (c.matmul_active - c.lm_head) + attn_fwd, rel=1e-9)
+    assert (executed - model) / model == pytest.approx(1 / 3, abs=0.03)
 
 
 def test_attention_flops_grow_with_sequence_length():
@@ -55,16 +63,112 @@ def test_attention_flops_grow_with_sequence_length():
     assert long - short == pytest.approx(12 * 32 * 4096 * (32768 - 1024) / 2, rel=1e-9)
 
 
+def test_training_the_lm_head_beside_lora_adds_its_weight_gradient():
+    plain = Stack(method="lora")
+    saved = Stack(method="lora", modules_to_save="embed_tokens,lm_head")
+    a, _ = flops_per_token(counts(LLAMA_8B, plain), plain, 512)
+    b, _ = flops_per_token(counts(LLAMA_8B, saved), saved, 512)
+    assert b - a == pytest.approx(2 * 128256 * 4096)
+    assert counts(LLAMA_8B, saved).extra_trainable == pytest.approx(2 * 128256 * 4096)
+
+
+# ----------------------------------------------------------------------------- mechanisms
+
+
 def test_faster_gpu_trains_faster():
     stack = Stack(method="lora", attention="flash", grad_checkpointing=True)
-    assert tps(stack, "H100") > 2 * tps(stack, "A100-80GB") * 0.9 > tps(stack, "A10G")
+    assert tps(stack, "H100") > 2 * tps(stack, "A100-80GB") * 0.75 > tps(stack, "A10G")
 
 
-def test_qlora_pays_for_dequantisation():
-    lora = estimate_throughput(LLAMA_8B, Stack(method="lora"), Shape(micro_batch=1, seq_len=512), "A10G")
-    qlora = estimate_throughput(LLAMA_8B, Stack(method="qlora"), Shape(micro_batch=1, seq_len=512), "A10G")
+def test_hopper_reaches_a_lower_share_of_its_peak_than_ampere():
+    """Every published source runs H100s at a lower fraction of peak than A100s: its measured MAMF is
+    lower and its elementwise work gains less bandwidth than its matmuls gain FLOPs."""
+    stack = Stack(attention="flash", grad_checkpointing=True)
+    h100 = estimate_throughput(LLAMA_8B, stack, Shape(micro_batch=2, seq_len=4096), "H100")
+    a100 = estimate_throughput(LLAMA_8B, stack, Shape(micro_batch=2, seq_len=4096), "A100-80GB")
+    assert h100.mfu < a100.mfu
+
+
+def test_qlora_pays_for_dequantisation_at_every_use_of_the_weight():
+    shape = Shape(micro_batch=1, seq_len=512)
+    lora = estimate_throughput(LLAMA_8B, Stack(method="lora"), shape, "A10G")
+    qlora = estimate_throughput(LLAMA_8B, Stack(method="qlora"), shape, "A10G")
+    ckpt = estimate_throughput(LLAMA_8B, Stack(method="qlora", grad_checkpointing=True), shape, "A10G")
     assert qlora.components["dequant_seconds"] > 0 == lora.components["dequant_seconds"]
+    # forward + backward, and the recompute dequantises once more
+    assert ckpt.components["dequant_seconds"] == pytest.approx(1.5 * qlora.components["dequant_seconds"])
     assert qlora.tokens_per_sec < lora.tokens_per_sec
+
+
+def test_qlora_slowdown_is_in_the_published_range():
+    """litgpt tutorials/finetune_lora.md: nf4 costs Llama-2-7B +24% step time over bf16 LoRA (micro-batch 4);
+    bitsandbytes issue #465: 20-100% on an A5000 for 7B, more at small batches. The model has the same
+    direction and grows at small batches; its size is bounded (dequantisation is a bandwidth cost)."""
+    lora = Stack(method="lora", lora_rank=8, lora_targets="q_proj,v_proj")
+    qlora = lora.model_copy(update={"method": "qlora"})
+    small = tps(lora, "A5000", mb=1, seq=256, model="meta-llama/Llama-2-7b-hf") / tps(
+        qlora, "A5000", mb=1, seq=256, model="meta-llama/Llama-2-7b-hf")
+    large = tps(lora, "A5000", mb=4, seq=1024, model="meta-llama/Llama-2-7b-hf") / tps(
+        qlora, "A5000", mb=4, seq=1024, model="meta-llama/Llama-2-7b-hf")
+    assert 1.1 < small < 2.0 and 1.0 < large < small
+
+
+def test_eager_attention_moves_its_score_matrix():
+    fused = estimate_throughput(LLAMA_8B, Stack(attention="flash"), Shape(micro_batch=1, seq_len=8192), "A100-80GB")
+    eager = estimate_throughput(LLAMA_8B, Stack(attention="eager"), Shape(micro_batch=1, seq_len=8192), "A100-80GB")
+    assert eager.components["attention_seconds"] > 1.5 * fused.components["attention_seconds"]
+
+
+def test_liger_and_compile_cut_elementwise_traffic_and_launches():
+    """Liger Kernel README: ~20% more throughput for Llama 3-8B, FSDP on 8 A100s, batch 8, checkpointing;
+    torchtitan llama3_h100_202412 benchmark: compile +15.7% on 8 H100s. The model finds both gains in
+    bytes and kernels it removes."""
+    base = Stack(gpus=8, sharding="fsdp", grad_checkpointing=True, attention="flash")
+    shape = Shape(micro_batch=8, seq_len=2048, grad_accum=1)
+    plain = estimate_throughput(LLAMA_8B, base, shape, "A100-80GB")
+    liger = estimate_throughput(LLAMA_8B, base.model_copy(update={"liger": True}), shape, "A100-80GB")
+    comp = estimate_throughput(LLAMA_8B, base.model_copy(update={"compile": True}), shape, "A100-80GB")
+    assert liger.components["elementwise_seconds"] < plain.components["elementwise_seconds"] / 2
+    assert 1.05 < liger.tokens_per_sec / plain.tokens_per_sec < 1.35
+    assert 1.05 < comp.tokens_per_sec / plain.tokens_per_sec < 1.35
+
+
+def test_dora_recomputes_the_weight_norm_and_rescales_outputs():
+    """peft MetaMathQA results (Llama-3.2-3B on an L40S, r32 q/v): DoRA 5810 vs LoRA 6776 tokens/s, -14%."""
+    lora = Stack(method="lora", lora_rank=32, lora_targets="q_proj,v_proj", lora_dropout=0.0)
+    shape = Shape(micro_batch=4, seq_len=211, grad_accum=1)
+    a = estimate_throughput("meta-llama/Llama-3.2-3B", lora, shape, "L40S")
+    b = estimate_throughput("meta-llama/Llama-3.2-3B", lora.model_copy(update={"dora": True}), shape, "L40S")
+    assert b.components["dora_seconds"] > 0
+    assert -0.25 < b.tokens_per_sec / a.tokens_per_sec - 1 < -0.05
+    # with dropout peft cannot reuse the base output and runs the base matmul again
+    c = estimate_throughput("meta-llama/Llama-3.2-3B", lora.model_copy(update={"dora": True, "lora_dropout": 0.05}),
+                            shape, "L40S")
+    assert c.components["dora_seconds"] > b.components["dora_seconds"]
+
+
+def test_moe_reads_every_expert_and_runs_below_dense_efficiency():
+    """Megatron-Bridge performance summary (25.11): MoE models reach 0.17-0.55x the model TFLOP/s per GPU of
+    dense ones; the model's grouped-GEMM roofline (every expert's weights read, M·k/E rows each) lands there."""
+    stack = Stack(precision="amp-bf16", gpus=8, sharding="fsdp", grad_checkpointing=True, attention="flash")
+    shape = Shape(micro_batch=2, seq_len=4096, grad_accum=1)
+    dense = estimate_throughput("meta-llama/Llama-3.1-8B", stack, shape, "H100")
+    moe = estimate_throughput("Qwen/Qwen3-30B-A3B", stack, shape, "H100")
+    assert 0.17 <= moe.mfu / dense.mfu <= 0.7
+    c = counts(Engine.of("Qwen/Qwen3-30B-A3B").arch, stack)
+    assert c.expert_weight_total > 10 * c.expert_weight_total * c.expert_tokens_fraction
+
+
+def test_geforce_cards_without_peer_to_peer_stage_collectives_through_host_memory():
+    assert not get_gpu("RTX4090").pcie_p2p and get_gpu("A6000").pcie_p2p and get_gpu("L40S").pcie_p2p
+    stack = Stack(method="qlora", gpus=2, sharding="fsdp", grad_checkpointing=True)
+    shape = Shape(micro_batch=2, seq_len=2048, grad_accum=4)
+    geforce = estimate_throughput("meta-llama/Llama-3.1-70B", stack, shape, "RTX4090")
+    workstation = estimate_throughput("meta-llama/Llama-3.1-70B", stack, shape, "RTX6000-Ada")
+    link = get_gpu("RTX4090").link_gb_s_per_direction
+    assert geforce.components["comm_seconds"] == pytest.approx(
+        workstation.components["comm_seconds"] * link / (link * table()["no_p2p_link_factor"]), rel=1e-6)
+    assert geforce.assumptions["pcie_p2p"] is False
 
 
 def test_zero3_moves_1_5x_the_bytes_of_ddp():
@@ -75,22 +179,47 @@ def test_zero3_moves_1_5x_the_bytes_of_ddp():
     assert z3.components["comm_seconds"] / ddp.components["comm_seconds"] == pytest.approx(1.5, rel=0.01)
 
 
+def test_optimizer_step_time_follows_the_bytes_it_moves():
+    shape = Shape(micro_batch=1, seq_len=512, grad_accum=1)
+    fused = estimate_throughput(LLAMA_8B, Stack(optimizer="adamw"), shape, "A100-80GB")
+    eight = estimate_throughput(LLAMA_8B, Stack(optimizer="adamw-8bit"), shape, "A100-80GB")
+    sharded = estimate_throughput(LLAMA_8B, Stack(optimizer="adamw", gpus=8, sharding="fsdp"), shape, "A100-80GB")
+    assert eight.components["optimizer_seconds"] < fused.components["optimizer_seconds"]
+    assert sharded.components["optimizer_seconds"] == pytest.approx(fused.components["optimizer_seconds"] / 8)
+
+
 def test_more_gpus_are_faster_but_not_superlinear():
     one = tps(Stack(method="lora"), "H100", mb=2, grad_accum=8)
     eight = tps(Stack(method="lora", gpus=8, sharding="ddp"), "H100", mb=2, grad_accum=1)
     assert one < eight <= 8 * one
 
 
-def test_second_node_adds_network_time():
+def test_accumulation_amortises_the_step_and_nodes_add_network_time():
     stack = Stack(gpus=16, sharding="fsdp")
+    one = estimate_throughput(LLAMA_8B, Stack(method="lora"), Shape(micro_batch=1, seq_len=512), "H100", grad_accum=1)
+    many = estimate_throughput(LLAMA_8B, Stack(method="lora"), Shape(micro_batch=1, seq_len=512), "H100",
+                               grad_accum=16)
+    assert many.tokens_per_sec > one.tokens_per_sec
     shape = Shape(micro_batch=1, seq_len=2048)
     two = estimate_throughput(LLAMA_8B, stack, shape, "H100", nodes=2)
-    one_fast_net = estimate_throughput(LLAMA_8B, stack, shape, "H100", nodes=2, network_gbps=3200)
-    assert two.comm_seconds_per_step > one_fast_net.comm_seconds_per_step
+    fast = estimate_throughput(LLAMA_8B, stack, shape, "H100", nodes=2, network_gbps=3200)
+    assert two.comm_seconds_per_step > fast.comm_seconds_per_step
     assert two.assumptions["internode_gbps"] == table()["internode_gbps"]["hpc"]
 
 
-def test_mfu_override_replaces_the_table():
+def test_short_micro_batches_are_bound_by_kernel_dispatch():
+    """optimum-benchmark (Llama-2-7B LoRA at seq 256): 2356 tokens/s at batch 1 vs 4510 at 16 on one A100 —
+    a small micro-batch waits on the host issuing kernels, a large one on the GPU."""
+    stack = Stack(method="lora", lora_rank=8, lora_targets="q_proj,v_proj")
+    small = estimate_throughput("meta-llama/Llama-2-7b-hf", stack, Shape(micro_batch=1, seq_len=256, grad_accum=1),
+                                "A100-80GB")
+    large = estimate_throughput("meta-llama/Llama-2-7b-hf", stack, Shape(micro_batch=16, seq_len=256, grad_accum=1),
+                                "A100-80GB")
+    assert small.components["overhead_seconds"] > 0 == large.components["overhead_seconds"]
+    assert large.tokens_per_sec > 1.5 * small.tokens_per_sec
+
+
+def test_mfu_override_replaces_the_matmul_efficiency():
     lo = estimate_throughput(LLAMA_8B, Stack(), Shape(micro_batch=4), "H100", mfu=0.2)
     hi = estimate_throughput(LLAMA_8B, Stack(), Shape(micro_batch=4), "H100", mfu=0.4)
     assert hi.compute_seconds_per_step == pytest.approx(lo.compute_seconds_per_step / 2)
@@ -104,11 +233,26 @@ def test_reported_mfu_is_below_the_kernel_efficiency():
     assert 0.1 < t.mfu < t.assumptions["kernel_efficiency"]
 
 
-def test_every_gpu_has_an_efficiency_class():
-    eff = table()["kernel_efficiency"]
+def test_every_gpu_has_an_efficiency_class_with_cited_constants():
+    t = table()
     for gpu in all_gpus():
-        assert gpu_class(gpu) in eff, gpu.name
+        cls = gpu_class(gpu)
+        assert cls in t["mamf_fraction"] and cls in t["attention_efficiency"], gpu.name
     assert gpu_class(get_gpu("H100")) == "hopper" and gpu_class(get_gpu("A10G")) == "ampere-workstation"
+
+
+def test_every_constant_cites_its_source_or_says_it_is_fitted():
+    t = table()
+    for key in t:
+        if key.startswith("_") or key in ("fitted", "fit", "bands"):
+            continue
+        assert f"_{key}" in t or key in ("cpu_adam_params_per_s", "pcie_gb_s"), key
+    assert "_offload" in t
+    for key, entry in t["fitted"].items():
+        if key.startswith("_"):
+            continue
+        assert entry["value"] > 0 and entry["about"], key
+    assert "held-out" in t["fitted"]["_about"] and t["fit"]["held_out"]["median_abs_error"] <= 0.20
 
 
 def test_throughput_for_a_catalog_model_name():
@@ -116,13 +260,111 @@ def test_throughput_for_a_catalog_model_name():
     assert t.tokens_per_sec > 0 and t.step_seconds > 0
 
 
-def test_calibration_median_error_within_20_percent():
-    import importlib.util
+# ----------------------------------------------------------------------------- the band
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "time_calibration.py"
-    spec = importlib.util.spec_from_file_location("time_calibration", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    summary = mod.run(quiet=True)
-    assert summary["rows"] >= 30
-    assert summary["median_abs_error"] <= 0.20
+
+def test_the_interval_contains_the_point_estimate():
+    for gpu in ("A100-80GB", "H100", "RTX4090", "B200", "MI300X"):
+        for method in ("full", "lora", "qlora"):
+            t = estimate_throughput(LLAMA_8B, Stack(method=method), Shape(micro_batch=1), gpu)
+            assert t.tokens_per_sec_low <= t.tokens_per_sec <= t.tokens_per_sec_high, (gpu, method)
+            assert t.interval_basis["segment"] == f"{gpu_class(get_gpu(gpu))}/{method}"
+            low, high, basis = band(gpu, Stack(method=method))
+            assert t.tokens_per_sec_low == pytest.approx(t.tokens_per_sec * low)
+            assert basis == t.interval_basis["basis"]
+
+
+def test_the_interval_widens_for_segments_with_fewer_calibration_rows():
+    """A GPU class never calibrated (Blackwell) gets a band at least as wide as the best-covered segment
+    (A100 LoRA, dozens of held-out rows), and every stored segment is at least as wide as its own raw
+    held-out spread pulled toward the wider band."""
+    bands = table()["bands"]
+    rich = band("A100-80GB", Stack(method="lora"))
+    unseen = band("B200", Stack(method="lora"))
+    assert "no calibration rows" in unseen[2] and "held-out calibration rows" in rich[2]
+    assert unseen[1] / unseen[0] >= rich[1] / rich[0]
+    assert bands["segments"]["ampere-datacenter/lora"]["rows"] > 20
+    unseen_width = bands["unseen"]["high"] / bands["unseen"]["low"]
+    assert all(unseen_width >= b["high"] / b["low"] for b in bands["segments"].values())
+    for seg, b in bands["segments"].items():
+        assert b["low"] <= 1.0 <= b["high"], seg
+        assert b["low"] <= max(b["p10_raw"], 1.0) + 1e-9 and b["high"] >= min(b["p90_raw"], 1.0) - 1e-9, seg
+
+
+def test_estimate_json_reports_the_interval():
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    r = CliRunner().invoke(cli, ["estimate", "meta-llama/Llama-3.1-8B", "--method", "lora", "--gpu", "H100",
+                                 "--grad-accum", "4", "--format", "json"], catch_exceptions=False)
+    t = json.loads(r.stdout)["throughput"]
+    assert t["tokens_per_sec_low"] <= t["tokens_per_sec"] <= t["tokens_per_sec_high"]
+    assert t["interval_basis"]["segment"] == "hopper/lora" and t["interval_basis"]["rows"] >= 1
+
+
+# ----------------------------------------------------------------------------- estimate and plan agree
+
+AGREEMENT = {
+    "8b-lora-1xH100": ("meta-llama/Llama-3.1-8B", Stack(method="lora", attention="flash"),
+                       Shape(micro_batch=4, seq_len=2048, grad_accum=8), "H100", 1),
+    "70b-qlora-fsdp-2x4090": ("meta-llama/Llama-3.1-70B",
+                              Stack(method="qlora", gpus=2, sharding="fsdp", grad_checkpointing=True),
+                              Shape(micro_batch=1, seq_len=2048, grad_accum=16), "RTX4090", 1),
+    "8b-full-fsdp-8xA100": ("meta-llama/Llama-3.1-8B",
+                            Stack(method="full", gpus=8, sharding="fsdp", grad_checkpointing=True, attention="flash"),
+                            Shape(micro_batch=2, seq_len=4096, grad_accum=4), "A100-80GB", 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGREEMENT))
+def test_engine_step_estimate_and_library_give_the_same_tokens_per_second(name):
+    """What the planner times (Engine.step) is what `estimate --grad-accum N --gpus G --sharding ...` reports
+    (Engine.throughput) and what the library returns, band included."""
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    model, stack, shape, gpu, nodes = AGREEMENT[name]
+    engine = Engine.of(model)
+    step = engine.step(stack, shape, get_gpu(gpu), nodes=nodes)
+    typed = engine.throughput(stack, shape, gpu, nodes=nodes)
+    lib = estimate_throughput(model, stack, shape.model_copy(update={"grad_accum": None}), gpu,
+                              grad_accum=shape.grad_accum, nodes=nodes)
+    assert step["tokens_per_sec"] == pytest.approx(typed.tokens_per_sec, rel=1e-12) == lib.tokens_per_sec
+    assert step["tokens_per_sec_low"] == pytest.approx(typed.tokens_per_sec_low, rel=1e-12)
+    assert step["tokens_per_sec_high"] == pytest.approx(typed.tokens_per_sec_high, rel=1e-12)
+    args = ["estimate", model, *stack.cli_args(), *shape.cli_args(), "--gpu", gpu, "--format", "json"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    est = json.loads(r.stdout)["throughput"]
+    assert est["tokens_per_sec"] == pytest.approx(step["tokens_per_sec"], rel=1e-9)
+    assert est["tokens_per_sec_low"] == pytest.approx(step["tokens_per_sec_low"], rel=1e-9)
+    assert est["grad_accum"] == shape.grad_accum
+
+
+def test_step_dict_holds_plain_floats_for_the_planner():
+    engine = Engine.of(LLAMA_8B)
+    r = engine.step(Stack(method="lora"), Shape(micro_batch=2, seq_len=1024, grad_accum=4), get_gpu("L40S"))
+    assert all(isinstance(v, float) for v in r.values())
+    assert {"tokens_per_sec", "tokens_per_sec_low", "tokens_per_sec_high", "interval_rows", "step_seconds",
+            "tokens_per_step"} <= set(r)
+    assert r["tokens_per_sec_low"] <= r["tokens_per_sec"] <= r["tokens_per_sec_high"]
+    assert segment(get_gpu("L40S"), Stack(method="lora")) == "ada/lora"
+    bare = step_time(engine.counts(Stack(method="lora")), Stack(method="lora"), Shape(micro_batch=2, seq_len=1024),
+                     get_gpu("L40S"), with_band=False)
+    assert "tokens_per_sec_low" not in bare
+
+
+def test_band_quantile_gives_the_pessimistic_end_for_a_p80_budget():
+    stack = Stack(method="qlora")
+    low, high, basis = band("RTX4090", stack)
+    p10, b10 = band_quantile("RTX4090", stack, 0.1)
+    p20, _ = band_quantile("RTX4090", stack, 0.2)
+    p50, _ = band_quantile("RTX4090", stack, 0.5)
+    p80, _ = band_quantile("RTX4090", stack, 0.8)
+    assert p10 == pytest.approx(low) and band_quantile("RTX4090", stack, 0.9)[0] == pytest.approx(high)
+    assert low <= p20 <= p50 == 1.0 <= p80 <= high and b10 == basis
+    assert band_quantile("RTX4090", stack, 0.01)[0] == pytest.approx(low)  # clamped to the stored range
+    with pytest.raises(ValueError):
+        band_quantile("RTX4090", stack, 1.0)

@@ -1,0 +1,427 @@
+"""Published throughput measurements as typed rows the time model can be run on.
+
+The evidence files that feed the time calibration:
+
+* `benchmarks/data/throughput/published_throughput.csv` (SOURCES.md beside it): 11 sources of
+  tokens/s with the settings to map the run;
+* `benchmarks/data/calibration/measured_memory.csv`: the memory set's rows that also state tokens/s
+  or a step time (mapped by `benchmarks/calibration_rows.py`);
+* `benchmarks/results/gpu_measure_*.csv`: our own CUDA harness's timed cases, when a GPU run was
+  committed (a source of its own, `gpumeasure`).
+
+Each row becomes a model spec, a `Stack`, a `Shape` (with its gradient accumulation), a GPU, a node
+count and the measured tokens/s over all GPUs, with the source prefix (`vlm`, `titan`, ...) that
+leave-one-source-out cross-validation holds out together. Rows the time model cannot represent, or
+that the data's compiler rates `conf=low`, are kept with the reason they are excluded — never dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from advisor.modelspec import ModelSpec
+from advisor.stacks import Shape, Stack
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED_CSV = REPO / "benchmarks" / "data" / "throughput" / "published_throughput.csv"
+
+
+@dataclass
+class TimeRow:
+    """One published throughput figure, mapped onto the time model's inputs."""
+
+    id: str
+    source: str  # the prefix of the id: the unit held out together
+    conf: str
+    file: str  # which evidence file it came from
+    model_ref: str
+    spec: ModelSpec | None = None
+    stack: Stack | None = None
+    shape: Shape | None = None  # grad_accum set (1 when the source says none)
+    gpu: str | None = None
+    nodes: int = 1
+    network_gbps: float | None = None
+    tokens_per_sec: float | None = None  # total over all GPUs
+    excluded: str | None = None
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def included(self) -> bool:
+        return self.excluded is None
+
+
+# ----------------------------------------------------------------------------- models
+
+def _spec(name: str, source: str, **kw) -> ModelSpec:
+    kw.setdefault("family", "llama")
+    kw.setdefault("max_position_embeddings", 4096)
+    return ModelSpec(name=name, source=source, **kw)
+
+
+def _mpt(size: str, d: int, layers: int, heads: int) -> ModelSpec:
+    """MPT (llm-foundry) as a Llama-layout spec with the same matmul parameters: MPT's GELU MLP has
+    two d×4d matrices (8d²), a SwiGLU of width 8d/3 has the same; vocabulary 50368, tied embeddings,
+    full multi-head attention. Parameter counts match the table's NumParams at seq 2048."""
+    return _spec(
+        f"mosaicml/mpt-{size} (llm-foundry yamls/pretrain/mpt-{size}.yaml)",
+        f"https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/yamls/pretrain/mpt-{size}.yaml "
+        "(d_model, n_layers, n_heads, expansion_ratio 4, vocab 50368) mapped to a SwiGLU layout",
+        vocab_size=50368, hidden_size=d, intermediate_size=round(8 * d / 3), num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, head_dim=d // heads, tie_word_embeddings=True,
+    )
+
+
+# Models the published rows use that are not (or not under this name) in the catalog; facts from
+# each model's config.json on the Hub (or the framework's yaml).
+FACT_SPECS: dict[str, ModelSpec] = {
+    "01-ai/Yi-34B-200K": _spec(
+        "01-ai/Yi-34B-200K", "https://huggingface.co/01-ai/Yi-34B-200K/blob/main/config.json",
+        vocab_size=64000, hidden_size=7168, intermediate_size=20480, num_hidden_layers=60,
+        num_attention_heads=56, num_key_value_heads=8, head_dim=128, max_position_embeddings=200000,
+    ),
+    "huggyllama/llama-7b": _spec(
+        "huggyllama/llama-7b", "https://huggingface.co/huggyllama/llama-7b/blob/main/config.json",
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, head_dim=128,
+    ),
+    "codellama/CodeLlama-34b-hf": _spec(
+        "codellama/CodeLlama-34b-hf (Llama-2-34B architecture)",
+        "https://huggingface.co/codellama/CodeLlama-34b-hf/blob/main/config.json",
+        vocab_size=32000, hidden_size=8192, intermediate_size=22016, num_hidden_layers=48,
+        num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+    ),
+    "mpt-1b": _mpt("1b", 2048, 24, 16),
+    "mpt-3b": _mpt("3b", 2560, 32, 20),
+    "mpt-7b": _mpt("7b", 4096, 32, 32),
+    "mpt-13b": _mpt("13b", 5120, 40, 40),
+    "mpt-30b": _mpt("30b", 7168, 48, 64),
+    "mpt-70b": _mpt("70b", 8192, 80, 64),
+}
+
+
+# Same architecture under another repository name (config.json identical in the fields we use).
+ALIASES = {
+    "NousResearch/Llama-2-7b-hf": ("meta-llama/Llama-2-7b-hf", None),
+    "NousResearch/Llama-2-13b-hf": ("meta-llama/Llama-2-13b-hf", None),
+    "meta-llama/Meta-Llama-3-70B": ("meta-llama/Llama-3.1-70B",
+                                    "Llama 3 70B = Llama 3.1 70B's architecture (same shapes; RoPE scaling differs)"),
+}
+
+
+def resolve(ref: str) -> tuple[ModelSpec | None, str | None, str | None]:
+    """(spec, assumption, exclusion) for the model text of a published row."""
+    from advisor import models
+
+    t = ref.strip()
+    m = re.match(r"MPT-(\d+b)", t, re.I)
+    if m:
+        return FACT_SPECS[f"mpt-{m.group(1).lower()}"], None, None
+    arch = re.match(r"Llama-2-(\d+)B architecture", t)
+    if arch:
+        size = arch.group(1)
+        if size == "34":
+            return FACT_SPECS["codellama/CodeLlama-34b-hf"], "Llama-2-34B architecture = CodeLlama-34B's config", None
+        return models.load_model(f"meta-llama/Llama-2-{size.lower()}b-hf"), None, None
+    if t.startswith("LLaMA-1 7B"):
+        return FACT_SPECS["huggyllama/llama-7b"], None, None
+    name = t.split(" (")[0].strip()
+    alias = ALIASES.get(name)
+    if alias:
+        return models.load_model(alias[0]), alias[1], None
+    if name in FACT_SPECS:
+        return FACT_SPECS[name], None, None
+    if name.lower() in {n.lower() for n in models.catalog_names()}:
+        return models.load_model(name), None, None
+    return None, None, f"model '{name}' not in the catalog and no config facts recorded"
+
+
+GPUS = (  # (regex on the source's GPU text, canonical name); first match wins
+    (r"H100", "H100"), (r"H200", "H200"), (r"A100.*40", "A100"), (r"A100", "A100-80GB"),
+    (r"RTX 4090|GeForce RTX 4090", "RTX4090"), (r"A6000", "A6000"), (r"L40S", "L40S"), (r"A40\b", "A40"),
+    (r"T4\b", "T4"),
+)
+
+
+def canonical_gpu(text: str) -> str | None:
+    for pattern, name in GPUS:
+        if re.search(pattern, text):
+            return name
+    return None
+
+
+def conf_of(notes: str) -> str:
+    m = re.match(r"\s*conf=(high|med|low)", notes)
+    return m.group(1) if m else "low"
+
+
+# ----------------------------------------------------------------------------- published_throughput.csv
+
+def _precision(text: str) -> tuple[str | None, str | None]:
+    t = text.lower()
+    if "fp8" in t:
+        return None, "fp8 training (Float8 linears / Transformer Engine) not modelled"
+    if t.startswith("amp-fp16") or t.startswith("amp_fp16"):
+        return "amp-fp16", None
+    if t.startswith("amp-bf16") or t.startswith("amp_bf16"):
+        return "amp-bf16", None
+    if t.startswith("pure fp16"):
+        return "fp16", None
+    if "bf16" in t:
+        return "bf16", None
+    return None, f"precision '{text}' not stated"
+
+
+def _sharding(text: str, gpus: int) -> tuple[dict, str | None, str | None]:
+    t = text.lower()
+    if re.search(r"\btp\d|tp\d|\bpp\d|x tp|x pp|cp8|context parallel|pipeline|megatron", t):
+        return {}, None, "tensor/pipeline/context parallelism not modelled"
+    if "naive model split" in t:
+        return {}, None, "naive model parallelism (device_map over GPUs, one GPU busy at a time) not modelled"
+    if "sequence parallel sp" in t and not re.search(r"sp1\b", t):
+        return {}, None, "DeepSpeed-Ulysses sequence parallelism (sp > 1) not modelled"
+    if "hsdp" in t:
+        return ({"sharding": "fsdp"}, "HSDP (shard within a node, replicate across) modelled as FSDP over all GPUs",
+                None)
+    if "fsdp" in t:
+        return {"sharding": "fsdp"}, None, None
+    if t.startswith("zero3"):
+        return {"sharding": "zero3"}, None, None
+    if t.startswith("zero2"):
+        return {"sharding": "zero2"}, None, None
+    if t.startswith("deepspeed"):
+        return ({"sharding": "zero3"}, "DeepSpeed stage not stated; ZeRO-3 assumed (XTuner's long-sequence configs)",
+                None)
+    if t.startswith("none"):
+        return ({"sharding": "ddp"} if gpus > 1 else {}), None, None
+    return {}, None, f"parallelism '{text}' not modelled"
+
+
+def _yes(text: str) -> bool:
+    return text.strip().lower().startswith(("yes", "full", "selective"))
+
+
+def parse_published(r: dict[str, str]) -> TimeRow:
+    notes = r["notes"]
+    rid = r["id"]
+    row = TimeRow(id=rid, source=rid.split("-")[0], conf=conf_of(notes), file="published_throughput.csv",
+                  model_ref=r["model"])
+
+    def exclude(reason: str) -> TimeRow:
+        row.excluded = reason
+        return row
+
+    if row.conf == "low":
+        why = {"ttreadme": "torchtune README's 'Runnable On' column is not the GPU the time was measured on",
+               "vlm": "earlier vectorlm revision ~6x slower than the later table on the same hardware "
+                      "(SOURCES.md: a different software era, not to be pooled)",
+               "xtuner": "LLaMA-Factory baseline row: micro-batch, accumulation and stage not given"}.get(row.source, "")
+        return exclude("conf=low" + (f": {why}" if why else ""))
+    gpus = int(r["gpus"] or 1)
+    nodes = int(r["nodes"]) if r["nodes"].strip() else max(1, gpus // 8) if gpus > 8 else 1
+    row.nodes = nodes
+    row.gpu = canonical_gpu(r["gpu_model"])
+    if row.gpu is None:
+        return exclude(f"GPU '{r['gpu_model']}' not in the GPU table")
+    m = re.search(r"(\d+)\s*Gbps", r["gpu_model"])
+    if m and nodes > 1:
+        row.network_gbps = float(m.group(1))
+    if "500W" in notes or "500 W" in notes or "96 GB" in r["gpu_model"]:
+        row.assumptions.append("H100 96 GB at 500 W modelled as the 700 W H100 SXM (clocks lower under the cap)")
+    if "gptq" in r["quant_bits"].lower():
+        return exclude("GPTQ int4 base weights are not bitsandbytes NF4 QLoRA")
+    precision, why = _precision(r["precision"])
+    if precision is None:
+        return exclude(why or "precision not modelled")
+    spec, assumption, why = resolve(r["model"])
+    if spec is None:
+        return exclude(why or "model not resolved")
+    row.spec = spec
+    if assumption:
+        row.assumptions.append(assumption)
+    fields, assumption, why = _sharding(r["parallelism"], gpus)
+    if why:
+        return exclude(why)
+    if assumption:
+        row.assumptions.append(assumption)
+    if not r["micro_batch"].strip():
+        return exclude("micro-batch not stated")
+    seq_text = r["seq_len"].strip()
+    if re.fullmatch(r"\d+", seq_text):
+        seq_len = int(seq_text)
+    else:
+        m = re.search(r"~(\d+) tokens/sample", seq_text)
+        if m and "padded" in r["packed"].lower():
+            # peft MetaMathQA: BucketIterator groups samples of similar length (bucket of 20 batches), and
+            # tokens/s counts the samples' own tokens + EOS: the work per step is ~ the average length
+            seq_len = int(m.group(1)) + 1
+            row.assumptions.append(f"length-bucketed batches: seq_len = average sample length {seq_len}")
+        else:
+            return exclude("sequence length per step not stated (dynamic padding of variable-length examples; "
+                           "tokens/s counts non-pad tokens, the padded length is not published)")
+    method = r["method"].strip()
+    optimizer = "adamw"
+    opt_text = r["optimizer"].lower()
+    if "8bit" in opt_text or "8-bit" in opt_text:
+        optimizer = "adamw-8bit"
+    attention = r["attention"].lower()
+    attn = "flash" if "flash" in attention or "fa2" in attention else "eager" if attention.startswith("eager") else "sdpa"
+    gc_text = r["grad_checkpointing"].strip().lower()
+    stack_kw: dict = dict(method=method, precision=precision, optimizer=optimizer, gpus=gpus,
+                          grad_checkpointing=_yes(gc_text) and gc_text != "selective op", attention=attn, **fields)
+    if gc_text == "selective op":
+        # torchtitan's op-level selective AC saves the matmul outputs and recomputes only cheap ops
+        row.assumptions.append("op-level selective activation checkpointing: no matmul recompute")
+    elif "selective" in gc_text:
+        # layer-level selective AC (every n-th layer) recomputes part of the forward; the Stack has only on/off
+        row.assumptions.append("layer-level selective activation checkpointing modelled as full recompute "
+                               "(an upper bound on the recompute)")
+    if r["compile"].strip().lower().startswith("yes"):
+        stack_kw["compile"] = True
+    if "fused layernorm/swiglu/xentropy/rope" in r["attention"].lower():
+        stack_kw["liger"] = True
+        row.assumptions.append("fused norm/SwiGLU/cross-entropy/RoPE kernels modelled as Liger's")
+    if method != "full":
+        rank = r["lora_rank"].strip()
+        stack_kw["lora_rank"] = int(rank) if rank.isdigit() else 8
+        targets = r["lora_targets"].lower()
+        if "all linear" in targets or "all-linear" in targets:
+            stack_kw["lora_targets"] = "all-linear"
+        elif "q_proj,v_proj" in targets or "peft default" in targets:
+            stack_kw["lora_targets"] = "q_proj,v_proj"
+        elif "q_proj,k_proj,v" in targets:
+            stack_kw["lora_targets"] = "q_proj,k_proj,v_proj"
+        else:
+            return exclude(f"LoRA targets '{r['lora_targets']}' not mapped")
+        if "dora" in targets or "dora" in notes.lower():
+            stack_kw["dora"] = True
+        if precision in ("bf16", "fp16") and row.source in ("optb", "vlm", "nemoam"):
+            # half-precision models wrapped by peft < 0.12 (or NeMo's own LoRA): adapters in the model dtype;
+            # peft >= 0.12 upcasts them to fp32 (autocast_adapter_dtype=True), the Stack default
+            stack_kw["adapter_dtype"] = "bf16"
+            row.assumptions.append("adapters in the model's 16-bit dtype (peft before 0.12 / NeMo LoRA)")
+        if row.source == "peftmmqa":
+            stack_kw["lora_dropout"] = 0.0  # experiments/lora/*/adapter_config.json: "lora_dropout": 0.0
+            row.assumptions.append("lora_dropout 0.0 (the experiment's adapter_config.json)")
+        if method == "qlora":
+            stack_kw["double_quant"] = "double" in r["quant_bits"].lower()
+    if precision == "amp-fp16" and stack_kw.get("sharding", "").startswith("zero"):
+        stack_kw["precision"] = "fp16"
+        row.assumptions.append("DeepSpeed fp16: 16-bit weights with fp32 master and Adam states")
+    try:
+        row.stack = Stack(**stack_kw)
+        ga = int(r["grad_accum"]) if r["grad_accum"].strip() else 1
+        row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len, grad_accum=ga)
+    except ValueError as exc:
+        return exclude(f"settings not representable: {str(exc).splitlines()[0]}")
+    value = float(r["tokens_per_sec"])
+    row.tokens_per_sec = value * gpus if r["tokens_per_sec_scope"].startswith("per_gpu") else value
+    return row
+
+
+# ----------------------------------------------------------------------------- measured_memory.csv
+
+def calibration_time_rows() -> list[TimeRow]:
+    """The memory set's rows with a throughput: its own tokens/s, or one derived from a stated
+    seconds-per-optimizer-step (Qwen README: 'bs1, GA8', tokens/s = 8 × seq × GPUs / s)."""
+    from benchmarks.calibration_rows import MEASURED_CSV, parse_row
+
+    out: list[TimeRow] = []
+    with MEASURED_CSV.open(newline="") as f:
+        raw = list(csv.DictReader(f))
+    for r in raw:
+        tps_text, wall = r["tokens_per_sec"].strip(), r["wall_time"].strip()
+        step = re.match(r"([\d.]+) s per optimizer step", wall)
+        if not tps_text and not step:
+            continue
+        emb = "LoRA(emb)" in r["notes"] and "modules_to_save" in r["notes"]
+        if emb:  # the stack now models peft modules_to_save: parse the row without the memory set's exclusion
+            r = dict(r, notes=r["notes"].replace("modules_to_save", "modules saved").replace("trains wte", "trains emb"))
+        c = parse_row(r)
+        row = TimeRow(id=c.id, source=c.id.split("-")[0], conf=c.conf, file="measured_memory.csv",
+                      model_ref=r["model"], spec=c.spec, stack=c.stack, gpu=c.gpu,
+                      assumptions=list(c.assumptions))
+        out.append(row)
+        if c.excluded:
+            row.excluded = c.excluded
+            continue
+        if emb:
+            row.stack = c.stack = c.stack.model_copy(update={"modules_to_save": "embed_tokens,lm_head"})
+            row.assumptions.append("LoRA(emb): embed_tokens and lm_head trained in full (peft modules_to_save)")
+        seq_text = r["seq_len"].strip()
+        if not seq_text.isdigit():
+            row.excluded = ("sequence length per step not stated (unpacked examples with dynamic padding; "
+                            "tokens/s counts the examples' tokens, the padded length is not published)")
+            continue
+        if c.stack.gpus > 1 and "deepspeed (finetune_lora_ds" in r["parallelism"]:
+            row.excluded = ("the README profiles this LoRA run on 2 nodes × 2 GPUs ('LoRA (multinode)'); the "
+                            "rows do not say which are multi-node")
+            continue
+        if c.conf == "low":
+            row.excluded = "conf=low: " + (r["notes"].split(";")[1].strip() if ";" in r["notes"] else "")
+            continue
+        if c.gpu is None:
+            row.excluded = "GPU not stated"
+            continue
+        ga = c.grad_accum
+        if tps_text:
+            total = c.tokens_per_sec_total
+        else:
+            if "bs1, GA8" not in r["notes"]:
+                row.excluded = "step time without the batch that makes it"
+                continue
+            total = 8 * c.shape.seq_len * c.stack.gpus / float(step.group(1))
+            ga = 8
+            row.assumptions.append("tokens/s = 8 × seq × GPUs / s per step (bs1, GA8)")
+        row.shape = c.shape.model_copy(update={"grad_accum": ga})
+        row.tokens_per_sec = total
+    return out
+
+
+# ----------------------------------------------------------------------------- benchmarks/gpu_measure.py
+
+GPU_MEASURE_GLOB = "gpu_measure_*.csv"
+
+
+def gpu_measure_rows(paths: list[Path] | None = None) -> list[TimeRow]:
+    """Rows timed by our own CUDA harness (benchmarks/gpu_measure.py), a source of their own: each case's
+    median step at one micro-batch per step, the harness's fused AdamW, no clipping or logging. CPU and
+    --tiny runs, and cases that did not run, are kept as excluded."""
+    from benchmarks.gpu_measure import Case
+
+    if paths is None:
+        paths = sorted((REPO / "benchmarks" / "results").glob(GPU_MEASURE_GLOB))
+    out: list[TimeRow] = []
+    for path in paths:
+        with Path(path).open(newline="") as f:
+            for r in csv.DictReader(f):
+                row = TimeRow(id=f"gpumeasure-{r['date']}-{r['case']}", source="gpumeasure", conf="high",
+                              file=Path(path).name, model_ref=r["model"], gpu=r["gpu"] or None)
+                out.append(row)
+                if not r["gpu"] or "tiny" in Path(path).name:
+                    row.excluded = f"not a GPU measurement ({r['gpu_name'] or 'cpu'}; mechanics run)"
+                    continue
+                if r["status"] != "ok":
+                    row.excluded = f"case did not run: {r['status']} {r['reason']}".strip()
+                    continue
+                spec, assumption, why = resolve(r["model"])
+                if spec is None:
+                    row.excluded = why
+                    continue
+                case = Case(r["model"], r["method"], r["grad_checkpointing"] == "True", r["attention"],
+                            int(r["micro_batch"]), int(r["seq_len"]))
+                row.spec, row.stack, row.shape = spec, case.stack(), case.shape()
+                row.tokens_per_sec = float(r["tokens_per_sec"])
+                row.assumptions.append(f"{r['torch']} / transformers {r['transformers']}; median of {r['steps']} steps")
+    return out
+
+
+def load_rows(published: Path | None = None, gpu_measure: list[Path] | None = None) -> list[TimeRow]:
+    """Every row of the evidence files that states a throughput, parsed (excluded ones carry their
+    reason): the published set, the memory set's throughput rows and our own harness's CUDA runs."""
+    with (published or PUBLISHED_CSV).open(newline="") as f:
+        rows = [parse_published(r) for r in csv.DictReader(f)]
+    return rows + calibration_time_rows() + gpu_measure_rows(gpu_measure)
