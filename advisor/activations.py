@@ -22,6 +22,35 @@ re-derived for pre-norm RMSNorm/SwiGLU decoders, GQA, fused-kernel attention and
   16-bit copy is kept for backward (torch autocast weight cache).
 - gradient checkpointing (transformers, reentrant torch.utils.checkpoint): only each
   layer's input is kept; one layer is recomputed at a time during backward.
+
+Techniques (issue 12), each from the code that implements it:
+- Liger Kernel (TrainingArguments use_liger_kernel; liger-kernel, linkedin/Liger-Kernel):
+  LigerRMSNormFunction saves its input X in the input dtype and a fp32 RSTD per row
+  (src/liger_kernel/ops/rms_norm.py, commit 43c5fe1b, forward: ctx.save_for_backward(X, W, RSTD)),
+  never an fp32 copy nor the normalised output; LigerSiLUMulFunction saves gate and up and
+  recomputes silu in backward (src/liger_kernel/ops/swiglu.py, commit 3baaa6bb:
+  ctx.save_for_backward(a, b)); LigerRopeFunction rotates q/k in place and saves only cos/sin
+  (src/liger_kernel/ops/rope.py, commit dc4af7da) -- what HF's rotary already saves, so RoPE
+  changes no saved byte; the fused linear cross-entropy (src/liger_kernel/ops/
+  fused_linear_cross_entropy.py, commit 00eba634) computes the loss and its gradients chunk by
+  chunk inside forward and saves only grad_input (BT×H, input dtype) and, when lm_head's weight
+  trains, grad_weight (V×H, weight dtype): no logits, no log_softmax. Its transient is one
+  chunk of logits: chunk = next_pow2(ceil(BT / ceil(V/H))) rows × V. Not modelled: Liger's
+  MoE experts (LigerExperts) and q/k norms (patched for Gemma 3 only) are counted as in HF.
+- chunked loss (--loss chunked): torchtune's CEWithChunkedOutputLoss (torchtune/modules/loss/
+  ce_chunked_output_loss.py, num_output_chunks=8) applied to the model's logits: each of 8
+  sequence chunks is upcast to fp32 and put through F.cross_entropy on its own. Eagerly, every
+  chunk's fp32 log_softmax is still saved (4·V per token, as the standard loss), but backward
+  holds one chunk's fp32 gradients at a time instead of the whole b·s·V.
+- DoRA (peft 0.21.2 tuners/lora/variants.py DoraLinearVariant.forward, tuners/lora/dora.py
+  DoraLinearLayer.forward): besides LoRA's tensors, the base result (dropout 0: the base
+  layer's output; dropout > 0: F.linear(dropout(x), W.to(x.dtype)), which also saves the cast
+  weight when the adapter dtype differs) and the adapter result lora_B(lora_A(x)), each read by
+  a multiplication with the trainable magnitude/‖W+sBA‖ scale.
+- LoRA on lm_head / embed_tokens (peft lora.Linear / lora.Embedding) and peft modules_to_save
+  (a trainable copy of embed_tokens / lm_head): lm_head's input (adapter cast or the copy's
+  input), the embedding's token ids and rank-r lookup, and -- once the embedding output needs a
+  gradient -- the first layer's tensors as in any other layer.
 """
 
 from __future__ import annotations
@@ -73,6 +102,19 @@ TERMS = {
     "logits.softcap_tanh": "Gemma 2 final logit soft-capping (tanh output)",
     "loss.log_softmax_fp32": "fp32 log_softmax of the logits, b·s·vocab × 4 B (transformers upcasts logits)",
     "loss.targets": "shifted labels (int64)",
+    "loss.flce_grad_input": "Liger fused linear cross-entropy: gradient w.r.t. the last hidden states, computed in forward",
+    "loss.flce_grad_weight": "Liger fused linear cross-entropy: lm_head's weight gradient, computed in forward",
+    "norms.input": "RMSNorm inputs in the activation dtype (Liger RMSNorm saves X and a fp32 rstd)",
+    "final_norm.input": "final norm input in the activation dtype (Liger RMSNorm)",
+    "mlp.gate_up": "gate and up outputs (Liger SwiGLU/GeGLU recomputes the activation in backward)",
+    "dora.base_result": "DoRA: the base layer's result, read by the magnitude scale (one per adapter)",
+    "dora.lora_result": "DoRA: lora_B(lora_A(x)), read by the magnitude scale (one per adapter)",
+    "dora.scales": "DoRA: ‖W+sBA‖ and magnitude/‖W+sBA‖ per output feature, per adapter",
+    "dora.weight_copies": "DoRA with dropout: each adapted weight cast to the adapter dtype for F.linear",
+    "lm_head.lora_input": "lm_head adapter input (cast to the adapter dtype / after dropout)",
+    "lm_head.lora_dropout_mask": "lm_head adapter dropout mask (bool on CUDA)",
+    "lm_head.lora_rank": "lm_head adapter rank-r intermediate",
+    "embedding.lora_rank": "embed_tokens adapter: rank-r lookup read by lora_embedding_B",
     "autocast_weight_copies": "bf16 copies of every linear weight kept by autocast",
 }
 
@@ -121,12 +163,36 @@ def _norm(saved: Saved, name: str, h: int, stack: Stack, fp32_norm: bool) -> Non
     """One RMSNorm of width h: its input upcast to fp32, and the normalised tensor the weight
     multiplies when that weight trains (LlamaRMSNorm: model dtype; Gemma's fp32 `1 + weight`
     norms (families.json norm_weight_offset_fp32) and autocast: fp32).
-    The norm's result is a separate tensor, saved by the linears that read it (_linears)."""
+    The norm's result is a separate tensor, saved by the linears that read it (_linears).
+    Liger's RMSNorm saves its input as it came (residual dtype) and a fp32 rstd, whatever trains."""
+    if stack.liger:
+        saved.add(f"{name}.input", residual_bytes(stack) * h)
+        saved.add(f"{name}.rsqrt", FP32)
+        return
     saved.add(f"{name}.input_fp32", FP32 * h)
     saved.add(f"{name}.rsqrt", FP32)  # (b, s, 1) fp32 reciprocal RMS
     if stack.method == "full":
         fp32_out = fp32_norm or stack.precision.startswith("amp") or stack.precision == "fp32"
         saved.add(f"{name}.normalised", (FP32 if fp32_out else act_bytes(stack)) * h)
+
+
+def residual_bytes(stack: Stack) -> int:
+    """Dtype of the residual stream between layers: fp32 under autocast (fp32 weights) and in fp32."""
+    return FP32 if stack.precision.startswith("amp") else act_bytes(stack)
+
+
+def weight_bytes(stack: Stack) -> int:
+    """Bytes per element of the frozen base weights as a layer reads them (QLoRA: dequantised 16-bit)."""
+    return 4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+
+
+def embedding_needs_grad(arch: Architecture, stack: Stack) -> bool:
+    """Whether the embedding output requires a gradient, so the first layer saves what the others do:
+    full fine-tuning, checkpointing (peft/Trainer enable_input_require_grads), or a trainable embedding
+    (LoRA on embed_tokens, modules_to_save embed_tokens)."""
+    if stack.method == "full" or stack.grad_checkpointing:
+        return True
+    return "embed_tokens" in arch.head_targets(stack.lora_targets) or "embed_tokens" in stack.saved_modules
 
 
 def _stream_bytes(stack: Stack, stream: str) -> int:
@@ -151,7 +217,6 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, attn_
     layer of a frozen-embedding model: nothing upstream needs a gradient, so the dropout there
     saves nothing."""
     amp = stack.precision.startswith("amp")
-    ab = adapter_bytes(stack)
     targets = lora_target_names(arch, stack)
     dropout = stack.lora_dropout > 0
     shared: set[str] = set()  # streams already counted once
@@ -179,22 +244,59 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, attn_
             once(lin.stream, sb * width, "qlora.saved_inputs")
         if lin.name not in targets:
             continue  # frozen linear: backward needs only its weight
-        if amp:
-            # autocast: lora_A reads its own bf16 cast of the (possibly dropped-out) input
-            if mask_needed:
-                saved.add("lora.dropout_masks", BOOL * width)
-            saved.add("lora.inputs", 2 * width)
-            saved.add("lora.rank", 2 * stack.lora_rank)
-            continue
+        lora_adapter(saved, stack, width, lin.out_features, sb, mask_needed,
+                     lambda nbytes, stream=lin.stream: once(stream, nbytes, "lora.inputs"))
+        if stack.dora:
+            _dora_fixed(saved, stack, width, lin.out_features, attn_in_grad or lin.stream != ATTN_IN)
+
+
+def _dora_fixed(saved: Saved, stack: Stack, width: int, out: int, input_grad: bool) -> None:
+    """Per-adapter DoRA tensors independent of the batch: ‖W+sBA‖ (kept by the division that forms the
+    scale) and the two scale vectors the products keep; with dropout > 0, the weight cast to the adapter
+    dtype that F.linear keeps for the input's gradient (peft dora.py: weight = weight.to(x.dtype)).
+    Under autocast the cast is autocast's cached 16-bit copy, already among the weight copies."""
+    ab = adapter_bytes(stack)
+    saved.add_fixed("dora.scales", 3 * ab * out)
+    amp = stack.precision.startswith("amp")
+    if stack.lora_dropout > 0 and not amp and input_grad and ab != weight_bytes(stack):
+        saved.add_fixed("dora.weight_copies", ab * width * out)
+
+
+def lora_adapter(saved: Saved, stack: Stack, width: int, out: int, sb: int, mask_needed: bool, share,
+                 prefix: str = "lora") -> None:
+    """What one peft LoRA linear (lora.Linear.forward) saves per token on top of its frozen base, and DoRA's
+    extra tensors (DoraLinearVariant.forward). `share(nbytes)` counts an input the base stream already
+    provides (dropout 0, adapter dtype = input dtype); `prefix` names the terms (lm_head adapters apart)."""
+    amp = stack.precision.startswith("amp")
+    ab = adapter_bytes(stack)
+    dropout = stack.lora_dropout > 0
+    names = {"mask": f"{prefix}.dropout_masks", "input": f"{prefix}.inputs", "rank": f"{prefix}.rank"}
+    if prefix == "lm_head":
+        names = {"mask": "lm_head.lora_dropout_mask", "input": "lm_head.lora_input", "rank": "lm_head.lora_rank"}
+    if amp:
+        # autocast: lora_A reads its own bf16 cast of the (possibly dropped-out) input
+        if mask_needed:
+            saved.add(names["mask"], BOOL * width)
+        saved.add(names["input"], 2 * width)
+        saved.add(names["rank"], 2 * stack.lora_rank)
+    else:
         if dropout:
             if mask_needed:
-                saved.add("lora.dropout_masks", BOOL * width)
-            saved.add("lora.inputs", ab * width)  # dropout output, one per adapter
+                saved.add(names["mask"], BOOL * width)
+            saved.add(names["input"], ab * width)  # dropout output, one per adapter
         elif ab != sb:
-            saved.add("lora.inputs", ab * width)  # x.to(adapter dtype), one per adapter
+            saved.add(names["input"], ab * width)  # x.to(adapter dtype), one per adapter
         else:
-            once(lin.stream, sb * width, "lora.inputs")
-        saved.add("lora.rank", ab * stack.lora_rank)
+            share(sb * width)
+        saved.add(names["rank"], ab * stack.lora_rank)
+    if stack.dora:
+        # peft DoraLinearLayer.forward: result_dora = (m/‖W+sBA‖ - 1)·base_result + m/‖W+sBA‖·lora_result·s.
+        # Both products keep their tensor operand for the magnitude's gradient. Dropout 0: base_result is
+        # the base layer's own output (its dtype); dropout > 0: F.linear(dropout(x), W.to(x.dtype)) in the
+        # adapter dtype. Under autocast both are the autocast dtype.
+        rb = 2 if amp else (ab if dropout else act_bytes(stack))
+        saved.add("dora.base_result", rb * out)
+        saved.add("dora.lora_result", (2 if amp else ab) * out)
 
 
 def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int, padded: bool = False) -> None:
@@ -264,6 +366,10 @@ def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
             saved.add("moe.shared_expert", a * (3 * shared + h + 1))
         return
     f = spec.intermediate_size
+    if stack.liger:
+        # LigerSiLUMulFunction / LigerGELUMulFunction: gate and up only, the activation recomputed
+        saved.add("mlp.gate_up", 2 * a * f)
+        return
     # gate (activation input), activation output, up (both read by the product)
     saved.add("mlp.gate_act_up", 3 * a * f)
     del full
@@ -277,7 +383,7 @@ def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, fi
     saved = Saved()
     # With frozen embeddings (LoRA) and no checkpointing, the first layer's input needs no
     # gradient: its input norm saves nothing (peft enables input grads only for checkpointing).
-    input_grad = not (first and stack.method != "full" and not stack.grad_checkpointing)
+    input_grad = not first or embedding_needs_grad(arch, stack)
     for i in range(spec.norms_per_layer):  # input/post-attention (+ Gemma's pre/post feed-forward)
         if i > 0 or input_grad:
             _norm(saved, "norms", h, stack, fp32_norm)
@@ -288,10 +394,21 @@ def layer_saved(arch: Architecture, layer: Layer, stack: Stack, shape: Shape, fi
 
 
 @dataclass
+class LossTransient:
+    """The loss path's largest short-lived buffer, named and sourced for the overhead table."""
+
+    name: str
+    bytes: int
+    formula: str
+    source: str
+
+
+@dataclass
 class ActivationEstimate:
     saved: dict[str, int]  # bytes saved at the end of forward, by term
     recompute: int  # one layer's activations rebuilt during backward (checkpointing)
-    loss_transient: int  # fp32 logits gradients alive at the start of backward
+    loss_transient: int  # the loss path's transient (fp32 logits gradients; one chunk with a chunked/fused loss)
+    loss: LossTransient | None = None
 
     @property
     def saved_total(self) -> int:
@@ -312,9 +429,75 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> Acti
     if census.weight_copies:
         saved["activations.autocast_weight_copies"] = int(census.weight_copies)
     recompute = int(max(s.bytes_for(tokens) for s in census.layer_kinds)) if stack.grad_checkpointing else 0
-    # Backward of the loss: grad of log_softmax output and its input, both fp32 (b·s·vocab).
-    loss_transient = int(2 * FP32 * arch.spec.vocab_size * tokens)
-    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss_transient)
+    loss = loss_transient(arch, stack, shape)
+    return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss.bytes, loss=loss)
+
+
+# torchtune CEWithChunkedOutputLoss(num_output_chunks=8): the default of every torchtune recipe config.
+CHUNKED_LOSS_CHUNKS = 8
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
+    """Rows of logits Liger's fused linear cross-entropy materialises at once: inc_factor = ceil(V / H),
+    chunk = min(BT, next_pow2(ceil(BT / inc_factor))) (fused_linear_cross_entropy_forward, chunk_mem_const=1)."""
+    inc = -(-vocab // hidden)
+    return min(tokens, _next_pow2(-(-tokens // inc)))
+
+
+def loss_transient(arch: Architecture, stack: Stack, shape: Shape) -> LossTransient:
+    """The loss path's transient at the start of backward (standard, chunked) or inside forward (Liger)."""
+    v, h = arch.spec.vocab_size, arch.spec.hidden_size
+    tokens = shape.micro_batch * shape.seq_len
+    a = act_bytes(stack)
+    if stack.liger:
+        rows = liger_chunk_rows(tokens, v, h)
+        return LossTransient(
+            "overhead.loss_chunk_logits", rows * v * a + FP32 * tokens,
+            f"{rows:,} rows × vocab × {a} B: one chunk of logits (rows = next_pow2(b·s / ceil(V/H))), "
+            "plus the fp32 per-token loss",
+            "liger-kernel ops/fused_linear_cross_entropy.py (commit 00eba634) fused_linear_cross_entropy_forward: "
+            "inc_factor = cdiv(V, H), chunk_size = next_power_of_2(cdiv(BT, inc_factor)); loss_1d fp32",
+        )
+    if stack.loss == "chunked":
+        rows = shape.micro_batch * -(-shape.seq_len // CHUNKED_LOSS_CHUNKS)
+        return LossTransient(
+            "overhead.loss_gradients", (2 * FP32 + a) * v * rows,
+            f"one chunk of {rows:,} tokens × vocab × (2 × 4 B + {a} B): fp32 grads of its log_softmax output "
+            f"and input, and their {a}-byte cast (8 chunks, one at a time)",
+            "torchtune CEWithChunkedOutputLoss (modules/loss/ce_chunked_output_loss.py, num_output_chunks=8): "
+            "each chunk upcast to fp32 and put through F.cross_entropy separately",
+        )
+    return LossTransient(
+        "overhead.loss_gradients", int(2 * FP32 * v * tokens),
+        "2 × b·s·vocab × 4 B: fp32 grads of log_softmax output and input",
+        "transformers ForCausalLMLoss upcasts logits to fp32; torch log_softmax backward",
+    )
+
+
+def dora_transient(arch: Architecture, stack: Stack) -> int:
+    """DoRA's forward-time peak inside one adapted layer (peft dora.py, with grad enabled):
+    get_lora_weight builds lora_B(lora_A(eye(in))) -- the in×in identity stays saved by lora_A while
+    the in×out product lives -- then get_weight_norm adds s·BA to W cast to the adapter dtype
+    (a copy when the dtypes differ) and takes the row norms: in² + in·r + (3 + copy)·in·out elements
+    of the adapter dtype (QLoRA: plus the dequantised 16-bit weight). The largest adapted module counts."""
+    if not stack.dora or stack.method == "full":
+        return 0
+    ab, r = adapter_bytes(stack), stack.lora_rank
+    copy = 1 if ab != weight_bytes(stack) else 0
+    deq = 2 if stack.method == "qlora" else 0
+    sizes = [(lin.in_features, lin.out_features) for lin in arch.lora_targeted(stack.lora_targets)]
+    heads = arch.head_targets(stack.lora_targets)
+    v, h = arch.spec.vocab_size, arch.spec.hidden_size
+    if "lm_head" in heads:
+        sizes.append((h, v))
+    best = max((ab * (i * i + i * r + (3 + copy) * i * o) + deq * i * o for i, o in sizes), default=0)
+    if "embed_tokens" in heads:  # DoraEmbeddingLayer: (A @ B).T and W + s·BA, no identity matrix
+        best = max(best, ab * 3 * v * h)
+    return int(best)
 
 
 # Terms sized per sequence position, shared by the micro-batch's rows (not per token).
@@ -367,19 +550,48 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
     # Shape (1, s, head_dim): one copy per sequence position, not per batch row.
     # (families.json rope_tables: Gemma 3 computes a local and a global table)
     totals["rope.cos_sin"] = 2 * a * spec.head_dim * fam.rope_tables
-    if stack.method == "full":
-        totals["embedding.indices"] = INT64
+    full = stack.method == "full"
+    heads = () if full else arch.head_targets(stack.lora_targets)
+    saved_modules = () if full else stack.saved_modules
+    if full or "embed_tokens" in heads or "embed_tokens" in saved_modules:
+        totals["embedding.indices"] = INT64  # F.embedding keeps the token ids for its weight gradient
+    if "embed_tokens" in heads:
+        # peft lora.Embedding.forward: after_A = F.embedding(x, lora_embedding_A.T), kept by after_A @ B
+        totals["embedding.lora_rank"] = (2 if amp else adapter_bytes(stack)) * stack.lora_rank
+        if stack.dora:  # DoraEmbeddingVariant: the scale multiplies the base and the adapter outputs
+            totals["dora.base_result"] = totals.get("dora.base_result", 0.0) + a * h
+            totals["dora.lora_result"] = totals.get("dora.lora_result", 0.0) + adapter_bytes(stack) * h
+            fixed["dora.scales"] = fixed.get("dora.scales", 0.0) + 3 * adapter_bytes(stack) * h
     # Final norm, lm_head input, loss.
     fin = Saved()
     _norm(fin, "final_norm", h, stack, fam.norm_weight_offset_fp32)
+    lm_head_trains = full or "lm_head" in saved_modules  # the weight (or a trainable copy) gets a gradient
+    if stack.liger:
+        # LigerFusedLinearCrossEntropyFunction.forward (reduction mean/sum): ctx.save_for_backward(grad_input,
+        # grad_weight, grad_bias) -- the hidden states' gradient (input dtype) and, when lm_head's weight
+        # trains, its V×H gradient in the weight's dtype (accum_dtype None). No logits, no targets; Gemma 2's
+        # final soft-capping happens inside the kernel.
+        fin.add("loss.flce_grad_input", residual_bytes(stack) * h)
+        if lm_head_trains:
+            fixed["loss.flce_grad_weight"] = float(v * h * (4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2))
+    else:
+        if lm_head_trains:  # lm_head (the tied embedding, or peft's trainable copy) keeps its input
+            fin.add("lm_head.input", 2 * h if amp else a * h)
+        if "lm_head" in heads:  # peft lora.Linear on lm_head: the adapter's input, mask and rank-r tensor
+            sb = FP32 if amp else a  # the final norm's output dtype
+            lora_adapter(fin, stack, h, v, sb, True, lambda nbytes: fin.add("lm_head.lora_input", nbytes),
+                         prefix="lm_head")
+            if stack.dora:
+                _dora_fixed(fin, stack, h, v, True)
+        if fam.final_logit_softcap:
+            fin.add("logits.softcap_tanh", a * v)
+        # Standard and chunked (torchtune) loss alike keep every token's fp32 log_softmax until backward.
+        fin.add("loss.log_softmax_fp32", FP32 * v)
+        fin.add("loss.targets", INT64)
     for k, val in fin.terms.items():
         totals[k] = totals.get(k, 0.0) + val
-    if stack.method == "full":  # lm_head (or the tied embedding) trains: keeps its input
-        totals["lm_head.input"] = 2 * h if amp else a * h
-    if fam.final_logit_softcap:
-        totals["logits.softcap_tanh"] = a * v
-    totals["loss.log_softmax_fp32"] = FP32 * v
-    totals["loss.targets"] = INT64
+    for k, val in fin.fixed.items():
+        fixed[k] = fixed.get(k, 0.0) + val
 
     copies = 0.0
     if amp:
@@ -387,5 +599,6 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
         # under no_grad in forward, so only lm_head's copy is kept (the recomputed layer's own
         # copies are not counted separately).
         layers_w = 0 if stack.grad_checkpointing else arch.linear_weights_unscaled * arch.scale
-        copies = 2 * (layers_w + v * h)
+        # Liger's fused loss multiplies lm_head's weight inside an autograd.Function (grad off): not cached.
+        copies = 2 * (layers_w + (0 if stack.liger else v * h))
     return _Census(totals, fixed, copies, list(by_kind.values()))

@@ -33,6 +33,9 @@ def default_attention(family: str) -> str:
     """What transformers picks when none is asked for: SDPA, else eager."""
     return families.traits(family).default_attention
 
+# Modules outside the decoder layers that peft's LoRA can adapt when named in target_modules.
+HEAD_TARGETS = ("lm_head", "embed_tokens")
+
 # Input streams a linear reads from; linears sharing a stream share one saved input tensor.
 ATTN_IN, ATTN_OUT, MLP_IN, MLP_ACT, SHARED_IN, SHARED_ACT = (
     "attn_in",
@@ -187,8 +190,43 @@ class Architecture:
     def unknown_targets(self, targets: str) -> list[str]:
         if targets.strip() == "all-linear":
             return []
-        known = set(self.linear_names())
+        known = set(self.linear_names()) | set(HEAD_TARGETS)
         return [t.strip() for t in targets.split(",") if t.strip() and t.strip() not in known]
+
+    def head_targets(self, targets: str) -> tuple[str, ...]:
+        """lm_head / embed_tokens when named in `targets`. peft wraps them only by name: all-linear leaves the
+        output embedding out (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers removes
+        model.get_output_embeddings()), and an nn.Embedding is never a linear."""
+        if targets.strip() == "all-linear":
+            return ()
+        wanted = {t.strip() for t in targets.split(",")}
+        return tuple(name for name in HEAD_TARGETS if name in wanted)
+
+    def head_lora_params(self, rank: int, targets: str) -> int:
+        """Adapters on the model's ends: lm_head (peft lora.Linear: A r×h, B V×r) and embed_tokens (peft
+        lora.Embedding: lora_embedding_A r×V, lora_embedding_B h×r) -- r·(h+V) each."""
+        v, h = self.spec.vocab_size, self.spec.hidden_size
+        return sum(rank * (h + v) for _ in self.head_targets(targets))
+
+    def dora_magnitudes(self, targets: str) -> int:
+        """DoRA's trainable magnitude vectors: one element per output feature of every adapted linear (peft
+        tuners/lora/dora.py DoraLinearLayer.update_layer: nn.Parameter(weight_norm), weight_norm =
+        linalg.norm(W + s·BA, dim=1)), lm_head's V; an adapted embedding keeps one per hidden unit
+        (DoraEmbeddingLayer, fan_in_fan_out=True)."""
+        key = ("dora", targets)
+        if key not in self._memo:
+            total = sum(lin.count * lin.out_features for lin in self.lora_targeted(targets))
+            heads = self.head_targets(targets)
+            total += self.spec.vocab_size if "lm_head" in heads else 0
+            total += self.spec.hidden_size if "embed_tokens" in heads else 0
+            self._memo[key] = total
+        return self._memo[key]
+
+    def saved_module_params(self, modules: tuple[str, ...]) -> int:
+        """Parameters of the trainable copies peft's ModulesToSaveWrapper makes (peft/utils/other.py
+        ModulesToSaveWrapper.update: copy.deepcopy(original_module)); a tied lm_head gets its own copy too."""
+        v, h = self.spec.vocab_size, self.spec.hidden_size
+        return sum(v * h for m in modules if m in HEAD_TARGETS)
 
     def lora_wraps_experts(self, targets: str) -> bool:
         return targets.strip() == "all-linear" and families.traits(self.spec.family).expert_lora and self.spec.is_moe
@@ -206,7 +244,7 @@ class Architecture:
         tower's included (peft LoRA, no bias), plus peft's expert wrappers. The one adapter count."""
         key = ("lora_params", rank, targets)
         if key not in self._memo:
-            self._memo[key] = round(self._lora(rank, targets, vision=True, expert_share=1.0))
+            self._memo[key] = round(self._lora(rank, targets, vision=True, expert_share=1.0)) + self.head_lora_params(rank, targets)
         return self._memo[key]
 
     def lora_params_per_token(self, rank: int, targets: str) -> float:
@@ -214,7 +252,10 @@ class Architecture:
         expert wrappers' share of the experts each token is routed to (FLOPs, not storage)."""
         spec = self.spec
         share = spec.num_experts_per_tok / spec.num_experts if spec.is_moe else 1.0
-        return self._lora(rank, targets, vision=False, expert_share=share)
+        heads = self.head_targets(targets)
+        head = rank * (spec.hidden_size + spec.vocab_size) if "lm_head" in heads else 0
+        head += rank * spec.hidden_size if "embed_tokens" in heads else 0  # lora_embedding_A is a lookup
+        return self._lora(rank, targets, vision=False, expert_share=share) + head
 
     def _lora(self, rank: int, targets: str, vision: bool, expert_share: float) -> float:
         skip = set(map(id, self.vision_linears)) if not vision else set()

@@ -105,6 +105,7 @@ class Family(_Keys):
     default_attention: str = "sdpa"
     decoder_layer_class: str | None = None  # what FSDP wraps
     expert_lora: bool = False  # peft's all-linear wraps the fused experts
+    liger: bool = False  # liger-kernel patches this model_type (MODEL_TYPE_TO_APPLY_LIGER_FN)
     moe: Mapping[str, str] | None = None  # ModelSpec field -> config key; None: dense
     sliding_window_switch: str | None = None  # boolean key that turns sliding_window on
     text_config: str | None = None  # model_type of the nested text config, if any

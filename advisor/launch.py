@@ -15,6 +15,9 @@ keeps fp32 master weights and Adam states (ZeRO paper, Rajbhandari et al. 2020, 
 
 from __future__ import annotations
 
+import errno
+import functools
+import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -23,9 +26,11 @@ from pathlib import Path
 import yaml
 
 from advisor import families
-from advisor.errors import BadInput
+from advisor.activations import CHUNKED_LOSS_CHUNKS
+from advisor.errors import AdvisorError, BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Candidate
+from advisor.text import md, money, plain
 from pricing.files import atomic_write
 
 
@@ -73,6 +78,7 @@ HEAD_NODE_PLACEHOLDER = "HEAD_NODE_IP"
 MAIN_PROCESS_PORT = 29500
 MAX_GRAD_NORM = 1.0
 DEEPSPEED = ("zero1", "zero2", "zero3")
+DS_CONFIG_FILE = "ds_config.json"  # the bundle's DeepSpeed config (deepspeed_json), next to train.py
 TEMPLATES = Path(__file__).resolve().parent / "data" / "launch"
 
 
@@ -118,6 +124,7 @@ def accelerate_config(c: Candidate, model: ModelSpec) -> tuple[dict, list[str]]:
         cfg["fsdp_config"] = _fsdp_config(c, model, notes)
     elif dist == "DEEPSPEED":
         cfg["deepspeed_config"] = _deepspeed_config(c)
+        del cfg["mixed_precision"]  # ds_config.json's bf16/fp16 (accelerate refuses both places)
     return cfg, notes
 
 
@@ -149,19 +156,49 @@ def _fsdp_config(c: Candidate, model: ModelSpec, notes: list[str]) -> dict:
 
 
 def _deepspeed_config(c: Candidate) -> dict:
+    """accelerate's deepspeed_config section: it only points at the bundle's ds_config.json (`deepspeed_json`),
+    which holds every DeepSpeed setting -- stage, offload, accumulation, clipping, precision and the ZeRO
+    buckets the estimate used. accelerate refuses those keys (and mixed_precision) beside a config file
+    (accelerate/utils/dataclasses.py DeepSpeedPlugin._deepspeed_config_checks); the path is relative to the
+    bundle and train.py resolves it there."""
     stage = int(c.sharding[-1])
-    ds: dict = {
+    return {
+        "deepspeed_config_file": DS_CONFIG_FILE,
         "deepspeed_multinode_launcher": "standard",  # torchrun on every node, no pdsh/hostfile
-        "zero_stage": stage,
-        "offload_optimizer_device": "cpu" if c.offload in ("optimizer", "both") else "none",
-        "offload_param_device": "cpu" if c.offload in ("params", "both") else "none",
         "zero3_init_flag": stage == 3,
-        "zero3_save_16bit_model": stage == 3,
-        # Must equal TrainingArguments or the Trainer raises (reference §5).
-        "gradient_accumulation_steps": c.grad_accum,
-        "gradient_clipping": MAX_GRAD_NORM,
     }
-    return ds
+
+
+def deepspeed_json(c: Candidate) -> dict:
+    """ds_config.json for a DeepSpeed candidate: concrete values only (no "auto"), so DeepSpeed's own
+    DeepSpeedConfig reads exactly what was estimated. The bucket sizes are advisor.memory.DEEPSPEED_ZERO3,
+    the numbers the memory estimate's zero3_* components use."""
+    from advisor.memory import DEEPSPEED_ZERO3 as Z
+
+    stage = int(c.sharding[-1])
+    mp = mixed_precision(c)
+    zero: dict = {
+        "stage": stage,
+        "offload_optimizer": {"device": "cpu" if c.offload in ("optimizer", "both") else "none"},
+        "contiguous_gradients": Z["contiguous_gradients"],
+        "reduce_bucket_size": Z["reduce_bucket_size"],
+    }
+    if stage == 3:
+        zero["offload_param"] = {"device": "cpu" if c.offload in ("params", "both") else "none"}
+        for key in ("stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
+                    "stage3_max_live_parameters", "stage3_max_reuse_distance"):
+            zero[key] = Z[key]
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        # Must equal TrainingArguments or the Trainer raises (reference §5).
+        "train_micro_batch_size_per_gpu": c.micro_batch,
+        "gradient_accumulation_steps": c.grad_accum,
+        "train_batch_size": c.micro_batch * c.grad_accum * total_gpus(c),
+        "gradient_clipping": MAX_GRAD_NORM,
+        "bf16": {"enabled": mp == "bf16"},
+        "fp16": {"enabled": mp == "fp16"},
+        "zero_optimization": zero,
+    }
 
 
 def training_args(
@@ -208,6 +245,15 @@ def training_args(
             "target_modules": targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
             "bias": "none",
         }
+        if st.dora:
+            lora["use_dora"] = True  # peft LoraConfig(use_dora=True): magnitude vectors + weight-norm path
+        if st.saved_modules:
+            lora["modules_to_save"] = list(st.saved_modules)  # trainable copies beside the frozen originals
+    if st.liger:
+        # transformers Trainer applies liger-kernel to the model instance (integrations/liger.py)
+        training["use_liger_kernel"] = True
+    if st.compile:
+        training["torch_compile"] = True
     quant = None
     if c.method == "qlora":
         compute = "float16" if c.precision in ("fp16", "amp-fp16") else "bfloat16"
@@ -242,6 +288,9 @@ def training_args(
         },
         "data": {"path": dataset, "max_seq_length": c.seq_len, "packing": True},
         "training": training,
+        # --loss chunked: train.py computes torchtune's CEWithChunkedOutputLoss on the logits (not a
+        # TrainingArguments field, so it has its own section)
+        "loss": {"type": "chunked", "chunks": CHUNKED_LOSS_CHUNKS} if st.loss == "chunked" and not st.liger else None,
         "lora": lora,
         "quantization": quant,
         "estimate": {
@@ -286,6 +335,8 @@ def requirements(c: Candidate) -> list[str]:
         reqs.append("bitsandbytes>=0.43")
     if c.sharding in DEEPSPEED:
         reqs.append("deepspeed>=0.15")
+    if c.stack.liger:
+        reqs.append("liger-kernel>=0.5")
     return reqs
 
 
@@ -309,36 +360,43 @@ def build_bundle(
     for note in notes:
         warnings.warn(note, LaunchWarning, stacklevel=2)
     reqs = requirements(c)
-    env = _templates()
     ctx = {
         "c": c,
         "model": model,
         "gpus": total_gpus(c),
         "dist": acc["distributed_type"],
-        "mp": acc["mixed_precision"],
+        "mp": mixed_precision(c),
         "args": args,
         "notes": notes,
         "dataset": dataset,
         "gb": lambda b: f"{b / 1e9:.1f} GB",
         "gib": lambda b: f"{b / 2**30:.1f} GiB",
+        "money": money,
         "port": MAIN_PROCESS_PORT,
         "placeholder": HEAD_NODE_PLACEHOLDER,
     }
     header = (
-        f"# accelerate {acc['distributed_type']} config written by gpu-advisor for {model.name}\n"
-        f"# stack: {c.stack_label or c.method}; {c.nodes} node(s) x {c.gpu_count} {c.gpu_model}\n"
-        "# num_processes is the total over all nodes. launch.sh passes --machine_rank / --main_process_ip\n"
+        _comment(f"accelerate {acc['distributed_type']} config written by gpu-advisor for {model.name}")
+        + _comment(f"stack: {c.stack_label or c.method}; {c.nodes} node(s) x {c.gpu_count} {c.gpu_model}")
+        + "# num_processes is the total over all nodes. launch.sh passes --machine_rank / --main_process_ip\n"
         "# on multi-node runs; rdzv_backend and same_network are ignored by accelerate launch 1.15.0.\n"
     )
     return {
         "accelerate_config.yaml": header + _dump(acc),
         "training_args.yaml": _args_header(c, acc) + _dump(args),
         "train.py": (TEMPLATES / "train.py").read_text(encoding="utf-8"),
-        "launch.sh": env.get_template("launch.sh.j2").render(ctx),
-        "README.md": env.get_template("README.md.j2").render(ctx),
+        "launch.sh": _templates("shell").get_template("launch.sh.j2").render(ctx),
+        "README.md": _templates("markdown").get_template("README.md.j2").render(ctx),
         "sky.yaml": "# SkyPilot task: sky launch sky.yaml\n" + _dump(sky_task(c, model)),
         "requirements.txt": "\n".join(reqs) + "\n",
+        **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
     }
+
+
+def _comment(text: str) -> str:
+    """One '# ...' line for a YAML or shell file. Plan-derived text goes through advisor.text.plain, so it
+    cannot hold a line break (LF, CR, NEL, U+2028/9) or an escape sequence that would end the comment."""
+    return f"# {plain(text)}\n"
 
 
 def _args_header(c: Candidate, acc: dict) -> str:
@@ -352,25 +410,79 @@ def _args_header(c: Candidate, acc: dict) -> str:
 def write_bundle(files: Mapping[str, str], out_dir: str | os.PathLike, force: bool = False) -> Path:
     """Write the bundle; refuse an existing non-empty folder unless `force`. Each file is atomic."""
     out = Path(out_dir)
+    shown = plain(out)
+    if out.is_symlink() and not out.exists():
+        raise AdvisorError(f"--out: {shown} is a symbolic link to {plain(os.readlink(out))}, which does not exist; "
+                           "remove the link or create the folder it points to.")
     if out.exists() and not out.is_dir():
-        raise BadInput(f"--out: {out} exists and is not a folder.")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise BadInput(f"--out: folder {out} exists and is not empty; pass --force to overwrite its bundle files.")
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        atomic_write(out / name, text, mode=0o755 if name.endswith((".sh", ".py")) else 0o644)
+        raise BadInput(f"--out: {shown} exists and is not a folder; give a new or empty folder.")
+    try:
+        if out.is_dir() and any(out.iterdir()) and not force:
+            raise BadInput(f"--out: folder {shown} exists and is not empty; pass --force to overwrite its bundle files.")
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            atomic_write(out / name, text, mode=0o755 if name.endswith((".sh", ".py")) else 0o644)
+    except OSError as exc:  # permissions, a full disk, a parent that is a file: the environment, exit 1
+        where = plain(exc.filename) if exc.filename else shown
+        raise AdvisorError(f"--out: cannot write the bundle to {where}: {(exc.strerror or str(exc)).lower()}"
+                           f"{_OS_HINTS.get(exc.errno, '')}.") from None
     return out
 
 
-def _templates():
+_OS_HINTS = {
+    errno.EACCES: " (check the folder's permissions or choose another --out)",
+    errno.EPERM: " (check the folder's permissions or choose another --out)",
+    errno.ENOSPC: " (free some space or choose another --out)",
+    errno.ENOTDIR: " (a part of the path is a file, not a folder)",
+    errno.EROFS: " (choose a writable --out)",
+    errno.EEXIST: " (a file or a broken link is in the way)",
+}
+
+
+class Raw(str):
+    """A Markdown fragment built here (a code span of our own constant): printed unescaped."""
+
+
+def _shell_value(value: object) -> str:
+    """What `{{ ... }}` may print in launch.sh: numbers as they are; any text (which the template puts in
+    comments only) through advisor.text.plain, so it can never end the comment line. Text that has to be
+    part of a command would go through the `shq` filter (shlex.quote) instead."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return plain(value)
+
+
+def _markdown_value(value: object) -> str:
+    """What `{{ ... }}` prints in README.md: advisor.text.md (markup, HTML and autolinks escaped)."""
+    if isinstance(value, Raw):
+        return str(value)
+    return md(value)
+
+
+def _code(text: object) -> Raw:
+    """Our own constant (a distributed type, a precision mode) as a Markdown code span."""
+    s = plain(text).replace("`", "'")
+    return Raw(f"`{s}`")
+
+
+@functools.cache
+def _templates(kind: str):
+    """jinja2 for launch.sh ("shell") or README.md ("markdown"); every printed value is made safe for
+    its format by `finalize`, so a template cannot forget it."""
+    import shlex
+
     import jinja2
 
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,  # shell and Markdown, not HTML
+        finalize=_shell_value if kind == "shell" else _markdown_value,
     )
+    env.filters["shq"] = lambda v: shlex.quote(str(v))
+    env.filters["code"] = _code
+    return env
 
 
 class _Dumper(yaml.SafeDumper):

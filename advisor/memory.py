@@ -8,13 +8,20 @@ Activations are in `advisor.activations`. The peak is the start of backward: mod
 every saved activation and the fp32 loss gradients are alive together. AdamW is the fused
 kernel (HF Trainer's default `adamw_torch_fused` since torch 2.8), which updates in place;
 the foreach variant would add one state-sized temporary during step().
+
+Techniques (issue 12): DoRA's magnitude vectors train beside the adapters (peft dora.py); peft's
+modules_to_save keeps a trainable copy beside each frozen original (its own weights, gradients and
+optimizer state, in the model's dtype); DeepSpeed ZeRO-3 keeps gathered parameters within its live
+budget and a contiguous reduce bucket, sized from the values `launch` writes (DEEPSPEED_ZERO3).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.activations import ActivationEstimate, act_bytes, adapter_bytes, describe, estimate_activations
+from advisor.activations import (ActivationEstimate, act_bytes, adapter_bytes, describe, dora_transient,
+                                 estimate_activations)
+from advisor import families
 from advisor.architecture import Architecture, default_attention, supported_attention
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
@@ -41,6 +48,20 @@ NCCL_BUFFER_BYTES = 256 * MiB
 
 PARAM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
 
+# DeepSpeed ZeRO-3 buffer settings the estimate uses and `gpu-advisor launch` writes into the bundle's
+# ds_config.json (advisor.launch.deepspeed_json): DeepSpeed's own defaults, deepspeed 0.19.8
+# runtime/zero/config.py DeepSpeedZeroConfig (reduce_bucket_size 5e8 line 113, stage3_prefetch_bucket_size 5e7
+# line 222, stage3_param_persistence_threshold 1e5 line 228, stage3_max_live_parameters 1e9 line 245,
+# stage3_max_reuse_distance 1e9 line 251), written explicitly so a DeepSpeed upgrade cannot move them.
+DEEPSPEED_ZERO3 = {
+    "reduce_bucket_size": 500_000_000,
+    "stage3_prefetch_bucket_size": 50_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+    "stage3_max_live_parameters": 1_000_000_000,
+    "stage3_max_reuse_distance": 1_000_000_000,
+    "contiguous_gradients": True,
+}
+
 
 def nf4_bytes_per_param(double_quant: bool) -> float:
     """NF4 weight + quantisation constants per parameter (Dettmers et al. 2023, §3)."""
@@ -57,11 +78,81 @@ class _States:
     cpu_ram: int
 
 
+def _zero3_gathered(params: int, unit: float, wb: float) -> dict[str, Component]:
+    """DeepSpeed ZeRO-3's gathered (unpartitioned) parameters, from the values `launch` writes (DEEPSPEED_ZERO3).
+
+    The module that runs is gathered whatever the budget; the coordinator keeps a gathered parameter until
+    no sub-module needs it and its next use is farther than stage3_max_reuse_distance elements of fetches
+    away (deepspeed/runtime/zero/partitioned_param_coordinator.py release_sub_module), and prefetches only
+    while fewer than stage3_max_live_parameters elements are available (fetch_sub_module:
+    max_params_to_prefetch = min(max_live - available, prefetch_bucket)). At the turn from forward to
+    backward the module used last (lm_head) is reused at once and the layers before it within the reuse
+    distance stay gathered: the largest module plus min(reuse distance, max live) elements, at most every
+    parameter -- on one GPU as well, beside the partition itself. The prefetch bucket adds only what the
+    live budget leaves (nothing with DeepSpeed's defaults)."""
+    z = DEEPSPEED_ZERO3
+    window = min(z["stage3_max_reuse_distance"], z["stage3_max_live_parameters"])
+    live = int(min(params, unit + window))
+    prefetch = min(z["stage3_prefetch_bucket_size"], max(0, z["stage3_max_live_parameters"] - live),
+                   max(0, params - live))
+    src = "deepspeed 0.19.8 runtime/zero/config.py DeepSpeedZeroConfig; partitioned_param_coordinator.py"
+    return {
+        "weights.zero3_live_params": Component(
+            bytes=int(live * wb),
+            formula=f"{live:,} gathered parameter elements × {wb:g} B: the largest module ({int(unit):,}) + "
+            f"min(stage3_max_reuse_distance {z['stage3_max_reuse_distance']:,}, stage3_max_live_parameters "
+            f"{z['stage3_max_live_parameters']:,}), at most all {params:,} params, gathered at the forward/backward turn",
+            source=src,
+        ),
+        "weights.zero3_prefetch_bucket": Component(
+            bytes=int(prefetch * wb),
+            formula=f"{prefetch:,} elements fetched ahead: min(stage3_prefetch_bucket_size "
+            f"{z['stage3_prefetch_bucket_size']:,}, live budget left) × {wb:g} B",
+            source=src,
+        ),
+    }
+
+
 def _trainable(arch: Architecture, stack: Stack) -> tuple[int, int]:
-    """(trainable parameters, bytes per trainable parameter)."""
+    """(trainable parameters, bytes per trainable parameter): every weight for full fine-tuning; the
+    adapters (and DoRA's magnitude vectors, which peft keeps in the adapter dtype) for LoRA/QLoRA. The
+    modules_to_save copies train too, in the model's dtype: `_saved_copies`."""
     if stack.method == "full":
         return arch.params_total, PARAM_BYTES[stack.precision]
-    return arch.lora_params(stack.lora_rank, stack.lora_targets), adapter_bytes(stack)
+    return arch.lora_params(stack.lora_rank, stack.lora_targets) + _dora_magnitudes(arch, stack), adapter_bytes(stack)
+
+
+def _dora_magnitudes(arch: Architecture, stack: Stack) -> int:
+    return arch.dora_magnitudes(stack.lora_targets) if stack.dora and stack.method != "full" else 0
+
+
+def _saved_copies(arch: Architecture, stack: Stack) -> tuple[int, int]:
+    """(parameters, bytes each) of peft's modules_to_save copies: ModulesToSaveWrapper keeps the frozen
+    original AND a trainable deepcopy of it (peft 0.21.2 utils/other.py ModulesToSaveWrapper.update), in
+    the dtype the model was loaded in (16-bit for QLoRA's embeddings/lm_head)."""
+    if stack.method == "full" or not stack.saved_modules:
+        return 0, 0
+    return arch.saved_module_params(stack.saved_modules), PARAM_BYTES[stack.precision]
+
+
+def _copy_optimizer_bytes(stack: Stack, count: int, pb: int, arch: Architecture) -> tuple[float, str]:
+    """Optimizer state of the modules_to_save copies (their own dtype, not the adapters')."""
+    opt = stack.optimizer
+    if stack.sharding.startswith("zero") and pb == 2:
+        states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
+                  "sgd": 4, "adafactor": 0}[opt]
+        return count * (8 + states), "fp32 master + fp32 gradient partition + states (DeepSpeed mixed precision)"
+    if opt == "adamw":
+        return count * 2 * pb, f"2 AdamW states × {pb} B (parameter dtype)"
+    if opt == "adamw-fp32":
+        return count * (8 + (4 if pb < 4 else 0)), "2 fp32 states" + (" + fp32 master weights" if pb < 4 else "")
+    if opt in ("adamw-8bit", "paged-adamw-8bit"):
+        return count * (2 + 8 / 2048), "2 states × 1 B + fp32 absmax per 2048-block"
+    if opt == "sgd":
+        return count * pb, f"momentum × {pb} B"
+    spec = arch.spec  # adafactor: one row + one column factor per V×H matrix
+    n = sum(1 for m in stack.saved_modules if m in ("embed_tokens", "lm_head"))
+    return n * (spec.vocab_size + spec.hidden_size) * pb, "factored second moment (rows + columns)"
 
 
 def _adafactor_state_elems(arch: Architecture, stack: Stack) -> int:
@@ -108,14 +199,36 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             source="ZeRO (Rajbhandari et al. 2020) §3: Ψ parameters; stage 3 partitions them",
         )
     trainable, tb = _trainable(arch, stack)
+    mags = _dora_magnitudes(arch, stack)
     if stack.method != "full":
+        heads = arch.head_targets(stack.lora_targets)
         weights["weights.lora_adapters"] = Component(
-            bytes=int(trainable * tb / n_p),
-            formula=f"{trainable:,} adapter params (r={stack.lora_rank}, {stack.lora_targets}) × {tb} B",
-            source="peft LoRA: A (in×r) + B (r×out) per target; fp32 unless autocast_adapter_dtype=False",
+            bytes=int((trainable - mags) * tb / n_p),
+            formula=f"{trainable - mags:,} adapter params (r={stack.lora_rank}, {stack.lora_targets}) × {tb} B"
+            + (f", {' and '.join(heads)} r·(h+V) each" if heads else ""),
+            source="peft LoRA: A (in×r) + B (r×out) per target (lora.Embedding: r×V + h×r); fp32 unless "
+            "autocast_adapter_dtype=False",
+        )
+    if mags:
+        weights["weights.dora_magnitudes"] = Component(
+            bytes=int(mags * tb / n_p),
+            formula=f"{mags:,} magnitude elements (one per output feature of every adapted module) × {tb} B; "
+            "trained: gradients and optimizer state counted with the adapters",
+            source="peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.update_layer: nn.Parameter(‖W + s·BA‖ per row)",
+        )
+    copies, cb = _saved_copies(arch, stack)
+    if copies:
+        weights["weights.modules_to_save"] = Component(
+            bytes=int(copies * cb / n_p),
+            formula=f"{copies:,} params ({', '.join(stack.saved_modules)}: a trainable copy beside the frozen "
+            f"original) × {cb} B",
+            source="peft 0.21.2 utils/other.py ModulesToSaveWrapper.update: copy.deepcopy(original_module)",
         )
     root = (arch.embed_params + arch.lm_head_params + arch.final_norm_params) * arch.scale
-    if n_p > 1 or stack.offload in ("params", "both"):
+    if stack.sharding == "zero3":
+        unit = max(largest_layer, arch.embed_params * arch.scale, arch.lm_head_params * arch.scale)
+        weights.update(_zero3_gathered(P, unit, 0.5 if stack.method == "qlora" else compute_b))
+    elif n_p > 1 or stack.offload in ("params", "both"):
         wb = 0.5 if stack.method == "qlora" else compute_b
         weights["weights.gathered_units"] = Component(
             bytes=int((2 * largest_layer + root) * wb),
@@ -131,10 +244,18 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     gradients = {
         "gradients.trainable": Component(
             bytes=int(trainable * tb / n_g),
-            formula=f"{trainable:,} trainable × {tb} B{f' / {n_g} shards' if n_g > 1 else ''}",
+            formula=f"{trainable:,} trainable{f' (incl. {mags:,} DoRA magnitudes)' if mags else ''} × {tb} B"
+            f"{f' / {n_g} shards' if n_g > 1 else ''}",
             source="ZeRO §3 (gradients in the parameter dtype); stage 2/3 partitions them",
         )
     }
+    if copies:
+        gradients["gradients.modules_to_save"] = Component(
+            bytes=int(copies * cb / n_g),
+            formula=f"{copies:,} params of the trainable {', '.join(stack.saved_modules)} copies × {cb} B"
+            f"{f' / {n_g} shards' if n_g > 1 else ''}",
+            source="peft modules_to_save: the copy has requires_grad=True (utils/other.py _set_layer_requires_grad)",
+        )
     if n_g > 1 and stack.sharding in ("fsdp", "zero2", "zero3") and stack.method == "full":
         gradients["gradients.unsharded_buffers"] = Component(
             bytes=int((largest_layer + root) * tb),
@@ -154,13 +275,20 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         per, note = tb, f"momentum buffer × {tb} B"
     else:  # adafactor
         per, note = 0.0, "factored second moment (rows + columns per matrix), no first moment"
-    deepspeed_mixed = stack.sharding.startswith("zero") and tb == 2 and opt in ("adamw", "adamw-fp32")
+    deepspeed_mixed = stack.sharding.startswith("zero") and tb == 2
     if deepspeed_mixed:
-        # DeepSpeed's bf16/fp16 mode always keeps fp32 master weights and fp32 Adam states (ZeRO
-        # §3, K = 12) plus an fp32 gradient partition the optimizer reads (DeepSpeed
-        # stage_1_and_2.py / stage3.py: single_partition_of_fp32_groups and its .grad).
-        per, note = 16, "fp32 master + 2 fp32 Adam states + fp32 gradient partition (DeepSpeed mixed precision)"
-    opt_bytes = trainable * per if opt != "adafactor" else _adafactor_state_elems(arch, stack) * tb
+        # DeepSpeed's bf16/fp16 mode always keeps fp32 master weights and an fp32 gradient partition
+        # the optimizer reads (DeepSpeed stage_1_and_2.py / stage3.py: single_partition_of_fp32_groups
+        # and its .grad); the optimizer -- DeepSpeed's or the Trainer's client optimizer -- keeps its
+        # states for those fp32 partitions (ZeRO §3, K = 12 for Adam).
+        states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
+                  "sgd": 4, "adafactor": 0}[opt]
+        per, note = 8 + states, f"fp32 master + fp32 gradient partition + {opt} states of the fp32 partition " \
+                                "(DeepSpeed mixed precision)"
+    if opt == "adafactor":
+        opt_bytes = _adafactor_state_elems(arch, stack) * (4 if deepspeed_mixed else tb) + trainable * per
+    else:
+        opt_bytes = trainable * per
     source = {
         "adamw": "ZeRO §3: K = 12 B/param with fp32 master + states (DeepSpeed); torch keeps states in param dtype",
         "adamw-fp32": "ZeRO §3 (mixed precision Adam: K = 12)",
@@ -177,14 +305,34 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             source=source,
         )
     }
+    if copies:
+        copy_bytes, copy_note = _copy_optimizer_bytes(stack, copies, cb, arch)
+        optimizer["optimizer.modules_to_save"] = Component(
+            bytes=0 if offload_opt else int(copy_bytes / n_o),
+            formula=f"{copies:,} params of the {', '.join(stack.saved_modules)} copies: {copy_note}"
+            + (f" / {n_o} shards" if n_o > 1 else "") + (" (offloaded to CPU)" if offload_opt else ""),
+            source=source,
+        )
 
     cpu = 0
     if offload_opt:
         # ZeRO-Offload (Ren et al. 2021) keeps fp32 master params, fp32 grads and Adam states on CPU.
-        cpu += int(trainable * (16 if opt.startswith("adamw") else 8))
+        cpu += int((trainable + copies) * (16 if opt.startswith("adamw") else 8))
     if stack.offload in ("params", "both"):
         cpu += int(P * (0.5 if stack.method == "qlora" else pb))
     return _States(weights, gradients, optimizer, cpu)
+
+
+def checkpoint_bytes(arch: Architecture, stack: Stack) -> int:
+    """What one resumable training checkpoint holds, over all GPUs: the trainable weights and the
+    optimizer state in their real dtypes (fp32 masters and Adam states for mixed precision; 8-bit
+    states for 8-bit Adam; LoRA/QLoRA: the adapters and their states only). Gathered working
+    copies, gradients and the frozen base weights are not saved."""
+    states = _model_states(arch, stack.model_copy(update={"gpus": 1, "offload": "none"}))
+    keys = ("weights.base",) if stack.method == "full" else (
+        "weights.lora_adapters", "weights.dora_magnitudes", "weights.modules_to_save")
+    weights = sum(states.weights[key].bytes for key in keys if key in states.weights)
+    return int(weights + sum(c.bytes for c in states.optimizer.values()))
 
 
 def check(arch: Architecture, stack: Stack) -> None:
@@ -200,10 +348,23 @@ def check(arch: Architecture, stack: Stack) -> None:
         if unknown:
             raise BadInput(
                 f"--lora-targets: {', '.join(unknown)} not in {arch.spec.name}; its linear modules are "
-                f"{', '.join(arch.linear_names())} (or use all-linear)."
+                f"{', '.join(arch.linear_names())}, plus lm_head and embed_tokens (or use all-linear)."
             )
-        if not arch.lora_targeted(stack.lora_targets):
+        if not arch.lora_targeted(stack.lora_targets) and not arch.head_targets(stack.lora_targets):
             raise BadInput("--lora-targets: selects no linear module; use all-linear or module names.")
+        if stack.dora and arch.lora_wraps_experts(stack.lora_targets):
+            # peft 0.21.2 tuners/lora/layer.py ParamWrapper.update_layer: "does not work with use_dora=True"
+            raise BadInput(
+                f"--dora: peft wraps {arch.spec.name}'s fused experts with LoRA ParamWrappers, which refuse DoRA; "
+                "name the attention projections in --lora-targets (e.g. q_proj,k_proj,v_proj,o_proj) instead of "
+                "all-linear."
+            )
+    if stack.liger and not families.traits(arch.spec.family).liger:
+        supported = ", ".join(name for name, fam in families.table().items() if fam.liger)
+        raise BadInput(
+            f"--liger: Liger Kernel has no patch for {arch.spec.family} models (it patches {supported}); "
+            "use --loss chunked for a chunked cross-entropy without its kernels."
+        )
 
 
 
@@ -270,18 +431,27 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     tokens = shape.tokens
     a = act_bytes(stack)
     f = spec.moe_intermediate_size * spec.num_experts_per_tok if spec.is_moe else spec.intermediate_size
+    loss = acts.loss
+    liger_mlp = stack.liger and not spec.is_moe
     transients = {
-        "overhead.loss_gradients": Component(
-            bytes=acts.loss_transient,
-            formula="2 × b·s·vocab × 4 B: fp32 grads of log_softmax output and input",
-            source="transformers ForCausalLMLoss upcasts logits to fp32; torch log_softmax backward",
-        ),
+        loss.name: Component(bytes=loss.bytes, formula=loss.formula, source=loss.source),
         "overhead.backward_workspace": Component(
-            bytes=int(2 * a * f * tokens),
-            formula="gradients of one MLP's gate and up outputs while a layer runs backward",
-            source="autograd: a layer's input-gradients are live while it computes backward",
+            bytes=int((1 if liger_mlp else 2) * a * f * tokens),
+            formula="the gradient arriving at the SwiGLU product (Liger writes gate's and up's gradients into "
+            "their saved tensors)" if liger_mlp else
+            "gradients of one MLP's gate and up outputs while a layer runs backward",
+            source="liger-kernel ops/swiglu.py _swiglu_backward_kernel stores da, db over a, b" if liger_mlp else
+            "autograd: a layer's input-gradients are live while it computes backward",
         ),
     }
+    dora_peak = dora_transient(arch, stack)
+    if dora_peak:
+        transients["overhead.dora_weight_norm"] = Component(
+            bytes=dora_peak,
+            formula="the largest adapted module's eye(in), lora_B(lora_A(eye)), W cast to the adapter dtype and "
+            "W + s·BA, built to take ‖W + s·BA‖ every forward (and again in a recomputed layer)",
+            source="peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.get_lora_weight / get_weight_norm",
+        )
     if stack.method == "qlora":
         largest = arch.largest_dense_linear
         transients["overhead.dequantised_weight"] = Component(
@@ -296,6 +466,10 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
         tb = _trainable(arch, stack)[1]
         head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.method == "full" else 0
+        if "lm_head" in stack.saved_modules and stack.method != "full":
+            head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
+        if stack.liger:
+            head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
         start = A + T + head
         end = G + transients["overhead.backward_workspace"].bytes
         if start >= end:
@@ -315,6 +489,17 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         )
     if stack.gpus > 1:
         overhead["overhead.nccl_buffers"] = Component(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
+    reduce_bucket = 0
+    if stack.sharding == "zero3":
+        gb = 4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+        reduce_bucket = DEEPSPEED_ZERO3["reduce_bucket_size"] * gb
+        overhead["overhead.zero3_reduce_bucket"] = Component(
+            bytes=reduce_bucket,
+            formula=f"reduce_bucket_size {DEEPSPEED_ZERO3['reduce_bucket_size']:,} elements × {gb} B: the contiguous "
+            "gradient bucket, allocated once at optimizer setup whatever the number of trainable parameters",
+            source="deepspeed 0.19.8 runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: "
+            "bucket.buffer = torch.empty(self.reduce_bucket_size) when contiguous_gradients (default True)",
+        )
     overhead["overhead.allocator"] = Component(
         bytes=frag,
         formula=f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of activations and loss buffers",
@@ -324,12 +509,12 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         bytes=CUDA_CONTEXT_BYTES, formula="CUDA context and kernel images", source="CUDA lazy module loading, typical 0.3-0.6 GiB"
     )
     comps.update(overhead)
-    peak_allocated += ddp_buckets + (NCCL_BUFFER_BYTES if stack.gpus > 1 else 0)
+    peak_allocated += ddp_buckets + (NCCL_BUFFER_BYTES if stack.gpus > 1 else 0) + reduce_bucket
     peak_reserved = peak_allocated + frag
     device_total = peak_reserved + CUDA_CONTEXT_BYTES
     overhead_total = device_total - (W + G_peak + O + A_peak)
 
-    trainable, _ = _trainable(arch, stack)
+    trainable = _trainable(arch, stack)[0] + _saved_copies(arch, stack)[0]
     warnings = []
     if stack.method == "qlora" and arch.expert_weight_params:
         warnings.append(
@@ -364,6 +549,22 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     if stack.method != "full":
         assumptions["adapter_dtype"] = "fp32 (peft autocast_adapter_dtype=True)" if adapter_bytes(stack) == 4 else "bf16"
         assumptions["lora"] = f"r={stack.lora_rank}, alpha={stack.lora_alpha}, dropout={stack.lora_dropout}, targets={stack.lora_targets}"
+        if stack.dora:
+            assumptions["dora"] = "peft use_dora=True: magnitude vectors train; base and adapter results kept per adapter"
+        if stack.saved_modules:
+            assumptions["modules_to_save"] = f"{', '.join(stack.saved_modules)}: frozen original + trainable copy"
+    assumptions["loss"] = (
+        "Liger fused linear cross-entropy (no logits kept; one chunk of logits at a time)" if stack.liger
+        else "chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks): fp32 log_softmax kept, "
+             "one chunk's gradients at a time" if stack.loss == "chunked"
+        else "transformers ForCausalLMLoss: fp32 logits, log_softmax kept")
+    if stack.liger:
+        assumptions["liger"] = "Liger RMSNorm, SwiGLU/GeGLU, RoPE and fused linear cross-entropy (use_liger_kernel=True)"
+    if stack.compile:
+        # torch.compile's memory effect is not modelled: AOTAutograd's min-cut partitioner may save fewer or
+        # different tensors, but neither the code nor a CPU measurement here shows what it frees for these
+        # models, so the estimate stays the eager one (the time model carries compile's speed-up).
+        assumptions["compile"] = "torch.compile: memory as eager (no measured or derivable saving)"
     if spec.params_override:
         assumptions["architecture"] = "synthetic Llama-shaped (from --params) for activations and LoRA shapes"
     return MemoryEstimate(

@@ -27,6 +27,8 @@ ATTENTIONS: tuple[str, ...] = Attention.__args__
 SHARDINGS: tuple[str, ...] = Sharding.__args__
 OFFLOADS: tuple[str, ...] = Offload.__args__
 LOSSES: tuple[str, ...] = Loss.__args__
+# Modules peft's modules_to_save can train fully beside the adapters (every supported family names them so).
+SAVABLE_MODULES: tuple[str, ...] = ("embed_tokens", "lm_head")
 
 
 class StackError(ValueError):
@@ -41,8 +43,8 @@ class Stack(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     method: Method = "full"
-    lora_rank: int = Field(16, gt=0)
-    lora_alpha: int = Field(32, gt=0, description="default: 2 × lora_rank")
+    lora_rank: int = Field(16, gt=0, le=65_536)  # no model has a linear wider than this
+    lora_alpha: int = Field(32, gt=0, le=1_000_000, description="default: 2 × lora_rank")
     lora_dropout: float = Field(0.05, ge=0.0, lt=1.0)
     lora_targets: str = "all-linear"  # or comma list of module names: "q_proj,v_proj"
     adapter_dtype: AdapterDtype = "fp32"  # peft >= 0.12 upcasts adapters to fp32 by default
@@ -90,7 +92,38 @@ class Stack(BaseModel):
         if self.sharding in ("ddp", "fsdp", "zero1", "zero2", "zero3") and self.gpus == 1:
             # Legal (FSDP on one GPU is used for CPU offload) -- nothing to shard, no error.
             pass
+        if self.dora and self.method == "full":
+            raise StackError("--dora: DoRA is a LoRA variant (peft use_dora=True); use it with --method lora or qlora.")
+        saved = self.saved_modules
+        if saved and self.method == "full":
+            raise StackError("--modules-to-save: only with --method lora or qlora (full fine-tuning already trains "
+                             "every module).")
+        unknown = [m for m in saved if m not in SAVABLE_MODULES]
+        if unknown:
+            raise StackError(f"--modules-to-save: {', '.join(unknown)} not accepted; use "
+                             f"{' and/or '.join(SAVABLE_MODULES)} (comma-separated).")
+        targets = {t.strip() for t in self.lora_targets.split(",")}
+        both = [m for m in saved if m in targets]
+        if both and self.method != "full":
+            # peft's ModulesToSaveWrapper refuses a module that already is a LoRA layer (peft/utils/other.py
+            # AuxiliaryTrainingWrapper._check_module: BaseTunerLayer -> TypeError).
+            raise StackError(f"--modules-to-save: {', '.join(both)} is also in --lora-targets; train it fully or "
+                             "with an adapter, not both.")
+        if self.liger and self.loss == "chunked":
+            raise StackError("--loss chunked: --liger already replaces the loss with its fused linear "
+                             "cross-entropy (chunked); use one of them.")
+        if self.liger and self.method != "full" and "lm_head" in targets:
+            # liger-kernel's lce_forward passes self.lm_head.weight to the fused loss: a LoRA adapter on lm_head
+            # would never run (src/liger_kernel/transformers/model/llama.py, lce_forward).
+            raise StackError("--lora-targets: Liger's fused linear cross-entropy reads lm_head's weight directly, so a "
+                             "LoRA adapter on lm_head would not train; drop lm_head or use --loss chunked instead of "
+                             "--liger.")
         return self
+
+    @property
+    def saved_modules(self) -> tuple[str, ...]:
+        """The modules trained fully beside the adapters (peft modules_to_save), in order, without blanks."""
+        return tuple(dict.fromkeys(m.strip() for m in self.modules_to_save.split(",") if m.strip()))
 
     @property
     def key(self) -> tuple:
@@ -116,12 +149,22 @@ class Stack(BaseModel):
         return self.gpus if self.sharding in ("fsdp", "zero1", "zero2", "zero3") else 1
 
     def label(self) -> str:
-        """Short human label, e.g. 'qlora r16 · bf16 · adamw-8bit · ckpt · flash · fsdp×8'."""
+        """Short human label, e.g. 'qlora r16 · bf16 · adamw-8bit · ckpt · flash · fsdp×8'. DeepSpeed's
+        16-bit modes keep fp32 master weights, so a full fine-tune there reads 'bf16 (fp32 master)'."""
         parts = [self.method if self.method == "full" else f"{self.method} r{self.lora_rank}"]
-        parts += [self.precision, self.optimizer]
+        if self.dora:
+            parts[0] += " dora"
+        precision = self.precision
+        if self.method == "full" and self.sharding.startswith("zero") and precision in ("bf16", "fp16"):
+            precision += " (fp32 master)"
+        parts += [precision, self.optimizer]
         if self.grad_checkpointing:
             parts.append("ckpt")
         parts.append(self.attention)
+        parts += [name for name, on in (("liger", self.liger), ("chunked-loss", self.loss == "chunked"),
+                                        ("compile", self.compile)) if on]
+        if self.modules_to_save:
+            parts.append(f"train {self.modules_to_save}")
         if self.sharding != "none":
             parts.append(f"{self.sharding}×{self.gpus}")
         elif self.gpus > 1:

@@ -200,11 +200,17 @@ def parse_seq_len(text: str) -> tuple[int | None, str | None, bool]:
 def lora_targets(text: str, family: str) -> tuple[str, str | None]:
     """Map the source's LoRA target list onto peft module names for this family."""
     t = text.lower()
+    if t.startswith("q,k,v,proj,mlp,head"):
+        # LitGPT's every linear incl. lm_head (lora_head: true): the block linears by name, plus lm_head
+        # (peft's all-linear would leave the output embedding out).
+        from advisor import families
+
+        fam = families.traits(family)
+        names = ["qkv_proj"] if fam.fused_qkv else ["q_proj", "k_proj", "v_proj"]
+        names += ["o_proj"] + (["gate_up_proj"] if fam.fused_gate_up else ["gate_proj", "up_proj"]) + ["down_proj"]
+        return ",".join(names + ["lm_head"]), "LitGPT LoRA on every linear incl. lm_head (lora_head)"
     if "all" in t or "c_attn,c_proj,w1,w2" in t:
         return "all-linear", None
-    if t.startswith("q,k,v,proj,mlp,head"):
-        # LitGPT's every linear incl. lm_head; lm_head adapters are not modelled (r x (h+V) params).
-        return "all-linear", "LitGPT LoRA on lm_head dropped (estimator models block linears only)"
     if t.startswith("q,v") or t.startswith("q_proj,v_proj"):
         return "q_proj,v_proj", None
     if t.startswith("unknown"):
@@ -334,8 +340,12 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
         return exclude("LLM.int8 (8-bit) base weights not modelled")
     if "gptq" in text:
         return exclude("GPTQ int4 base is not bitsandbytes NF4 QLoRA")
+    modules_to_save = ""
     if "modules_to_save" in notes or "trains wte" in notes:
-        return exclude("trainable embeddings/lm_head (modules_to_save) not modelled")
+        # Qwen's finetune.py "LoRA (emb)": modules_to_save=["wte", "lm_head"] -- peft keeps a trainable copy of
+        # each beside the frozen original (our names: embed_tokens, lm_head).
+        modules_to_save = "embed_tokens,lm_head"
+        row.assumptions.append("trains wte + lm_head fully (peft modules_to_save): embed_tokens,lm_head copies")
     if r["compile"].strip() not in ("", "no"):
         return exclude("torch.compile not modelled")
     if kind == "none" and not r["tokens_per_sec"].strip():
@@ -393,12 +403,20 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
             row.assumptions.append(assumption)
         if "litgpt" in r["source_url"].lower():
             fields["adapter_dtype"] = "bf16"  # LitGPT bf16-true: the whole model, adapters too, in bf16
+        if modules_to_save:
+            fields["modules_to_save"] = modules_to_save
     litgpt = "litgpt" in r["source_url"].lower()
     if litgpt and fields.get("sharding") == "fsdp":
         return exclude(
             "Lightning Fabric FSDP1 (PyTorch 2.1-2.3): per-GPU memory at or above the single-GPU run "
             "(SOURCES.md, lr- and lc- notes), i.e. not sharded as FSDP2 (which the estimator models) shards"
         )
+    if litgpt and method in ("lora", "qlora"):
+        # litgpt/finetune/lora.py: logits = model(input_ids, lm_head_chunk_size=128); loss =
+        # chunked_cross_entropy(logits, targets[..., 1:]) -- a chunked loss, never the whole b·s·V at once.
+        fields["loss"] = "chunked"
+        row.assumptions.append("LitGPT chunked_cross_entropy (lm_head and loss in 128-token chunks, no fp32 upcast): "
+                               "estimated as --loss chunked (fp32 log_softmax kept: an upper bound)")
     if method == "qlora" and litgpt:
         # LitGPT pinned bitsandbytes 0.41.1 (stated in lr- notes) / 0.42 (2024 config hub), whose
         # MatMul4Bit kept each 4-bit linear's input for backward.

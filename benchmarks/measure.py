@@ -21,6 +21,7 @@ installed package.
 from __future__ import annotations
 
 import re
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ class SavedTensor:
     dtype: str
     storage_bytes: int  # full bytes of the storage (views share one storage)
     weight_copy: bool = False  # a cast copy of a parameter (autocast), not a real activation
+    transient: bool = False  # saved by a graph that died within forward: not alive when backward starts
     numel: int = 0
 
 
@@ -68,6 +70,8 @@ class Measured:
     dropout_mask_bytes: int = 0
     dropout_mask_elements: int = 0
     saved_tensor_calls: int = 0  # times the pack hook ran (tensors saved, with repeats)
+    # bytes saved by graphs built and dropped within forward (not alive at backward; not in `activations`)
+    transient_graphs: int = 0
     saved_storages: int = 0  # distinct non-parameter storages saved
     # checkpointing: most bytes one layer saves while recomputed in backward (as on CUDA:
     # dropout masks counted as bool)
@@ -156,6 +160,11 @@ def _check_measurable(stack: Stack) -> None:
         raise Unmeasurable("adamw-fp32 with 16-bit weights is not a torch.optim optimizer")
     if stack.sharding != "none" or stack.gpus != 1 or stack.offload != "none":
         raise Unmeasurable("sharding and offload need several processes; measured on one")
+    if stack.liger:
+        raise Unmeasurable("Liger Kernel's Triton kernels need a GPU (modelled from liger-kernel's source instead)")
+    if stack.compile:
+        raise Unmeasurable("torch.compile'd graphs save tensors inside compiled autograd functions, out of reach "
+                           "of saved_tensors_hooks; eager memory is what the estimate assumes")
 
 
 def build_model(config: dict, stack: Stack):
@@ -196,6 +205,8 @@ def apply_stack(model, stack: Stack, *, reentrant: bool = True):
             lora_dropout=stack.lora_dropout,
             target_modules=target_modules,
             task_type="CAUSAL_LM",
+            use_dora=stack.dora,
+            modules_to_save=list(stack.saved_modules) or None,
         )
         # peft's default (autocast_adapter_dtype=True) keeps adapters in fp32 on 16-bit
         # weights; adapter_dtype 'bf16' is the older / torchtune behaviour (adapters in the
@@ -209,6 +220,26 @@ def apply_stack(model, stack: Stack, *, reentrant: bool = True):
             model.enable_input_require_grads()
     model.train()
     return model
+
+
+CHUNKED_LOSS_CHUNKS = 8
+
+
+def chunked_cross_entropy(logits, labels, chunks: int = CHUNKED_LOSS_CHUNKS, ignore_index: int = -100):
+    """The reference chunked loss --loss chunked stands for, written the way torchtune's CEWithChunkedOutputLoss
+    (torchtune/modules/loss/ce_chunked_output_loss.py) does it, on a transformers model's logits: labels
+    shifted as transformers' ForCausalLMLoss shifts them (pad, drop the first), the sequence cut into
+    `chunks` pieces, each piece upcast to fp32 and put through F.cross_entropy(reduction="sum") on its own,
+    the sum divided by the number of counted tokens. The same function is in the launch bundle's train.py."""
+    import torch.nn.functional as F
+
+    shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    total = None
+    for logit_chunk, label_chunk in zip(logits.chunk(chunks, dim=1), shifted.chunk(chunks, dim=1)):
+        part = F.cross_entropy(logit_chunk.reshape(-1, logit_chunk.size(-1)).float(), label_chunk.reshape(-1),
+                               ignore_index=ignore_index, reduction="sum")
+        total = part if total is None else total + part
+    return total / (shifted != ignore_index).sum().clamp(min=1)
 
 
 def make_optimizer(params, stack: Stack):
@@ -231,6 +262,15 @@ def make_optimizer(params, stack: Stack):
 # --- hooks ---------------------------------------------------------------------------------
 
 
+class _Held:
+    """A saved tensor as autograd stores it during the recorded forward (see _Recorder.pack)."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
 class _Recorder:
     """Pack hook + module stack + torch-function stack: who saved which storage."""
 
@@ -244,6 +284,7 @@ class _Recorder:
         self.module_stack: list[str] = []
         self.fn_stack: list[str] = []
         self.seen: dict[tuple[int, int], SavedTensor] = {}
+        self.holders: dict[tuple[int, int], list] = {}
         self.keep: list[Any] = []  # hold saved tensors so no storage address is ever reused
         self.calls = 0
         self.phase = "forward"
@@ -316,11 +357,20 @@ class _Recorder:
                 self.recompute[layer.group(1) if layer else module][key] = self._record(t, key, module)
             return t
         self.calls += 1
+        # autograd stores what pack returns: a holder whose life is the graph node's. A graph built and
+        # dropped inside forward (peft DoRA's lora_B(lora_A(eye)) for the weight norm) frees its holders
+        # before backward, so `live_keys` can tell those transients from what backward will read.
+        holder = _Held(t)
+        self.holders.setdefault(key, []).append(weakref.ref(holder))
         if key in self.excluded or key in self.seen:
-            return t
+            return holder
         self.seen[key] = self._record(t, key, module)
-        self.keep.append(t)
-        return t
+        self.keep.append(t.detach())  # pins the storage, not the graph that produced t
+        return holder
+
+    def live_keys(self) -> set[tuple[int, int]]:
+        """Storages some graph node still holds (call at the end of forward, before backward)."""
+        return {key for key, refs in self.holders.items() if any(ref() is not None for ref in refs)}
 
     def _record(self, t, key, module) -> SavedTensor:
         return SavedTensor(
@@ -335,7 +385,7 @@ class _Recorder:
 
     @staticmethod
     def unpack(t):
-        return t
+        return t.tensor if isinstance(t, _Held) else t
 
     def close(self):
         for h in self.handles:
@@ -408,11 +458,14 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
         with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
             if last:
                 with recorder.hooks, recorder.fn_mode, recorder.cast_mode:
-                    loss = model(**inputs).loss
+                    loss = _loss(model, inputs, stack)
             else:
-                loss = model(**inputs).loss
+                loss = _loss(model, inputs, stack)
         if last:
             recorder.phase = "backward"
+            live = recorder.live_keys()
+            for key, record in recorder.seen.items():
+                record.transient = key not in live
             with recorder.hooks, recorder.fn_mode:
                 loss.backward()
             recorder.close()
@@ -430,7 +483,8 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
     optimizer_bytes, optimizer_by_dtype = _tensor_bytes(state_tensors)
 
     assert recorder is not None
-    saved = list(recorder.seen.values())
+    saved = [r for r in recorder.seen.values() if not r.transient]
+    transient = sum(r.storage_bytes for r in recorder.seen.values() if r.transient)
     by_dtype: dict[str, int] = defaultdict(int)
     by_module: dict[str, int] = defaultdict(int)
     by_op: dict[str, int] = defaultdict(int)
@@ -458,6 +512,7 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
         activations_by_module=dict(by_module),
         activations_by_op=dict(by_op),
         weight_copies=sum(s.storage_bytes for s in saved if s.weight_copy),
+        transient_graphs=transient,
         saved_tensor_calls=recorder.calls,
         saved_storages=len(saved),
         dropout_mask_bytes=sum(s.storage_bytes for s in saved if s.op == "dropout"),
@@ -467,6 +522,16 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
         saved=saved,
         loss=loss_value,
     )
+
+
+def _loss(model, inputs: dict, stack: Stack):
+    """The training loss as the stack computes it: transformers' own, or the reference chunked loss on the
+    logits (the model returns logits only; Trainer then drops them before backward)."""
+    if stack.loss != "chunked":
+        return model(**inputs).loss
+    labels = inputs["labels"]
+    logits = model(**{k: v for k, v in inputs.items() if k != "labels"}).logits
+    return chunked_cross_entropy(logits, labels)
 
 
 def activation_target(m: Measured, stack: Stack) -> int:
@@ -534,6 +599,7 @@ _PHI3 = _cfg("phi3", vocab_size=32064, hidden_size=384, intermediate_size=1024, 
 # fp16 / amp-fp16 cases use a narrow model; their byte sizes match bf16 / amp-bf16 anyway.
 _LLAMA_TINY = {**_LLAMA, "hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 2,
                "num_attention_heads": 2, "num_key_value_heads": 1}
+_LLAMA_3L = {**_LLAMA, "num_hidden_layers": 3}
 _MISTRAL = _cfg("mistral", vocab_size=32768, hidden_size=256, intermediate_size=896, num_hidden_layers=8,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=64, sliding_window=4096,
                 tie_word_embeddings=False)
@@ -588,6 +654,21 @@ VALIDATION_CASES: tuple[ValidationCase, ...] = (
           attention="sdpa", grad_checkpointing=True),
     _case("mistral lora-d0 bf16-adapters bf16 eager", _MISTRAL, 2, 256, method="lora", lora_dropout=0.0,
           adapter_dtype="bf16", precision="bf16", attention="eager"),
+    # Techniques (issue 12). DoRA with dropout keeps each adapted weight cast to fp32; without dropout it
+    # keeps the base layer's own output (Qwen2: minus the q/k/v bias); its weight-norm graph is built and
+    # dropped inside forward (the harness tells those transients apart).
+    _case("llama-3l lora-d0.05 dora bf16 sdpa", _LLAMA_3L, 2, 128, method="lora", dora=True, lora_dropout=0.05,
+          precision="bf16", attention="sdpa"),
+    _case("qwen2 lora-d0 dora bf16 sdpa (bias)", _QWEN2, 2, 128, method="lora", dora=True, lora_dropout=0.0,
+          precision="bf16", attention="sdpa"),
+    _case("llama-3l lora-d0.05 q,v,lm_head bf16 sdpa", _LLAMA_3L, 2, 128, method="lora", lora_dropout=0.05,
+          lora_targets="q_proj,v_proj,lm_head", precision="bf16", attention="sdpa"),
+    _case("mistral lora-d0.05 q,v,embed_tokens bf16 sdpa", _MISTRAL, 2, 128, method="lora", lora_dropout=0.05,
+          lora_targets="q_proj,v_proj,embed_tokens", precision="bf16", attention="sdpa"),
+    _case("llama-3l lora-d0 modules_to_save embed,lm_head bf16 sdpa", _LLAMA_3L, 2, 128, method="lora",
+          lora_dropout=0.0, modules_to_save="embed_tokens,lm_head", precision="bf16", attention="sdpa"),
+    _case("llama-32k lora-d0 chunked-loss bf16 sdpa", _LLAMA_32K, 2, 128, method="lora", lora_dropout=0.0,
+          loss="chunked", precision="bf16", attention="sdpa"),
 )
 
 # Stacks the CPU cannot run, each with its reason (the benchmark prints them).
@@ -598,4 +679,6 @@ EXCLUDED_STACKS: tuple[tuple[str, Stack, str], ...] = (
     ("adamw-fp32 on 16-bit weights", Stack(optimizer="adamw-fp32", precision="bf16"),
      "torch AdamW keeps states in the parameter dtype; measured with fp32/amp weights instead"),
     ("sharding / offload", Stack(gpus=2, sharding="fsdp"), "needs several processes; one is measured"),
+    ("liger", Stack(liger=True), "Liger Kernel's Triton kernels need a GPU; modelled from liger-kernel's source"),
+    ("compile", Stack(compile=True), "torch.compile saves tensors inside compiled functions, out of the hooks' reach"),
 )

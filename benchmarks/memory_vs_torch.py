@@ -1,7 +1,8 @@
 """Memory estimator vs real PyTorch: measured and estimated bytes per case and component.
 
 Runs every case of `benchmarks.measure.VALIDATION_CASES` (small random-initialised transformers
-models on the CPU, one training step) and prints, per case and component, the measured bytes,
+models on the CPU, one training step; DoRA, LoRA on lm_head / embed_tokens, modules_to_save and the
+chunked loss among them) and prints, per case and component, the measured bytes,
 the estimate of `advisor.memory.estimate_memory` and the signed error. Goal: within 2 % on
 weights, gradients and optimizer, within 10 % on activations. Stacks the CPU cannot run are
 listed with their reason.
@@ -73,7 +74,8 @@ def table() -> int:
         if est is None:
             print(f"{'':46s} (no estimate: {why})")
         print(f"{'':46s} ({seconds:.1f} s; {m.saved_storages} saved storages, "
-              f"weight casts {m.weight_copies:,d} B, recompute {m.recompute_max_layer:,d} B)")
+              f"weight casts {m.weight_copies:,d} B, recompute {m.recompute_max_layer:,d} B, "
+              f"dropped within forward {m.transient_graphs:,d} B)")
     print()
     for name, _stack, reason in EXCLUDED_STACKS:
         print(f"excluded: {name}: {reason}")

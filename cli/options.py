@@ -65,3 +65,12 @@ def stack_options(f=None, *, pins: bool = False):
 def given(options: dict[str, Any]) -> dict[str, Any]:
     """The stack fields the user set (pins), popped from a command's options."""
     return {field: options.pop(field) for field in FIELDS if options.get(field) is not None}
+
+
+def as_args(field: str, value: Any) -> list[str]:
+    """The command-line words that set `field` to `value` (for commands that reproduce a plan)."""
+    decl = next(d for d, f, *_ in _SPECS if f == field)
+    if "/" in decl:
+        yes, no = decl.split("/")
+        return [yes if value else no]
+    return [decl, str(value)]

@@ -74,15 +74,21 @@ def launcher_check(path: Path):
 
 
 @pytest.mark.parametrize("sharding,offload,per_node,nodes,expected", CONFIGS)
-def test_every_accelerate_config_loads_with_accelerates_launcher(tmp_path, sharding, offload, per_node, nodes, expected):
+def test_every_accelerate_config_loads_with_accelerates_launcher(tmp_path, monkeypatch, sharding, offload, per_node, nodes,
+                                                                 expected):
     c = candidate(sharding=sharding, offload=offload, gpu_count=per_node, nodes=nodes, grad_accum=4)
+    files = bundle(c)
     path = tmp_path / "accelerate_config.yaml"
-    path.write_text(bundle(c)["accelerate_config.yaml"])
+    path.write_text(files["accelerate_config.yaml"])
+    if expected == "DEEPSPEED":  # the yaml names ds_config.json relative to the bundle (train.py resolves it there)
+        (tmp_path / "ds_config.json").write_text(files["ds_config.json"])
+        monkeypatch.chdir(tmp_path)
     cfg, args, plugin = launcher_check(path)
 
     assert cfg.distributed_type.value == expected  # an enum, not the YAML-1.1 boolean False
     assert cfg.num_processes == per_node * nodes and cfg.num_machines == nodes
-    assert cfg.mixed_precision == ("bf16" if expected == "DEEPSPEED" else "no")
+    # DeepSpeed's precision lives in ds_config.json: accelerate refuses mixed_precision beside a config file
+    assert cfg.mixed_precision == (None if expected == "DEEPSPEED" else "no")
     if nodes > 1:
         assert cfg.main_process_ip and cfg.main_process_port == 29500
     if expected == "FSDP":
@@ -97,9 +103,86 @@ def test_every_accelerate_config_loads_with_accelerates_launcher(tmp_path, shard
         assert zero.get("offload_optimizer", {}).get("device", "none") == ("cpu" if offload in ("optimizer", "both") else "none")
         assert zero.get("offload_param", {}).get("device", "none") == ("cpu" if offload == "both" else "none")
         assert plugin.deepspeed_config["gradient_accumulation_steps"] == 4
+        assert plugin.deepspeed_config["bf16"]["enabled"] is True
         assert plugin.zero3_init_flag == (sharding == "zero3")
+        section = yaml.safe_load(files["accelerate_config.yaml"])["deepspeed_config"]
+        assert section == {"deepspeed_config_file": "ds_config.json", "deepspeed_multinode_launcher": "standard",
+                           "zero3_init_flag": sharding == "zero3"}
     if expected == "MULTI_GPU":
         assert args.multi_gpu and args.num_processes == per_node * nodes
+
+
+@pytest.mark.parametrize("gpus", [1, 4])
+def test_deepspeed_reads_the_bundles_zero3_buffers_exactly_as_the_estimate_used_them(monkeypatch, gpus):
+    """The bundle's ds_config.json through DeepSpeed's own DeepSpeedConfig / DeepSpeedZeroConfig: the bucket
+    sizes it enforces are the ones advisor.memory sized the zero3_* components with."""
+    import json
+
+    import deepspeed  # the test extra installs it (pyproject.toml): missing is a failure
+
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from advisor.memory import DEEPSPEED_ZERO3, estimate_memory
+
+    c = candidate(sharding="zero3", gpu_count=gpus, micro_batch=2, grad_accum=4, precision="bf16")
+    ds = json.loads(bundle(c)["ds_config.json"])
+
+    class DataParallel:  # DeepSpeed asks an mpu for the data-parallel world size
+        @staticmethod
+        def get_data_parallel_world_size():
+            return gpus
+
+    monkeypatch.setattr(deepspeed.comm, "get_rank", lambda *a, **k: 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = DeepSpeedConfig(ds, mpu=DataParallel())
+    z = cfg.zero_config
+    assert cfg.zero_optimization_stage == 3 and cfg.train_batch_size == 2 * 4 * gpus
+    assert cfg.gradient_accumulation_steps == 4 and cfg.bfloat16_config.enabled
+    assert (z.reduce_bucket_size, z.prefetch_bucket_size, z.max_live_parameters, z.max_reuse_distance,
+            z.param_persistence_threshold, z.contiguous_gradients) == (
+        DEEPSPEED_ZERO3["reduce_bucket_size"], DEEPSPEED_ZERO3["stage3_prefetch_bucket_size"],
+        DEEPSPEED_ZERO3["stage3_max_live_parameters"], DEEPSPEED_ZERO3["stage3_max_reuse_distance"],
+        DEEPSPEED_ZERO3["stage3_param_persistence_threshold"], DEEPSPEED_ZERO3["contiguous_gradients"])
+    est = estimate_memory(spec(), c.stack, c.shape)
+    assert est.components["overhead.zero3_reduce_bucket"].bytes == z.reduce_bucket_size * 2
+    unit = 128256 * 4096  # lm_head, the largest module of the fixture's Llama-3.1-8B
+    live = min(unit + min(z.max_live_parameters, z.max_reuse_distance), est.model.params_total)
+    assert est.components["weights.zero3_live_params"].bytes == live * 2
+
+
+def with_stack(c, **fields):
+    """The candidate with stack fields the flat candidate() fixture does not name (liger, dora, ...)."""
+    return c.model_copy(update={"stack": c.stack.model_copy(update=fields)})
+
+
+def test_technique_switches_load_into_transformers_and_peft():
+    from peft import LoraConfig
+    from transformers import TrainingArguments
+
+    c = with_stack(candidate(method="lora", lora_rank=8, sharding="none", gpu_count=1),
+                   liger=True, compile=True, dora=True, modules_to_save="embed_tokens",
+                   lora_targets="q_proj,v_proj")
+    files = bundle(c)
+    args = yaml.safe_load(files["training_args.yaml"])
+    ta = TrainingArguments(**args["training"], use_cpu=True)
+    assert ta.use_liger_kernel is True and ta.torch_compile is True
+    lora = LoraConfig(**args["lora"])
+    assert lora.use_dora is True and list(lora.modules_to_save) == ["embed_tokens"]
+    assert args["loss"] is None  # Liger's fused loss, not train.py's chunked one
+    assert "liger-kernel>=0.5" in files["requirements.txt"].split()
+
+
+def test_lm_head_target_and_chunked_loss_reach_peft_and_train_py():
+    from peft import LoraConfig
+
+    c = with_stack(candidate(method="lora", sharding="none", gpu_count=1), lora_targets="q_proj,v_proj,lm_head",
+                   loss="chunked", modules_to_save="embed_tokens")
+    args = yaml.safe_load(bundle(c)["training_args.yaml"])
+    lora = LoraConfig(**args["lora"])
+    assert set(lora.target_modules) == {"q_proj", "v_proj", "lm_head"}
+    assert args["loss"] == {"type": "chunked", "chunks": 8}
+    assert "use_liger_kernel" not in args["training"] and "torch_compile" not in args["training"]
 
 
 def test_multi_node_launch_uses_rank_and_head_ip_from_the_command_line(tmp_path):

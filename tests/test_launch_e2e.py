@@ -21,8 +21,10 @@ pytestmark = pytest.mark.slow
 WORDS = "the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun".split()
 
 
-def make_bundle(tmp_path: Path, **overrides) -> Path:
+def make_bundle(tmp_path: Path, stack: dict | None = None, **overrides) -> Path:
     c = candidate(gpu_count=1, nodes=1, sharding="none", seq_len=64, micro_batch=4, grad_accum=1, **overrides)
+    if stack:  # technique switches the flat candidate() fixture does not name
+        c = c.model_copy(update={"stack": c.stack.model_copy(update=stack)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LaunchWarning)
         out = write_bundle(build_bundle(c, spec("llama"), dataset="data/train.jsonl"), tmp_path / "bundle")
@@ -34,7 +36,7 @@ def make_bundle(tmp_path: Path, **overrides) -> Path:
     return out
 
 
-def train(out: Path, tmp_path: Path, lr: float) -> list[float]:
+def train(out: Path, tmp_path: Path, lr: float, expect: tuple[str, ...] = ()) -> list[float]:
     accelerate = shutil.which("accelerate") or pytest.skip("accelerate CLI not on PATH")
     config = write_tiny_llama(tmp_path / "tiny")
     cmd = [accelerate, "launch", "--config_file", str(out / "accelerate_config.yaml"), str(out / "train.py"),
@@ -46,6 +48,8 @@ def train(out: Path, tmp_path: Path, lr: float) -> list[float]:
     losses = [float(x) for x in re.findall(r"^step=\d+ loss=([0-9.]+)$", proc.stdout, re.M)]
     assert len(losses) == 20, proc.stdout[-2000:]
     assert "peak_memory" in proc.stdout
+    for text in expect:
+        assert text in proc.stdout, proc.stdout[-2000:]
     return losses
 
 
@@ -67,3 +71,20 @@ def test_lora_bundle_with_checkpointing_in_bf16_runs_and_loss_goes_down(tmp_path
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, losses
     adapter = json.loads((tmp_path / "run" / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and TINY_LLAMA["model_type"] == "llama"
+
+
+def test_dora_with_trained_embeddings_lm_head_adapter_and_chunked_loss_trains(tmp_path):
+    """DoRA (use_dora), modules_to_save (a trainable embed_tokens copy), a LoRA adapter on lm_head and the
+    chunked loss (train.py's compute_loss_func), as the bundle writes them, through accelerate on the CPU."""
+    out = make_bundle(tmp_path, method="lora", lora_rank=8, precision="fp32", optimizer="adamw",
+                      grad_checkpointing=False,
+                      stack={"dora": True, "modules_to_save": "embed_tokens", "lora_targets": "q_proj,v_proj,lm_head",
+                             "loss": "chunked"})
+    args = yaml.safe_load((out / "training_args.yaml").read_text())
+    assert args["lora"]["use_dora"] is True and args["lora"]["modules_to_save"] == ["embed_tokens"]
+    assert args["loss"] == {"type": "chunked", "chunks": 8}
+    losses = train(out, tmp_path, lr=1e-2, expect=("train.py: loss = chunked cross-entropy, 8 chunks",))
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, losses
+    adapter = json.loads((tmp_path / "run" / "adapter_config.json").read_text())
+    assert adapter["use_dora"] is True and adapter["modules_to_save"] == ["embed_tokens"]
+    assert set(adapter["target_modules"]) == {"q_proj", "v_proj", "lm_head"}

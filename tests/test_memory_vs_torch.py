@@ -124,6 +124,35 @@ def test_autocast_weight_copies_are_counted_as_saved():
     assert m.weights == 4 * m.params_total
 
 
+def test_doras_weight_norm_graph_dies_within_forward_and_is_not_counted():
+    """peft's DoRA builds lora_B(lora_A(eye(in))) with grad on, reads it detached and drops it: the eye
+    matrix is saved by lora_A but freed before backward. The harness tells it from what backward reads."""
+    dora = _measured("llama", Stack(method="lora", dora=True, lora_dropout=0.0), SHAPE)
+    plain = _measured("llama", Stack(method="lora", lora_dropout=0.0), SHAPE)
+    h, i, L = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["num_hidden_layers"]
+    eyes = L * 4 * (6 * h * h + i * i)  # q, k, v, o, gate, up read h-wide inputs; down reads i-wide ones
+    assert eyes <= dora.transient_graphs <= 1.1 * eyes
+    assert plain.transient_graphs == 0
+    assert not any(s.transient for s in dora.saved)
+
+
+def test_chunked_loss_keeps_every_chunks_fp32_log_softmax():
+    m = _measured("llama", Stack(method="lora", lora_dropout=0.0, loss="chunked"), SHAPE)
+    tokens, vocab = SHAPE.micro_batch * SHAPE.seq_len, LLAMA["vocab_size"]
+    chunks = [s for s in m.saved if s.op in ("log_softmax", "cross_entropy") and s.dtype == "float32"
+              and s.numel % vocab == 0]
+    assert len(chunks) == 8 and sum(s.storage_bytes for s in chunks) == 4 * tokens * vocab
+
+
+def test_modules_to_save_keeps_the_original_and_a_trainable_copy():
+    base = _measured("llama", Stack(method="lora", lora_dropout=0.0), SHAPE)
+    mts = _measured("llama", Stack(method="lora", lora_dropout=0.0, modules_to_save="embed_tokens,lm_head"), SHAPE)
+    copy = 2 * LLAMA["vocab_size"] * LLAMA["hidden_size"]
+    assert mts.params_total == base.params_total + copy
+    assert mts.params_trainable == base.params_trainable + copy
+    assert mts.gradients == base.gradients + 2 * copy  # bf16 copies, bf16 gradients
+
+
 @pytest.mark.parametrize("name", [n for n, _, _ in EXCLUDED_STACKS])
 def test_stacks_the_cpu_cannot_run_are_refused_with_a_reason(name):
     stack = next(s for n, s, _ in EXCLUDED_STACKS if n == name)
@@ -150,6 +179,12 @@ def test_validation_matrix_covers_the_promised_ground():
     assert fams(lambda s: s.precision == "amp-bf16") >= 3 and fams(lambda s: s.precision == "bf16") >= 3
     assert fams(lambda s: s.precision == "fp32") >= 2
     assert fams(lambda s: s.method == "lora" and s.lora_dropout > 0) >= 2
+    # the techniques of issue 12 that run on a CPU
+    assert fams(lambda s: s.dora) >= 2
+    assert any("lm_head" in c.stack.lora_targets for c in VALIDATION_CASES)
+    assert any("embed_tokens" in c.stack.lora_targets for c in VALIDATION_CASES)
+    assert any(c.stack.saved_modules for c in VALIDATION_CASES)
+    assert any(c.stack.loss == "chunked" for c in VALIDATION_CASES)
 
 
 # --- the estimator agrees with the measurement ----------------------------------------------

@@ -10,13 +10,20 @@ Data: a local JSONL file of {"text": ...} rows, or a .txt file (documents separa
 packed into blocks of exactly data.max_seq_length tokens.
 Smoke test without weights: --init_from_config CONFIG.json random-initialises the model from a
 config and, when no tokenizer sits next to it, uses a byte-level tokenizer (needs vocab >= 257).
+
+Techniques: LoRA/DoRA settings (use_dora, lm_head / embed_tokens targets, modules_to_save) go to peft's
+LoraConfig as written; training.use_liger_kernel and training.torch_compile to TrainingArguments; a
+`loss: {type: chunked}` section computes the chunked cross-entropy below; a DeepSpeed bundle's
+ds_config.json is found next to this script.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
+import os
 import resource
 import sys
 from pathlib import Path
@@ -87,6 +94,32 @@ class PackedDataset(torch.utils.data.Dataset):
         return {"input_ids": x, "labels": x.clone(), "attention_mask": torch.ones_like(x)}
 
 
+def chunked_cross_entropy(logits, labels, chunks: int = 8, ignore_index: int = -100, num_items_in_batch=None):
+    """Cross-entropy the way torchtune's CEWithChunkedOutputLoss computes it (modules/loss/
+    ce_chunked_output_loss.py): labels shifted as transformers shifts them, the sequence cut into `chunks`
+    pieces, each piece upcast to fp32 and reduced on its own, so backward holds one chunk's fp32
+    gradients at a time instead of the whole batch × sequence × vocabulary."""
+    import torch.nn.functional as F
+
+    shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    total = None
+    for logit_chunk, label_chunk in zip(logits.chunk(chunks, dim=1), shifted.chunk(chunks, dim=1)):
+        part = F.cross_entropy(logit_chunk.reshape(-1, logit_chunk.size(-1)).float(), label_chunk.reshape(-1),
+                               ignore_index=ignore_index, reduction="sum")
+        total = part if total is None else total + part
+    count = num_items_in_batch if num_items_in_batch is not None else (shifted != ignore_index).sum().clamp(min=1)
+    return total / count
+
+
+def resolve_deepspeed_config(bundle: Path) -> None:
+    """accelerate passes the bundle's relative ds_config.json path on; read it from the bundle folder
+    wherever launch.sh was started."""
+    path = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    if path and path != "none" and not Path(path).is_absolute() and not Path(path).is_file():
+        if (bundle / path).is_file():
+            os.environ["ACCELERATE_DEEPSPEED_CONFIG_FILE"] = str(bundle / path)
+
+
 def load_model_and_tokenizer(cfg: dict, args: argparse.Namespace):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -128,6 +161,10 @@ def main(argv: list[str] | None = None) -> None:
     for key in ("max_steps", "learning_rate", "logging_steps", "output_dir"):
         if getattr(args, key) is not None:
             ta[key] = getattr(args, key)
+    if ta.get("use_liger_kernel") and importlib.util.find_spec("liger_kernel") is None:
+        sys.exit("train.py: the estimate assumed Liger Kernel (training.use_liger_kernel); pip install liger-kernel "
+                 "(requirements.txt) or set use_liger_kernel: false and re-estimate without --liger.")
+    resolve_deepspeed_config(config_path.parent)
     # Built before the model so DeepSpeed ZeRO-3 init / FSDP RAM-efficient loading see it.
     targs = TrainingArguments(**ta)
 
@@ -153,9 +190,22 @@ def main(argv: list[str] | None = None) -> None:
             if state.is_world_process_zero and logs and "loss" in logs:
                 print(f"step={state.global_step} loss={logs['loss']:.4f}", flush=True)
 
+    loss_cfg = cfg.get("loss") or {}
+    compute_loss_func = None
+    if loss_cfg.get("type") == "chunked":
+        chunks = int(loss_cfg.get("chunks", 8))
+        if targs.process_index == 0:
+            print(f"train.py: loss = chunked cross-entropy, {chunks} chunks", flush=True)
+
+        def chunked_loss(outputs, labels, num_items_in_batch=None):
+            return chunked_cross_entropy(outputs["logits"], labels, chunks=chunks,
+                                         num_items_in_batch=num_items_in_batch)
+
+        compute_loss_func = chunked_loss
+
     trainer = Trainer(
         model=model, args=targs, train_dataset=dataset, data_collator=default_data_collator,
-        callbacks=[PrintLoss()],
+        callbacks=[PrintLoss()], compute_loss_func=compute_loss_func,
     )
     trainer.train()
     trainer.save_model()
