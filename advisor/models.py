@@ -20,10 +20,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
+
 from advisor import families
 from advisor.errors import BadInput
-from advisor.modelspec import SUPPORTED_FAMILIES, ModelSpec, VisionSpec
+from advisor.modelspec import MAX_HEADS, MAX_PARAMS, SUPPORTED_FAMILIES, ModelSpec, VisionSpec
+from advisor.text import plain, refused_char
 from pricing.files import atomic_write, cache_dir
+
+MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that is not one
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "models.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -92,6 +97,7 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     text = str(ref).strip()
     if not text:
         raise BadInput("model: expected a catalog name, a Hugging Face id or a path to a config.json (got '').")
+    check_model_name(text)
     entry = _catalog()[1].get(text.lower())
     if entry is not None:
         return _entry_spec(entry)
@@ -99,28 +105,62 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
-            raise BadInput(f"model: folder '{text}' holds no config.json.")
+            raise BadInput(f"model: folder '{plain(text)}' holds no config.json.")
     if path.is_file():
-        return from_hf_config(_read_json(path), name=_local_name(path), source=str(path.resolve()))
+        return _checked(from_hf_config(_read_json(path), name=_local_name(path), source=str(path.resolve())))
     if HUB_ID.match(text) and not text.endswith(".json"):
-        return from_hf_config(fetch_hub_config(text), name=text, source=f"{_endpoint()}/{text}/blob/main/config.json")
+        return _checked(from_hf_config(fetch_hub_config(text), name=text,
+                                       source=f"{_endpoint()}/{text}/blob/main/config.json"))
     if text.endswith(".json") or os.sep in text:
-        raise BadInput(f"model: no such file '{text}'.")
-    raise BadInput(f"model: unknown model '{text}'; did you mean: {', '.join(close_names(text))}? Pass a "
+        raise BadInput(f"model: no such file '{plain(text)}'.")
+    raise BadInput(f"model: unknown model '{plain(text)}'; did you mean: {', '.join(close_names(text))}? Pass a "
                    "catalog name (`gpu-advisor models` lists them), a Hugging Face id or a path to a config.json.")
 
 
+MAX_NAME_CHARS = 512
+
+
+def check_model_name(name: str, what: str = "model") -> str:
+    """A model reference as a plan or an option may hold it: a Hugging Face id, a catalog name or a
+    path, i.e. printable text (no control characters or line breaks), at most 512 characters, not
+    starting with '-' (it would read as an option). Returns it; BadInput otherwise."""
+    bad = refused_char(name)
+    problem = (f"holds the control character {bad}" if bad else
+               f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else
+               "starts with '-'" if name.startswith("-") else "is empty" if not name.strip() else None)
+    if problem:
+        raise BadInput(f"{what + ': ' if what else ''}the model name {problem}; expected a Hugging Face id "
+                       f"(org/name), a catalog name or a path (got '{plain(name)[:80]}').")
+    return name
+
+
+def _checked(spec: ModelSpec) -> ModelSpec:
+    """Refuse a config whose total parameter count no real model comes near (MAX_PARAMS)."""
+    from advisor.architecture import build
+
+    total = build(spec).params_total
+    if total > MAX_PARAMS:
+        raise BadInput(f"model: config from {plain(spec.source)} describes {human_count(total)} parameters; at most "
+                       f"{human_count(MAX_PARAMS)} are accepted.")
+    return spec
+
+
 def _local_name(path: Path) -> str:
-    return path.parent.name or str(path)
+    name = path.parent.name or str(path)
+    return name if refused_char(name) is None and not name.startswith("-") else plain(name).lstrip("-") or "local-model"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A config.json, size- and depth-limited (pricing.files), as a dict; BadInput otherwise."""
+    from pricing.errors import PriceInputError
+    from pricing.files import load_json, read_text
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"model: cannot read '{path}' as JSON ({exc}).") from None
+        data = load_json(read_text(path, "file", max_bytes=MAX_CONFIG_BYTES), "JSON", max_bytes=MAX_CONFIG_BYTES)
+    except PriceInputError as exc:
+        raise BadInput(f"model: cannot read '{plain(path)}' as a config.json ({plain(exc)}).") from None
     if not isinstance(data, dict):
-        raise BadInput(f"model: '{path}' is not a config.json object.")
+        raise BadInput(f"model: '{plain(path)}' is not a config.json object.")
     return data
 
 
@@ -129,7 +169,7 @@ def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list
     family = cfg.get("model_type")
     fam = families.get(family) if isinstance(family, str) else None
     if fam is None:
-        raise BadInput(f"model_type: '{family}' in {source} is not supported; supported families: "
+        raise BadInput(f"model_type: '{plain(family)[:80]}' in {plain(source)} is not supported; supported families: "
                        f"{', '.join(SUPPORTED_FAMILIES)}.")
     cfg = fam.normalise(cfg)
     if fam.text_config is not None:  # a multimodal wrapper: the text model's facts sit in text_config
@@ -150,8 +190,12 @@ def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list
         fields["torch_dtype"] = str(dtype)
     try:
         return ModelSpec(name=name, source=source, aliases=list(aliases), **fields)
-    except ValueError as exc:  # pydantic: a config value of the wrong type
-        raise BadInput(f"model: config from {source} is invalid: {str(exc).splitlines()[0]}") from None
+    except ValidationError as exc:  # a value of the wrong type, or beyond a physical bound
+        err = exc.errors()[0]
+        ctx_error = (err.get("ctx") or {}).get("error")
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(ctx_error) if ctx_error is not None else f"{where}: {err.get('msg', 'invalid value')}"
+        raise BadInput(f"model: config.json from {plain(source)}: {plain(msg)}.") from None
 
 
 def _dtype(cfg: dict[str, Any]) -> Any:
@@ -168,21 +212,31 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         value = cfg.get(key, d.get(key))
         return d.get(key) if value is None and key not in ("num_key_value_heads", "head_dim") else value
 
-    try:
-        hidden, heads = int(get("hidden_size")), int(get("num_attention_heads"))
-        out: dict[str, Any] = dict(
-            vocab_size=int(get("vocab_size")),
-            hidden_size=hidden,
-            intermediate_size=int(get("intermediate_size")),
-            num_hidden_layers=int(get("num_hidden_layers")),
-            num_attention_heads=heads,
-            num_key_value_heads=int(get("num_key_value_heads") or heads),
-            head_dim=int(get("head_dim") or hidden // heads),
-            max_position_embeddings=int(get("max_position_embeddings")),
-            tie_word_embeddings=bool(get("tie_word_embeddings")),
-        )
-    except (TypeError, ValueError, ZeroDivisionError) as exc:
-        raise BadInput(f"model: config.json has a missing or non-numeric size ({exc}).") from None
+    def size(key: str, fallback: Any = None) -> int:
+        """A whole number from the config (an integral float such as 32.0 too; not true/false, NaN, 2.5)."""
+        value = get(key)
+        if value is None or value == 0 and fallback is not None:
+            value = fallback
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+            raise BadInput(f"model: config.json {key} is missing or non-numeric; expected a whole number "
+                           f"(got {plain(repr(value))[:60]}).")
+        return int(value)
+
+    hidden, heads = size("hidden_size"), size("num_attention_heads")
+    if not 1 <= heads <= MAX_HEADS:
+        raise BadInput(f"model: config.json num_attention_heads must be between 1 and {MAX_HEADS:,} (got {heads:,}).")
+    out: dict[str, Any] = dict(
+        vocab_size=size("vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=size("intermediate_size"),
+        num_hidden_layers=size("num_hidden_layers"),
+        num_attention_heads=heads,
+        num_key_value_heads=size("num_key_value_heads", heads),
+        head_dim=size("head_dim", hidden // heads),
+        max_position_embeddings=size("max_position_embeddings"),
+        tie_word_embeddings=bool(get("tie_word_embeddings")),
+    )
     bad = [k for k, v in out.items() if k != "tie_word_embeddings" and v < 1]
     if bad:
         raise BadInput(f"model: config.json {bad[0]} must be a positive integer (got {out[bad[0]]}).")
@@ -201,8 +255,8 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
             for spec_field, key in fam.moe.items():
                 value = get(key)
                 out[spec_field] = [int(i) for i in value or []] if spec_field == "mlp_only_layers" else int(value)
-        except (TypeError, ValueError) as exc:
-            raise BadInput(f"model: config.json has a missing or non-numeric expert setting ({exc}).") from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise BadInput(f"model: config.json has a missing or non-numeric expert setting ({plain(exc)}).") from None
     return out
 
 
@@ -211,7 +265,14 @@ def _vision_spec(cfg: dict[str, Any], fam: families.Family) -> VisionSpec:
     vision = sub.normalise(cfg.get("vision_config") or {})
     values = {k: vision.get(k) if vision.get(k) is not None else v for k, v in sub.defaults.items()}
     tokens = cfg.get("mm_tokens_per_image") or fam.defaults["mm_tokens_per_image"]
-    return VisionSpec(**values, mm_tokens_per_image=int(tokens))
+    try:
+        return VisionSpec(**values, mm_tokens_per_image=int(tokens))
+    except (TypeError, ValueError, OverflowError) as exc:  # ValidationError is a ValueError
+        errors = getattr(exc, "errors", None)
+        err = errors()[0] if errors else {}
+        ctx_error = (err.get("ctx") or {}).get("error")
+        msg = str(ctx_error) if ctx_error is not None else (err.get("msg") or str(exc))
+        raise BadInput(f"model: config.json vision_config: {plain(msg)}.") from None
 
 
 def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
@@ -278,7 +339,9 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
             path = hf_hub_download(repo_id, "config.json", cache_dir=tmp, etag_timeout=HUB_TIMEOUT_S,
                                    endpoint=endpoint, token=os.environ.get("HF_TOKEN") or None)
             raw = Path(path).read_bytes()
-        data = json.loads(raw)
+        from pricing.files import load_json
+
+        data = load_json(raw, "config.json", max_bytes=MAX_CONFIG_BYTES)
         if not isinstance(data, dict):
             raise ValueError("config.json is not a JSON object")
     except Exception as exc:  # noqa: BLE001 - every failure becomes the same actionable line
@@ -335,15 +398,24 @@ _COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(e[+-]?\d+)?\s*([kmbt]?)\s*$",
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
-def parse_param_count(text: str | int | float) -> int:
-    """'7B', '1.5b', '350M', '4000M', '4e9' or 7000000000 -> a positive int parameter count."""
-    match = _COUNT.match(str(text).replace("_", "").replace(",", ""))
+def parse_param_count(text: str | int | float, maximum: float | None = MAX_PARAMS, option: str = "--params") -> int:
+    """'7B', '1.5b', '350M', '4000M', '4e9' or 7000000000 -> a positive int count, at most `maximum`
+    (default MAX_PARAMS; None: no bound)."""
+    raw = str(text)[:100]
+    match = _COUNT.match(raw.replace("_", "").replace(",", ""))
     value = 0.0
     if match:
         number, exponent, suffix = match.groups()
-        value = float(number + (exponent or "")) * _SUFFIX[suffix.lower()]
-    if not match or not math.isfinite(value) or round(value) < 1:
-        raise BadInput(f"--params: expected a positive parameter count such as 7B, 1.5b, 350M or 4e9 (got {text!r}).")
+        try:
+            value = float(number + (exponent or "")) * _SUFFIX[suffix.lower()]
+        except OverflowError:
+            value = math.inf
+    if not match or math.isnan(value) or value < 0.5:
+        raise BadInput(f"{option}: expected a positive count such as 7B, 1.5b, 350M or 4e9 (got {plain(raw)!r}).")
+    if maximum is not None and value > maximum:
+        raise BadInput(f"{option}: at most {maximum:.0e} is accepted (got {plain(raw)!r}).".replace("e+", "e"))
+    if not math.isfinite(value):
+        raise BadInput(f"{option}: expected a finite count (got {plain(raw)!r}).")
     return int(round(value))
 
 
@@ -354,8 +426,8 @@ def synthetic_spec(params: int) -> ModelSpec:
     P ~= 14.5 * L * h^2. Taking the width/depth ratio h/L ~= 115 (Llama-2: 4096/32 and 5120/40 = 128,
     8192/80 = 102) gives h = (115 P / 14.5)^(1/3). Memory and time use P itself (params_override).
     """
-    if params < 1:
-        raise BadInput(f"--params: expected a positive parameter count (got {params}).")
+    if not 1 <= params <= MAX_PARAMS:
+        raise BadInput(f"--params: expected a parameter count from 1 to {human_count(MAX_PARAMS)} (got {params}).")
     hidden = max(128, 128 * round((115 * params / 14.5) ** (1 / 3) / 128))
     layers = max(1, round(params / (14.5 * hidden * hidden)))
     inter = max(128, 128 * round(3.5 * hidden / 128))

@@ -9,12 +9,16 @@ price sheets. Errors carrying an `exit_code` become one line on stderr (no trace
 
 from __future__ import annotations
 
+import errno
 import importlib
+import re
 import sys
+import warnings
 
 import click
 
 from advisor.errors import validation_message
+from advisor.text import plain
 
 # name -> "module:attribute" of the click command
 COMMANDS = {
@@ -53,36 +57,77 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the CLI. Every failure is one line on stderr (no traceback unless --debug), made safe for
+    the terminal (advisor.text.plain: no escape sequences or line breaks from the input it quotes):
+    exit 2 for bad input (options, files, values), 1 for the environment (permissions, a full disk,
+    a missing folder) and anything unexpected, 130 on Ctrl-C. Warnings are one `warning:` line each."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    previous = warnings.showwarning
+    if not debug:
+        warnings.showwarning = _show_warning
     try:
         cli.main(args=argv, prog_name="gpu-advisor", standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(1)
+        _fail("Aborted.", 1, prefix="")
     except click.UsageError as exc:  # bad option or value: one line, no usage dump
-        click.echo(f"error: {exc.format_message()}", err=True)
-        sys.exit(2)
+        _fail(exc.format_message(), 2)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("Interrupted.", err=True)
-        sys.exit(130)
+        _fail("Interrupted.", 130, prefix="")
     except Exception as exc:  # noqa: BLE001 - the one place errors become exit codes
         if debug:
             raise
         code = getattr(exc, "exit_code", None)
         if isinstance(code, int):
-            click.echo(f"error: {first_line(exc)}", err=True)
-            sys.exit(code)
+            _fail(first_line(exc), code)
         if type(exc).__name__ == "ValidationError":  # pydantic, raised from user input
-            click.echo(f"error: {validation_message(exc)}", err=True)
-            sys.exit(2)
-        click.echo(f"error: {type(exc).__name__}: {first_line(exc)} (rerun with --debug for details)", err=True)
-        sys.exit(1)
+            _fail(validation_message(exc), 2)
+        if isinstance(exc, OSError):
+            _fail(os_message(exc), 1)
+        if isinstance(exc, (RecursionError, MemoryError)):
+            _fail("the input is too large or too deeply nested to process (rerun with --debug for details)", 1)
+        _fail(f"internal error: {first_line(exc)} (rerun with --debug for the details, and report it)", 1)
+    finally:
+        warnings.showwarning = previous
     sys.exit(0)
 
 
+_CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Warning): ")
+
+
+def _fail(message: str, code: int, prefix: str = "error: ") -> None:
+    """One line: terminal-safe, and without Python exception class names (a library message that
+    quotes one, e.g. 'ValueError: ...', keeps only its words)."""
+    click.echo(prefix + (_CLASS_NAME.sub("", plain(message)) or "failed"), err=True)
+    sys.exit(code)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    click.echo(f"warning: {plain(message)}", err=True)
+
+
 def first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    text = str(exc).strip() or "no details"
     return text.splitlines()[0]
+
+
+_OS_WORDS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EISDIR: "is a folder, not a file",
+    errno.EEXIST: "already exists (a file or a broken symbolic link is in the way)",
+    errno.ENOSPC: "no space left on the disk",
+    errno.EROFS: "the file system is read-only",
+    errno.ENAMETOOLONG: "the name is too long",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+
+
+def os_message(exc: OSError) -> str:
+    """An environment failure in words: what could not be done, where, and why."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    why = _OS_WORDS.get(exc.errno) or (exc.strerror or "operating-system error").lower()
+    return f"{where}{why}"

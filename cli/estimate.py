@@ -10,12 +10,25 @@ import json
 
 import click
 
+from advisor.modelspec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import METHODS
-from advisor.text import gb, plain
+from advisor.text import gb, md, plain
 from cli.options import FIELDS, stack_options
 
 GB = 1e9
 GiB = 2**30
+
+
+class Finite(click.FloatRange):
+    """click.FloatRange that also refuses nan (which compares false with every bound) and inf."""
+
+    def convert(self, value, param, ctx):
+        import math
+
+        number = super().convert(value, param, ctx)
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 def build_stack(family: str = "llama", **kw):
@@ -34,22 +47,22 @@ def build_stack(family: str = "llama", **kw):
 @click.option("--params", "params", default=None, help="only a parameter count: 4B, 4e9, 4000M (simple mode)")
 @click.option("--method", type=click.Choice(METHODS), default="full", show_default=True)
 @stack_options
-@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="data-parallel ranks in total")
-@click.option("--batch-size", type=click.IntRange(min=1), default=1, show_default=True, help="micro-batch per GPU")
-@click.option("--seq-len", type=click.IntRange(min=1), default=2048, show_default=True)
-@click.option("--grad-accum", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", type=click.IntRange(min=1, max=MAX_GPUS), default=1, show_default=True, help="data-parallel ranks in total")
+@click.option("--batch-size", type=click.IntRange(min=1, max=MAX_BATCH), default=1, show_default=True, help="micro-batch per GPU")
+@click.option("--seq-len", type=click.IntRange(min=1, max=MAX_SEQ_LEN), default=2048, show_default=True)
+@click.option("--grad-accum", type=click.IntRange(min=1, max=MAX_BATCH), default=None,
               help="micro-batches per optimizer step; 1 = gradients freed before each forward "
                    "(default: unknown, assume accumulation, gradients resident)")
 @click.option("--padded/--packed", default=False, show_default=True,
               help="batches padded with an attention mask (SDPA then repeats k/v and copies the mask per layer)")
 @click.option("--gpu", default=None, help="check the fit on this GPU (e.g. A10G, H100, A100-80GB)")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--nodes", type=click.IntRange(min=1, max=MAX_NODES), default=1, show_default=True,
               help="instances the --gpus are spread over (time model: inter-node traffic)")
-@click.option("--internode-gbps", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--internode-gbps", type=Finite(0, 100_000, min_open=True), default=None,
               help="network per node in Gb/s for multi-node timing (default: the GPU class's typical fabric)")
-@click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=None,
+@click.option("--mfu", type=Finite(0, 1, min_open=True), default=None,
               help="kernel efficiency instead of the calibrated table (advisor/data/mfu.json)")
-@click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=0.10, show_default=True,
+@click.option("--headroom", type=Finite(0, 1, max_open=True), default=0.10, show_default=True,
               help="share of usable memory kept free")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
 def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, fmt,
@@ -105,7 +118,7 @@ def _rows(est) -> list[tuple[str, int, str]]:
 def render_table(est) -> str:
     m, b = est.model, est.breakdown
     lines = [
-        f"{m.name}  ({m.family}; {m.params_total / 1e9:.2f}B params, {m.params_trainable:,} trainable)",
+        f"{plain(m.name)}  ({plain(m.family)}; {m.params_total / 1e9:.2f}B params, {m.params_trainable:,} trainable)",
         f"stack: {est.stack.label()}  ·  micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
         "",
         f"{'per GPU':<34}{'bytes':>16}{'':>3}{'GB':>10}{'GiB':>10}",
@@ -129,13 +142,13 @@ def render_table(est) -> str:
             f"longest seq at micro-batch {est.shape.micro_batch}: {f.max_seq_len}"
         )
         if f.suggestions:
-            lines.append("  makes it fit: " + "; ".join(f.suggestions))
+            lines.append("  makes it fit: " + "; ".join(plain(x) for x in f.suggestions))
     if not est.fit:
         lines.append(fits_line(est))
     if est.throughput:
         t = est.throughput
         lines.append(f"throughput: {t.tokens_per_sec:,.0f} tokens/s (MFU {t.mfu:.0%}), {t.step_seconds:.2f} s per step")
-    lines.append("assumptions: " + "; ".join(f"{k}={v}" for k, v in est.assumptions.items()))
+    lines.append("assumptions: " + "; ".join(f"{plain(k)}={plain(v)}" for k, v in est.assumptions.items()))
     return "\n".join(lines)
 
 
@@ -163,22 +176,23 @@ def fits_line(est, headroom: float = 0.10) -> str:
 def render_markdown(est) -> str:
     m, b = est.model, est.breakdown
     lines = [
-        f"### {m.name}: {est.stack.label()}, micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
+        f"### {md(m.name)}: {md(est.stack.label())}, micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
         "",
-        f"{m.params_total:,} parameters ({m.params_trainable:,} trainable). Source: {m.source}",
+        f"{m.params_total:,} parameters ({m.params_trainable:,} trainable). Source: {md(m.source)}",
         "",
         "| component | bytes | GB | how |",
         "|---|---:|---:|---|",
     ]
     for name, n, how in _rows(est):
         label = name.strip() if not name.startswith("  ") else f"↳ {name.strip()}"
-        lines.append(f"| {label} | {n:,} | {n / GB:.2f} | {how.replace('|', '/')} |")
+        lines.append(f"| {md(label)} | {n:,} | {n / GB:.2f} | {md(how)} |")
     lines.append(f"| **total** | {b.total:,} | {b.total / GB:.2f} | peak reserved + CUDA context |")
     if est.fit:
         f = est.fit
-        lines += ["", f"**{f.gpu}**: {'fits' if f.fits else 'does not fit'} with {f.headroom_fraction:.0%} headroom; "
+        lines += ["", f"**{md(f.gpu)}**: {'fits' if f.fits else 'does not fit'} with {f.headroom_fraction:.0%} headroom; "
                       f"max micro-batch {f.max_micro_batch}, max sequence {f.max_seq_len}."]
         if f.suggestions:
-            lines += ["", "What makes it fit (one change each):", *[f"- `{s.split(':')[0]}`: {s.split(': ', 1)[1]}"
-                                                                   for s in f.suggestions]]
+            lines += ["", "What makes it fit (one change each):",
+                      *[f"- `{plain(s.split(':')[0]).replace('`', '')}`: {md(s.split(': ', 1)[-1])}"
+                        for s in f.suggestions]]
     return "\n".join(lines)

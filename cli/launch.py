@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import warnings
 from pathlib import Path
 
@@ -32,8 +33,9 @@ def launch(from_file: Path | None, rank: int, out_dir: Path, force: bool, datase
         raise BadInput(f"{where}: the plan has no candidates{': ' + plan.notice if plan.notice else ''}.")
     if not 1 <= rank <= len(plan.candidates):
         raise BadInput(f"--rank: must be between 1 and {len(plan.candidates)} for this plan (got {rank}).")
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
-        raise BadInput(f"--out: folder {out_dir} exists and is not empty; pass --force to overwrite its bundle files.")
+    if out_dir.is_dir() and not force and _non_empty(out_dir):
+        raise BadInput(f"--out: folder {plain(out_dir)} exists and is not empty; pass --force to overwrite its "
+                       "bundle files.")
     candidate = plan.candidates[rank - 1]
     model = model_spec(plan)
     options = {**{k: v for k, v in plan.assumptions.items() if v is not None},
@@ -44,25 +46,33 @@ def launch(from_file: Path | None, rank: int, out_dir: Path, force: bool, datase
     for w in caught:
         click.echo(f"warning: {w.message}", err=True)
     write_bundle(files, out_dir, force=force)
-    click.echo(f"Wrote {len(files)} files to {out_dir}: {', '.join(sorted(files))}")
-    click.echo(f"Run: bash {out_dir / 'launch.sh'}   (or: cd {out_dir} && sky launch sky.yaml)")
+    click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
+    click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}   (or: cd {_word(out_dir)} && sky launch sky.yaml)")
+
+
+def _word(path: Path) -> str:
+    """A path as one shell word to copy, on one terminal line."""
+    return plain(shlex.quote(str(path)))
+
+
+def _non_empty(folder: Path) -> bool:
+    try:
+        return any(folder.iterdir())
+    except OSError:
+        return False  # unreadable: write_bundle reports it in plain words
 
 
 def load_or_build_plan(from_file: Path | None, plan_opts: dict):
-    """The plan from --from, or planned now from the plan options (same as `gpu-advisor plan`)."""
-    from advisor.results import Plan
-
+    """The plan from --from (validated: cli.report.load_plan), or planned now from the plan options
+    (same as `gpu-advisor plan`)."""
     if from_file is None:
         if not (plan_opts.get("model") or plan_opts.get("model_arg") or plan_opts.get("plan_file")):
             raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json) "
                            "or plan options (--model M --tokens N ...).")
         return build_plan(**plan_opts), "plan"
-    if not from_file.is_file():
-        raise BadInput(f"--from: plan file {from_file} not found.")
-    try:
-        return Plan.model_validate_json(from_file.read_text(encoding="utf-8")), "--from"
-    except ValueError as exc:
-        raise BadInput(f"--from: {from_file} is not a plan JSON ({str(exc).splitlines()[0]}).") from None
+    from cli.report import load_plan
+
+    return load_plan(from_file, "--from"), "--from"
 
 
 def model_spec(plan):

@@ -18,9 +18,11 @@ SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
 def _warn(problems, limit: int = 10) -> None:
     if not problems:
         return
+    from advisor.text import plain
+
     click.echo(f"warning: {len(problems)} price row(s) skipped:", err=True)
     for p in problems[:limit]:
-        click.echo(f"  {p}", err=True)
+        click.echo(f"  {plain(p)}", err=True)
     if len(problems) > limit:
         click.echo(f"  ... and {len(problems) - limit} more", err=True)
 
@@ -44,7 +46,7 @@ def prices() -> None:
               help="Your price sheet (CSV/YAML/JSON); overrides list prices. Repeatable.")
 @click.option("--discount", multiple=True, metavar="PROVIDER=FRACTION",
               help="Negotiated discount, e.g. aws=0.3 (30% off). Repeatable.")
-@click.option("--limit", type=int, default=0, help="Show at most N rows (0 = all).")
+@click.option("--limit", type=click.IntRange(min=0), default=0, help="Show at most N rows (0 = all).")
 def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, limit) -> None:
     """List GPU instance offers with their source and date."""
     from pricing.loader import load
@@ -86,8 +88,8 @@ def _filter(df, gpu, provider, region, min_gpus, spot):
             raise unknown("--region", region, set(df["region"]) or {"(none for this filter)"})
         df = df[df["region"] == region]
     if min_gpus is not None:
-        if min_gpus <= 0:
-            raise PriceInputError(f"--min-gpus: must be > 0 (got {min_gpus:g})")
+        if not min_gpus > 0 or min_gpus == float("inf"):
+            raise PriceInputError(f"--min-gpus: must be a positive, finite number of GPUs (got {min_gpus:g})")
         df = df[df["gpu_count"] >= min_gpus]
     if spot:
         df = df[df["spot_price_hour"].notna()]
@@ -127,8 +129,10 @@ def refresh(sources, regions, endpoint, offline) -> None:
     from pricing.errors import PricingError
     from pricing.refresh import refresh as run
 
+    from advisor.text import plain
+
     outcomes = run(sources or None, regions, endpoint, offline,
-                   notify=lambda m: click.echo(m, err=True))
+                   notify=lambda m: click.echo(plain(m), err=True))
     if offline:
         click.echo("offline: nothing fetched; prices come from the cache and the bundled snapshot",
                    err=True)
@@ -165,7 +169,9 @@ def import_(path, name) -> None:
         raise PriceInputError(f"PATH: no valid offers in {p}; nothing imported")
     meta = cache.write_sheet(f"import-{name or p.stem}", good, source=str(p.resolve()),
                              url=None, kind="import")
-    click.echo(f"imported {meta['rows']} offers from {p} into {cache.sheet_path(meta['name'])}")
+    from advisor.text import plain
+
+    click.echo(plain(f"imported {meta['rows']} offers from {p} into {cache.sheet_path(meta['name'])}"))
 
 
 @prices.command()
@@ -187,14 +193,17 @@ def sources(fmt) -> None:
     if fmt == "json":
         click.echo(json.dumps({"sheets": status, "fetchers": fetchers}, indent=1))
         return
+    from advisor.text import plain
+
     click.echo("sheets (highest precedence first: --prices files, then cache, then bundled):")
     for s in status:
         age = "?" if s["age_days"] is None else f"{s['age_days']:.1f} d"
         flag = " STALE" if s["stale"] else ""
-        click.echo(f"  {s['name']:<22} {s['kind']:<18} {s['rows']:>6} rows  {age:>8}{flag}  {s['path']}")
+        click.echo(f"  {plain(s['name']):<22} {plain(s['kind']):<18} {s['rows']:>6} rows  {age:>8}{flag}  "
+                   f"{plain(s['path'])}")
     click.echo("fetchers (`gpu-advisor prices refresh --source NAME`):")
     for f in fetchers:
-        click.echo(f"  {f['name']:<10} key: {f['key']:<28} {f['url']}")
+        click.echo(f"  {f['name']:<10} key: {f['key']:<28} {plain(f['url'])}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,6 @@ plan can be costed once and reported, forwarded or re-rendered later without re-
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -14,41 +13,60 @@ import click
 from advisor.errors import BadInput
 
 
-def load_plan(path: Path):
-    """Read and validate a saved plan; any problem is one BadInput line naming the file."""
+MAX_PLAN_BYTES = 50_000_000  # a 10,000-candidate plan is ~20 MB of JSON
+
+
+def load_plan(path: Path, what: str = "PLAN_FILE"):
+    """Read and validate a saved plan: size and nesting limited (pricing.files.load_json), every
+    field checked (advisor.results validators: printable text, GPUs in the GPU table, a model name
+    that is a Hub id, a catalog name or a path, finite numbers). Any problem is one BadInput line
+    naming the option (`what`), the file and the field."""
     from pydantic import ValidationError
 
     from advisor.results import Plan
+    from advisor.text import plain
+    from pricing.errors import PriceInputError
+    from pricing.files import load_json, read_text
 
+    name = plain(path)
+    if path.is_dir():
+        raise BadInput(f"{what}: {name} is a folder; give a file written by `gpu-advisor plan --format json`.")
+    if not path.exists():
+        raise BadInput(f"{what}: {name} does not exist; give a file written by `gpu-advisor plan --format json`.")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"PLAN_FILE: {path} does not exist; give a file written by "
-                       "`gpu-advisor plan --format json`.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"PLAN_FILE: cannot read {path}: {exc}.") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"PLAN_FILE: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                       f"{exc.msg}).") from None
+        data = load_json(read_text(path, f"{what}: {name}", max_bytes=MAX_PLAN_BYTES), f"{what}: {name}",
+                         max_bytes=MAX_PLAN_BYTES)
+    except PriceInputError as exc:
+        raise BadInput(f"{exc}.") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{what}: {name} is not a plan from `gpu-advisor plan --format json` (expected a JSON "
+                       "object).")
     try:
         return Plan.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        raise BadInput(f"PLAN_FILE: {path} is not a plan from `gpu-advisor plan --format json`: "
-                       f"field {field}: {err.get('msg', 'invalid')} ({exc.error_count()} problem(s)).") from None
+        ctx_error = (err.get("ctx") or {}).get("error")
+        msg = str(ctx_error) if ctx_error is not None else err.get("msg", "invalid")
+        raise BadInput(f"{what}: {name} is not a plan gpu-advisor can use: field {plain(field)[:120]}: "
+                       f"{plain(msg).rstrip('.')[:300]} ({exc.error_count()} problem(s)).") from None
 
 
 @click.command()
 @click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Report file: .html/.htm (one self-contained page) or .md (charts as SVG beside it).")
+              help="Report file: .html/.htm (one self-contained page) or .md (charts as OUT-memory.svg and "
+                   "OUT-cost-time.svg beside it; existing ones are replaced and named on stderr).")
 def report(plan_file: Path, out: Path) -> None:
-    """Render a saved plan (from `gpu-advisor plan --format json`) as an HTML or Markdown report."""
+    """Render a saved plan (from `gpu-advisor plan --format json`) as an HTML or Markdown report.
+
+    The plan file is data: every field is validated on load (printable text only, GPUs from the
+    GPU table, finite numbers) and every value is escaped in the report. Prints the files written.
+    """
+    from advisor.text import plain
+
     plan = load_plan(plan_file)
     import reports
 
     for path in reports.write(plan, out, plan_file=plan_file.name):
-        click.echo(str(path))
+        click.echo(plain(path))

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 import xml.etree.ElementTree as ET
 
 from advisor.results import Candidate, Plan
+from advisor.text import plain
 
 GB = 1e9
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -46,8 +48,11 @@ DROPPED_TAGS = {"metadata", "style", "script"}  # removed with their content
 
 
 def bar_label(c: Candidate, tag: str) -> str:
+    """The memory chart's row label. Any provider or instance name is taken: advisor.text.plain removes
+    control characters, line breaks, lone surrogates and the non-characters XML refuses, so the SVG stays
+    well-formed (matplotlib escapes <, > and &), and the label is cut to 48 characters."""
     nodes = f" ×{c.nodes} nodes" if c.nodes > 1 else ""
-    text = f"{tag} {c.provider} {c.instance_type}{nodes} · {c.method}"
+    text = plain(f"{tag} {c.provider} {c.instance_type}{nodes} · {c.method}")
     return text if len(text) <= 48 else text[:47] + "…"
 
 
@@ -61,8 +66,12 @@ def memory_rows(plan: Plan, top: int = 5) -> list[tuple[str, Candidate]]:
 
 def _svg(fig) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight",
-                pad_inches=0.1)
+    with warnings.catch_warnings():
+        # Text stays <text> (svg.fonttype none): a glyph DejaVu lacks only changes the measured width.
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        warnings.filterwarnings("ignore", message="Matplotlib currently does not support")
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None}, bbox_inches="tight",
+                    pad_inches=0.1)
     return buf.getvalue()
 
 

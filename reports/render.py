@@ -8,6 +8,9 @@ can break a table or inject markup in either format.
 
 from __future__ import annotations
 
+import os
+import shlex
+import warnings
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -15,7 +18,7 @@ from urllib.parse import quote
 
 from advisor.errors import BadInput
 from advisor.results import Candidate, Plan
-from advisor.text import duration, gb, md, money, pct
+from advisor.text import duration, gb, md, money, pct, plain
 from pricing.files import atomic_write
 
 from reports import charts
@@ -245,8 +248,9 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "stale_count": stale_count,
         "stale_days": f"{plan.stale_days:g}",
         "command": plan.command,
-        "plan_file": plan_file,
-        "launch": f"gpu-advisor launch --from {plan_file} --rank 1 --out launch/",
+        "plan_file": plain(plan_file),
+        "plan_file_word": _word(plan_file),
+        "launch": f"gpu-advisor launch --from {_word(plan_file)} --rank 1 --out launch/",
         "svg_css": charts.SVG_CSS,
     }
 
@@ -258,12 +262,17 @@ class Raw(str):
 
 
 def md_escape(v: object) -> str:
-    """Every value a Markdown template prints: escaped (advisor.text.md) unless we built it (Raw)."""
+    """Every value a Markdown template prints: escaped (advisor.text.md) unless we built it (Raw).
+    One space at either end survives (the answer paragraph is built from segments)."""
     if v is None:
         return ""
     if isinstance(v, Raw):
         return str(v)
-    return md(v)
+    text = str(v)
+    core = md(text)
+    if not core:
+        return " " if text[:1].isspace() else ""
+    return (" " if text[:1].isspace() else "") + core + (" " if text[-1:].isspace() else "")
 
 
 def md_code(text: str) -> Raw:
@@ -345,26 +354,48 @@ def render(plan: Plan, fmt: str, *, chart_dir: Path | None = None, chart_stem: s
     ctx["charts"] = links
     ctx["command_block"] = md_code(plan.command) if plan.command else None
     ctx["launch_block"] = md_code(ctx["launch"])
-    ctx["report_block"] = md_code(f"gpu-advisor report {plan_file} -o report.md")
+    ctx["report_block"] = md_code(f"gpu-advisor report {_word(plan_file)} -o report.md")
     return _env("md").get_template("report.md.j2").render(**ctx)
+
+
+def _word(text: str) -> str:
+    """A file name as one shell word on one line (for the commands the report shows)."""
+    return plain(shlex.quote(str(text)))
 
 
 def chart_paths(path: Path) -> list[Path]:
     return [path.with_name(f"{path.stem}-{k}.svg") for k in CHART_TEXT]
 
 
+class ReportWarning(UserWarning):
+    """A file beside the report was replaced (the CLI prints it as one `warning:` line)."""
+
+
 def write(plan: Plan, path: Path, *, plan_file: str = "plan.json") -> list[Path]:
     """Write the report to `path` (.html/.htm or .md, atomically). Returns every file written:
-    the report first, then (Markdown) its chart SVGs."""
+    the report first, then (Markdown) its chart SVGs, `<stem>-memory.svg` and
+    `<stem>-cost-time.svg` beside it. A chart file that already exists there is replaced and
+    named in a ReportWarning, so nothing beside the report is overwritten silently."""
     path = Path(path)
     fmt = SUFFIXES.get(path.suffix.lower())
     if fmt is None:
-        raise BadInput(f"--report/-o {path.name}: the suffix picks the format; expected "
-                       f"{', '.join(SUFFIXES)}, got {path.suffix or 'no suffix'!r}.")
+        raise BadInput(f"--report/-o {plain(path.name)}: the suffix picks the format; expected "
+                       f"{', '.join(SUFFIXES)}, got {plain(path.suffix) or 'no suffix'!r}.")
     if not path.parent.is_dir():
-        raise BadInput(f"--report/-o {path}: directory {path.parent} does not exist.")
+        raise BadInput(f"--report/-o {plain(path)}: folder {plain(path.parent)} does not exist.")
+    if path.is_dir():
+        raise BadInput(f"--report/-o {plain(path)}: is a folder; give a file name ending in .html or .md.")
+    existing = [p for p in chart_paths(path) if os.path.lexists(p)] if fmt == "md" else []
+    for p in existing:
+        if p.is_dir():
+            raise BadInput(f"--report/-o {plain(path)}: {plain(p.name)} beside it is a folder; the Markdown "
+                           "report writes its chart there; move it or choose another report name.")
     text = render(plan, fmt, chart_dir=path.parent if fmt == "md" else None, chart_stem=path.stem,
                   plan_file=plan_file)
+    for p in existing:
+        if _linked(text, p.name):
+            warnings.warn(f"replaced {plain(p)} (the report's chart beside {plain(path.name)})", ReportWarning,
+                          stacklevel=2)
     atomic_write(path, text)
     written = [path]
     if fmt == "md":

@@ -450,7 +450,7 @@ def test_cli_report_from_saved_plan_json(tmp_path):
 
 
 @pytest.mark.parametrize("content, expect", [
-    ("{not json", "is not valid JSON"),
+    ("{not json", "not valid JSON"),
     (json.dumps({"model": {"name": "x"}, "candidates": []}), "is not a plan"),
     (json.dumps([1, 2]), "is not a plan"),
 ])
