@@ -42,6 +42,7 @@ class Engine:
         self._checked: set[tuple] = set()
         self._slopes: dict[tuple, int] = {}
         self._twins: dict[tuple, Stack] = {}
+        self._answers: dict[tuple, int] = {}
 
     @classmethod
     def of(cls, model: ModelSpec | str) -> "Engine":
@@ -91,7 +92,7 @@ class Engine:
         return self.memory(stack, shape).device_total
 
     def max_micro_batch(self, stack: Stack, seq_len: int, limit: int, cap: int = MAX_SEARCH_MICRO_BATCH,
-                        grad_accum: int | None = None, exact: bool = True) -> int:
+                        grad_accum: int | None = None, exact: bool = True, padded: bool = False) -> int:
         """Largest micro-batch ≤ cap whose device total fits in `limit` bytes (0: not even one).
 
         Memory is affine in the micro-batch (activations per sequence), so two estimates give a
@@ -100,14 +101,14 @@ class Engine:
         planner ranks thousands of configs on guesses and checks what it shows).
         """
         def total(mb: int) -> int:
-            return self._estimate(stack, mb, seq_len, grad_accum).device_total
+            return self._estimate(stack, mb, seq_len, grad_accum, padded).device_total
 
         one = total(1)
         if one > limit:
             return 0
         if cap <= 1:
             return 1
-        slope = max(self.micro_batch_slope(stack, seq_len, grad_accum), 1)
+        slope = max(self.micro_batch_slope(stack, seq_len, grad_accum, padded), 1)
         guess = int(min(cap, max(1, 1 + (limit - one) // slope)))
         if not exact:
             return guess
@@ -125,17 +126,17 @@ class Engine:
                 hi = mid - 1
         return lo
 
-    def micro_batch_slope(self, stack: Stack, seq_len: int, grad_accum: int | None = None) -> int:
+    def micro_batch_slope(self, stack: Stack, seq_len: int, grad_accum: int | None = None, padded: bool = False) -> int:
         """Bytes one more sequence per micro-batch adds. It depends only on what sets the
         activations (not on sharding, optimizer or GPU count), so it is measured once per kind."""
-        key = (stack.key, seq_len, grad_accum)
+        key = (stack.key, seq_len, grad_accum, padded)
         slope = self._slopes.get(key)
         if slope is None:
             twin = self._twins.get(stack.key)
             if twin is None:
                 twin = self._twins[stack.key] = stack.model_copy(update=_ONE_PLAIN_GPU)
-            one = self._estimate(twin, 1, seq_len, grad_accum).device_total
-            slope = self._slopes[key] = self._estimate(twin, 2, seq_len, grad_accum).device_total - one
+            one = self._estimate(twin, 1, seq_len, grad_accum, padded).device_total
+            slope = self._slopes[key] = self._estimate(twin, 2, seq_len, grad_accum, padded).device_total - one
         return slope
 
     def max_seq_len(self, stack: Stack, micro_batch: int, limit: int, cap: int | None = None) -> int:
@@ -158,6 +159,15 @@ class Engine:
 
     # ---------------------------------------------------------------- time
 
+    def checkpoint_bytes(self, stack: Stack) -> int:
+        """Bytes one resumable training checkpoint holds (advisor.memory.checkpoint_bytes)."""
+        from advisor.memory import checkpoint_bytes
+
+        key = ("checkpoint", stack.key)
+        if key not in self._answers:
+            self._answers[key] = checkpoint_bytes(self.arch, stack)
+        return self._answers[key]
+
     def counts(self, stack: Stack):
         """Parameter counts the FLOPs and traffic terms need (advisor.throughput.Counts)."""
         from advisor.throughput import counts
@@ -166,8 +176,10 @@ class Engine:
 
     def step(self, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
              network_gbps: float | None = None) -> dict[str, float]:
-        """The time model's numbers for one step (seconds by component, tokens_per_sec, mfu): what
-        `throughput` reports, without building the typed result (the planner times thousands)."""
+        """The time model's numbers for one step (seconds by component, tokens_per_sec, mfu, and the
+        held-out band tokens_per_sec_low / tokens_per_sec_high with the calibration rows behind it,
+        interval_rows): what `throughput` reports, as plain floats, without building the typed result
+        (the planner times thousands). `gpu` is a pricing.gpus.GPU."""
         from advisor.throughput import step_time
 
         return step_time(self.counts(stack), stack, shape, gpu, grad_accum=shape.grad_accum or 1, nodes=nodes,
@@ -175,7 +187,8 @@ class Engine:
 
     def throughput(self, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
                    network_gbps: float | None = None) -> Throughput:
-        """Tokens per second over all `stack.gpus` GPUs, at the shape's gradient accumulation."""
+        """Tokens per second over all `stack.gpus` GPUs, at the shape's gradient accumulation, with its
+        held-out band (advisor.throughput.band)."""
         from advisor.throughput import throughput
 
         return throughput(self.counts(stack), stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)

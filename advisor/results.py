@@ -11,11 +11,70 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from advisor.stacks import Shape, Stack
 
 PLAN_SCHEMA_VERSION = 2  # 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat keys)
+
+# ----------------------------------------------------------------------------- validation
+# A plan is shared (a colleague's file, a ticket attachment) and its text reaches launch scripts,
+# YAML, Markdown and terminals, so every text field is checked when a plan is built or loaded:
+# no control characters, line breaks or bidirectional overrides (advisor.text.refused_char), and
+# a length limit; numbers must be finite and not negative; GPUs must be in the GPU table
+# (pricing.gpus); the model a Hugging Face id, a catalog name or a path.
+NAME_CHARS = 512  # names: provider, region, instance, GPU, family, label, dict keys
+TEXT_CHARS = 20_000  # sentences: sources, notes, warnings, reasons, the command line
+
+
+def check_text(value: str, field: str, limit: int = NAME_CHARS) -> str:
+    """`value` unchanged when it is printable text of at most `limit` characters; else ValueError
+    naming `field`, the problem and what is accepted."""
+    from advisor.text import refused_char
+
+    bad = refused_char(value)
+    if bad:
+        raise ValueError(f"control character {bad} refused in {field} (a plan holds printable text only: no "
+                         "line breaks, escape sequences or bidirectional overrides)")
+    if len(value) > limit:
+        raise ValueError(f"{field} is longer than {limit:,} characters")
+    return value
+
+
+def check_number(value: float | None, field: str) -> float | None:
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise ValueError(f"{field}: must be a finite number >= 0 (got {value})")
+    return value
+
+
+def _check_tree(value: Any, field: str, depth: int = 0) -> None:
+    """Every string (keys too) and float inside a dict/list from a plan file."""
+    if isinstance(value, str):
+        check_text(value, field, TEXT_CHARS)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{field}: must be a finite number (got {value})")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(str(k), f"{field} key", NAME_CHARS)
+            _check_tree(v, f"{field}.{k}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_tree(v, f"{field}[{i}]", depth + 1)
+
+
+def check_gpu(name: str) -> str:
+    """The canonical GPU name; ValueError when it is not in the GPU table (pricing/data/gpus.csv)."""
+    from pricing.gpus import all_gpus, canonical_name
+
+    check_text(name, "gpu_model")
+    canonical = canonical_name(name)
+    if canonical is None:
+        raise ValueError(f"gpu_model: {name[:60]!r} is not in the GPU table; known: "
+                         f"{', '.join(g.name for g in all_gpus())}")
+    return canonical
 
 
 class Component(BaseModel):
@@ -30,9 +89,32 @@ class ModelInfo(BaseModel):
     name: str
     family: str
     source: str
-    params_total: int
-    params_trainable: int
-    params_active: int = Field(description="parameters used per token (MoE: routed experts only)")
+    params_total: int = Field(ge=0)
+    params_trainable: int = Field(ge=0)
+    params_active: int = Field(ge=0, description="parameters used per token (MoE: routed experts only)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        """A Hugging Face id, a catalog name or a path: printable, at most 512 characters, no leading '-'."""
+        from advisor.models import check_model_name
+
+        return check_model_name(v, "")
+
+    @field_validator("family")
+    @classmethod
+    def _family(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError(f"model.family: expected a config.json model_type such as llama or qwen2 (letters, "
+                             f"digits, '_', '.', '-'; got {v[:60]!r})")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return check_text(v, "model.source", TEXT_CHARS)
 
 
 class Breakdown(BaseModel):
@@ -62,7 +144,8 @@ class MemoryEstimate(BaseModel):
     peak_reserved: int = Field(description="torch.cuda.max_memory_reserved at peak (allocator rounding/fragmentation)")
     device_total: int = Field(description="as nvidia-smi shows it: reserved + CUDA context")
     static_bytes: int = Field(description="weights + gradients + optimizer (the 'simple' number)")
-    cpu_ram_bytes: int = Field(0, description="host RAM needed per node for offloaded states")
+    cpu_ram_bytes: int = Field(0, description="host RAM the offloaded states need, over all GPUs (each node holds "
+                                              "its ranks' share: divide by the node count)")
     assumptions: dict[str, str | int | float | bool] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     fit: "FitCheck | None" = None
@@ -92,6 +175,12 @@ class Throughput(BaseModel):
     nodes: int = 1
     compute_seconds_per_step: float = 0.0
     comm_seconds_per_step: float = 0.0
+    tokens_per_sec_low: float = Field(0.0, description="p10 of held-out calibration error for this GPU class × "
+                                                        "method (the pessimistic end; ≤ tokens_per_sec)")
+    tokens_per_sec_high: float = Field(0.0, description="p90 of held-out calibration error (≥ tokens_per_sec)")
+    interval_basis: dict[str, str | int | float] = Field(
+        default_factory=dict, description="segment (GPU class/method), calibration rows behind the band, "
+                                          "low/high factors and a sentence saying where they come from")
     components: dict[str, float] = Field(default_factory=dict)
     assumptions: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
@@ -116,6 +205,38 @@ class Offer(BaseModel):
     notes: str = ""
     also_in: list[str] = Field(default_factory=list, description="other regions with this identical offer")
 
+    @field_validator("provider", "region", "instance_type", "price_date", "interconnect")
+    @classmethod
+    def _name(cls, v: str, info) -> str:
+        return check_text(v, info.field_name)
+
+    @field_validator("source", "notes")
+    @classmethod
+    def _text(cls, v: str, info) -> str:
+        return check_text(v, info.field_name, TEXT_CHARS)
+
+    @field_validator("also_in")
+    @classmethod
+    def _regions(cls, v: list[str]) -> list[str]:
+        for region in v:
+            check_text(region, "also_in")
+        return v
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu(cls, v: str) -> str:
+        return check_gpu(v)
+
+    @model_validator(mode="after")
+    def _numbers(self) -> "Offer":
+        from advisor.modelspec import MAX_GPUS
+
+        if not 1 <= self.gpu_count <= MAX_GPUS:
+            raise ValueError(f"gpu_count: must be between 1 and {MAX_GPUS:,} (got {self.gpu_count})")
+        check_number(self.price_hour, "price_hour")
+        check_number(self.spot_price_hour, "spot_price_hour")
+        return self
+
 
 class MemoryFit(BaseModel):
     """Peak device memory per GPU against what the GPU offers."""
@@ -133,8 +254,16 @@ class Timing(BaseModel):
     train_hours: float = 0.0
     setup_hours: float = 0.0
     checkpoint_hours: float = Field(0.0, description="writing periodic checkpoints during training")
-    spot_allowance_hours: float = 0.0
-    hours: float = Field(description="wall hours: training + setup + checkpoints + spot allowance")
+    checkpoint_interval_hours: float = Field(0.0, description="hours of training between checkpoints")
+    interruption_hours: float = Field(0.0, description="expected work lost and restarts (hardware failures, and "
+                                                       "spot reclaims on spot)")
+    hours: float = Field(description="wall hours: training + setup + checkpoints + expected interruptions")
+    hours_low: float | None = Field(None, description="wall hours if training runs at the p90 of the time model's "
+                                                      "held-out error (faster)")
+    hours_high: float | None = Field(None, description="... at its p10 (slower): the band to budget with")
+    hours_at_risk: float | None = Field(None, description="wall hours at the plan's --risk quantile (ranking key)")
+    band_basis: str = Field("", description="the calibration segment and rows behind the band")
+    global_batch: int = Field(0, description="sequences per optimizer step as run (micro-batch × accumulation × GPUs)")
 
 
 class Cost(BaseModel):
@@ -144,6 +273,9 @@ class Cost(BaseModel):
     on_demand_usd: float | None = None
     spot_usd: float | None = None
     usd_per_m_tokens: float = 0.0
+    usd_low: float | None = Field(None, description="cost at hours_low (same tier and billing)")
+    usd_high: float | None = Field(None, description="cost at hours_high")
+    usd_at_risk: float | None = Field(None, description="cost at the plan's --risk quantile (ranking key)")
 
 
 def _lora_rank(c: "Candidate") -> int | None:
@@ -184,6 +316,36 @@ class Candidate(BaseModel):
     cost: Cost
     label: str = Field("", description="stack label as tables show it (with the node count)")
     notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words")
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, v: str) -> str:
+        return check_text(v, "stack_label")
+
+    @field_validator("notes")
+    @classmethod
+    def _notes(cls, v: list[str]) -> list[str]:
+        for note in v:
+            check_text(note, "notes", TEXT_CHARS)
+        return v
+
+    @model_validator(mode="after")
+    def _numbers(self) -> "Candidate":
+        """Counts within the physical bounds; every time, cost, price and memory finite and >= 0."""
+        from advisor.modelspec import MAX_NODES
+
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"nodes: must be between 1 and {MAX_NODES:,} (got {self.nodes})")
+        if self.rank < 0:
+            raise ValueError(f"rank: must be >= 0 (got {self.rank})")
+        check_number(self.network_gbps, "network_gbps")
+        for part in (self.fit, self.memory, self.timing, self.cost):
+            if part is None:
+                continue
+            for name, value in part.__dict__.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    check_number(value, name)
+        return self
 
     def __getattr__(self, name: str) -> Any:
         how = FLAT.get(name)
@@ -279,6 +441,29 @@ class Plan(BaseModel):
     stale_days: float = Field(30.0, description="prices older than this many days are stale")
     saving_vs_baseline_usd: float | None = None
     notice: str = Field("", description="e.g. 'No candidate meets the budget; showing the closest.'")
+    constraints_met: bool = Field(True, description="false when nothing fits or nothing meets the budget/deadline "
+                                                     "(the CLI exits 3)")
+
+    @model_validator(mode="after")
+    def _text_and_numbers(self) -> "Plan":
+        """The plan's own text and numbers (candidates, offers and the model check themselves)."""
+        for name in ("workload", "assumptions", "warnings"):
+            _check_tree(getattr(self, name), name)
+        for name in ("command", "generated_at", "notice"):
+            check_text(getattr(self, name), name, TEXT_CHARS)
+        for name in ("best_per_gpu", "best_per_provider"):
+            for key in getattr(self, name):
+                check_text(key, f"{name} key")
+        for i, r in enumerate(self.rejected):
+            check_text(r.reason, f"rejected[{i}].reason", TEXT_CHARS)
+            check_text(r.example, f"rejected[{i}].example", TEXT_CHARS)
+            if r.count < 0:
+                raise ValueError(f"rejected[{i}].count: must be >= 0 (got {r.count})")
+        if not (math.isfinite(self.stale_days) and self.stale_days >= 0):
+            raise ValueError(f"stale_days: must be a finite number >= 0 (got {self.stale_days})")
+        if self.saving_vs_baseline_usd is not None and not math.isfinite(self.saving_vs_baseline_usd):
+            raise ValueError(f"saving_vs_baseline_usd: must be finite (got {self.saving_vs_baseline_usd})")
+        return self
 
 
 MemoryEstimate.model_rebuild()

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from advisor.text import money, plain
+from cli.options import FIELDS, as_args, stack_options
 from cli.output import render_rows
 
 FORMATS = ("table", "json", "md", "csv")
@@ -38,7 +39,15 @@ def plan_options(f):
         click.option("--providers", default=None, help="comma list, e.g. aws,gcp,lambda"),
         click.option("--regions", default=None, help="comma list, e.g. us-east-1,us-central1"),
         click.option("--gpu", default=None, help="one GPU model or a comma list, e.g. H100,A100-80GB"),
-        click.option("--spot/--no-spot", default=None, help="consider spot prices [--spot]"),
+        click.option("--spot/--no-spot", default=None,
+                     help="also price spot capacity: the best spot option is shown beside the on-demand ranking, "
+                          "its saving against the same instance on demand [--no-spot]"),
+        click.option("--allow-stale", is_flag=True, default=None,
+                     help="rank stale prices (old catalog generation or older than GPU_ADVISOR_STALE_DAYS) even "
+                          "when fresh offers exist"),
+        click.option("--checkpoint-every", type=click.FloatRange(0, min_open=True), default=None,
+                     help="hours between training checkpoints [Young's optimum for the run's failure rate]"),
+        click.option("--padded/--packed", default=None, help="batches padded with an attention mask [--packed]"),
         click.option("--max-gpus", type=click.IntRange(min=1), default=None, help="most GPUs in total"),
         click.option("--max-nodes", type=click.IntRange(min=1), default=None, help="most instances [1]"),
         click.option("--headroom", type=click.FloatRange(0, 1, max_open=True), default=None,
@@ -51,10 +60,14 @@ def plan_options(f):
                      help="extra price sheet (CSV/JSON/YAML); repeatable; wins over the bundled one"),
         click.option("--discount", multiple=True, help="provider=fraction, e.g. aws=0.3; repeatable"),
         click.option("--sort", type=click.Choice(["cost", "time"]), default=None, help="rank by [cost] or time"),
+        click.option("--risk", type=click.Choice(["p50", "p80", "p90"]), default=None,
+                     help="rank by hours and cost at this quantile of the time model's held-out error: p80 for "
+                          "budgets you must not overrun [p50]"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
                      help="rank every stack variant, not just each instance × method's best"),
     ]
+    f = stack_options(f, pins=True)  # listed after the workload options
     for option in reversed(options):
         f = option(f)
     return f
@@ -81,8 +94,11 @@ def command_line(options: dict, **extra) -> str:
         parts += ["--model", model]
     flags = {"plan_file": "--file"}
     for key, value in {**options, **extra}.items():
-        if key == "spot" and value is not None:
-            parts.append("--spot" if value else "--no-spot")
+        if key in FIELDS and value is not None:
+            parts += as_args(key, value)
+            continue
+        if key in ("spot", "padded") and value is not None:
+            parts.append({"spot": ("--spot", "--no-spot"), "padded": ("--padded", "--packed")}[key][not value])
             continue
         if key in ("model", "model_arg", "command") or value is None or value == () or value is False:
             continue
@@ -101,7 +117,8 @@ def command_line(options: dict, **extra) -> str:
 
 # --------------------------------------------------------------------------- formatting
 
-HEADER = ["#", "provider region", "instance", "GPUs", "stack", "mb×acc", "peak/usable", "hours", "cost",
+HEADER = ["#", "provider region (+ more regions)", "instance", "GPUs", "stack", "mb×acc", "peak/usable",
+          "hours (p10-p90)", "cost",
           "on-demand", "spot", "$/M tok", "price source, date"]
 
 
@@ -109,14 +126,22 @@ def _rows(plan) -> list[list[str]]:
     out = []
     for c in plan.candidates:
         out.append([
-            str(c.rank), f"{c.provider} {c.region}", c.instance_type + (" (spot)" if c.spot else ""),
+            str(c.rank), f"{c.provider} {c.region}" + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
+            c.instance_type + (" (spot)" if c.spot else "") + (" TIGHT" if c.fit.tight else ""),
             f"{c.gpu_count * c.nodes}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
             c.stack_label, f"{c.micro_batch}×{c.grad_accum}",
             f"{c.peak_memory_bytes / 1e9:.1f}/{c.gpu_memory_bytes / 1e9:.1f} GB",
-            f"{c.hours:,.1f}", money(c.cost_usd), money(c.cost_on_demand_usd), money(c.cost_spot_usd),
+            _band(c.hours, c.timing.hours_low, c.timing.hours_high), money(c.cost_usd),
+            money(c.cost_on_demand_usd), money(c.cost_spot_usd),
             f"{c.usd_per_m_tokens:.3f}", f"{c.price_source[:28]} {c.price_date}" + (" STALE" if c.price_stale else ""),
         ])
     return out
+
+
+def _band(value: float, low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return f"{value:,.1f}"
+    return f"{value:,.1f} ({low:,.1f}-{high:,.1f})"
 
 
 def _summary(plan) -> list[str]:
@@ -124,6 +149,10 @@ def _summary(plan) -> list[str]:
     if plan.notice:
         lines.append(f"Note: {plan.notice}")
     w = plan.workload
+    if plan.candidates and plan.assumptions.get("risk", "p50") != "p50":
+        c = plan.candidates[0]
+        lines.append(f"Ranked at {plan.assumptions['risk']}: the top pick may take {c.timing.hours_at_risk:,.1f} h "
+                     f"and cost {money(c.cost.usd_at_risk)}.")
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
                  f"global batch {w['global_batch']} sequences; {plan.assumptions.get('candidates_scored', 0):,} "
                  "candidates scored.")
@@ -134,6 +163,11 @@ def _summary(plan) -> list[str]:
         if plan.saving_vs_baseline_usd is not None:
             line += f"; the top pick saves {money(plan.saving_vs_baseline_usd)}"
         lines.append(line + ".")
+    s = plan.spot_alternative
+    if s is not None:
+        lines.append(f"On spot: {s.provider} {s.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
+                     + f", {s.hours:,.1f} h (expected interruptions included), {money(s.cost_usd)} against "
+                       f"{money(s.cost.on_demand_usd)} for the same instance on demand.")
     if plan.pareto:
         lines.append("Pareto front (cost vs time): " + "; ".join(
             f"{money(c.cost_usd)} / {c.hours:,.1f} h ({c.gpu_count * c.nodes}× {c.gpu_model} {c.provider})"
@@ -173,7 +207,14 @@ def _flat_columns():
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="also write an HTML/Markdown report")
 def plan(fmt: str, report: str | None, **options) -> None:
-    """Rank cloud instances × technique stacks by the cost (or time) of the whole fine-tuning run."""
+    """Rank cloud instances × technique stacks by the cost (or time) of the whole fine-tuning run.
+
+    Stack options (--lora-rank, --precision, --optimizer, --grad-checkpointing, --attention,
+    --sharding, ...) pin that setting; every setting not given is searched.
+
+    Exit status: 0 with a plan; 1 runtime failure; 2 bad input; 3 when no candidate fits or none
+    meets --budget / --deadline (the closest are still printed, with how far each misses).
+    """
     options["command"] = command_line(options, fmt=fmt)
     result = build_plan(**options)
     click.echo(render(result, fmt))
@@ -182,3 +223,6 @@ def plan(fmt: str, report: str | None, **options) -> None:
 
         for path in reports.write(result, Path(report)):
             click.echo(f"wrote {path}", err=True)
+    if not result.constraints_met:
+        click.echo(f"error: {plain(result.notice)}", err=True)
+        raise SystemExit(3)

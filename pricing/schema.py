@@ -43,6 +43,9 @@ COLUMNS: dict[str, str] = {
     "source": "str",
     "fetched_at": "datetime",
     "interconnect": "str?",
+    # Gb/s per instance between instances of one cluster, when the sheet knows the instance type forms
+    # multi-node jobs (a private cluster, a provider's cluster product); empty: pricing/data/fabrics.csv decides.
+    "cluster_gbps": "float?",
     "notes": "str?",  # why a value was corrected or a price is partial (e.g. spot_suspect)
 }
 REQUIRED = ("provider", "region", "instance_type", "gpu_model", "gpu_count")
@@ -51,6 +54,7 @@ CURRENCIES = ("USD",)
 KEY = ("provider", "region", "instance_type")
 
 MAX_GPU_COUNT = 100_000
+MAX_CLUSTER_GBPS = 100_000  # generous: the fastest in pricing/data/fabrics.csv is 6,400 Gb/s (AWS p6-b300)
 MAX_GPU_MEMORY_GB = 4_096
 MAX_PRICE_PER_GPU_HOUR = 1_000.0  # USD, for price_hour and spot_price_hour
 MAX_VCPUS_PER_GPU = 1_024
@@ -190,6 +194,8 @@ def validate(df, sheet: str = "sheet", row_numbers=None):
                 flag(known & (num < 0), col, "must be >= 0", raw)
             if col == "gpu_count":
                 flag(num > MAX_GPU_COUNT, col, f"must be <= {MAX_GPU_COUNT:,} GPUs", raw)
+            elif col == "cluster_gbps":
+                flag(num > MAX_CLUSTER_GBPS, col, f"must be <= {MAX_CLUSTER_GBPS:,} Gb/s per instance", raw)
             elif col == "gpu_memory_gb":
                 flag(num > MAX_GPU_MEMORY_GB, col, f"must be <= {MAX_GPU_MEMORY_GB:,} GB per GPU", raw)
             elif col in PER_GPU_MAX:

@@ -109,3 +109,31 @@ def test_estimate_passes_accumulation_and_nodes_to_the_time_model():
     assert many["tokens_per_sec"] > one["tokens_per_sec"]  # the per-step overhead is amortised
     two_nodes = tps("--gpus", "16", "--nodes", "2", "--sharding", "fsdp", "--grad-accum", "4")
     assert two_nodes["nodes"] == 2 and two_nodes["assumptions"]["internode_gbps"] > 0
+
+
+SETUPS = {  # issue 13: the same tokens/s from `estimate` and from the matching plan candidate
+    "8b-lora-1xh100": ("meta-llama/Llama-3.1-8B", "lora", "H100", 1, {}),
+    # Answer.AI's 70B FSDP-QLoRA on two 24 GB cards offloads the sharded weights to the CPU
+    "70b-qlora-fsdp-2x4090": ("meta-llama/Llama-3.1-70B", "qlora", "RTX4090", 2, {"sharding": "fsdp", "offload": "params"}),
+    "8b-full-fsdp-8xa100": ("meta-llama/Llama-3.1-8B", "full", "A100-80GB", 8, {"sharding": "fsdp"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_estimate_and_the_matching_plan_candidate_report_the_same_tokens_per_second(name):
+    import pandas as pd
+
+    model, method, gpu, n, pins = SETUPS[name]
+    offers = pd.DataFrame([dict(provider="acme", region="r", instance_type=f"{n}x{gpu}", gpu_model=gpu, gpu_count=n,
+                                gpu_memory_gb=get_gpu(gpu).memory_gb, ram_gb=256.0 * n, price_hour=2.0 * n,
+                                currency="USD", source="test", fetched_at="2026-11-25T00:00:00Z")])
+    p = plan(model, tokens=20e6, offers=offers, methods=(method,), pins={"grad_checkpointing": True, **pins},
+             distinct=False, top=200)
+    assert p.candidates, p.notice
+    c = p.candidates[0]
+    assert (c.method, c.gpu_count, c.stack.gpus) == (method, n, n) and c.grad_accum >= 1
+    r = CliRunner().invoke(cli, ["estimate", model, *c.estimate_args(), "--format", "json"], catch_exceptions=False)
+    est = json.loads(r.stdout)
+    assert est["throughput"]["grad_accum"] == c.grad_accum and est["stack"]["gpus"] == n
+    assert est["throughput"]["tokens_per_sec"] == pytest.approx(c.tokens_per_sec, rel=1e-9)
+    assert est["device_total"] == c.peak_memory_bytes

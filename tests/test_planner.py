@@ -39,7 +39,7 @@ OFFERS = pd.DataFrame([
 
 def run(offers=OFFERS, **kw) -> Plan:
     kw.setdefault("tokens", 20e6)
-    kw.setdefault("top", 10**6)
+    kw.setdefault("top", 10_000)  # the bound PlanRequest accepts; more than these plans have
     return plan(MODEL, offers=offers, **kw)
 
 
@@ -57,18 +57,29 @@ def test_every_fitting_candidate_fits_per_the_estimator(base):
     for c in base.candidates[:: max(1, len(base.candidates) // 60)]:
         stack = Stack(method=c.method, precision=c.precision, optimizer=c.optimizer, grad_checkpointing=c.grad_checkpointing,
                       attention=c.attention, gpus=c.gpu_count * c.nodes, sharding=c.sharding, offload=c.offload)
-        est = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch, seq_len=c.seq_len))
+        assert stack == c.stack  # the candidate carries the stack it was estimated with
+        est = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch, seq_len=c.seq_len, grad_accum=c.grad_accum))
         assert est.device_total == c.peak_memory_bytes
         assert est.device_total <= c.gpu_memory_bytes * 0.9
         assert isinstance(c.memory, Breakdown) and c.memory.total == est.breakdown.total
 
 
-def test_micro_batch_is_the_largest_that_fits(base):
-    c = next(c for c in base.candidates if c.gpu_model == "H100" and c.gpu_count == 1 and c.micro_batch < 32)
-    stack = Stack(method=c.method, precision=c.precision, optimizer=c.optimizer, grad_checkpointing=c.grad_checkpointing,
-                  attention=c.attention)
-    bigger = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch + 1, seq_len=c.seq_len))
-    assert bigger.device_total > c.gpu_memory_bytes * 0.9
+def test_micro_batch_is_the_largest_safe_one_that_keeps_the_global_batch(base):
+    from advisor.planner.configs import TIGHT_FRACTION
+
+    checked = 0
+    for c in base.candidates:
+        per_gpu = c.timing.global_batch // (c.gpu_count * c.nodes)
+        assert c.micro_batch * c.grad_accum == per_gpu  # micro-batch × accumulation × GPUs = the global batch
+        if c.fit.tight:
+            continue
+        assert c.peak_memory_bytes <= c.gpu_memory_bytes * 0.9 * (1 - TIGHT_FRACTION)
+        larger = [d for d in range(c.micro_batch + 1, per_gpu + 1) if per_gpu % d == 0]
+        if larger:  # the next divisor of the per-GPU batch would leave the estimator's error band
+            bigger = estimate_memory(MODEL, c.stack, Shape(micro_batch=larger[0], seq_len=c.seq_len))
+            assert bigger.device_total > c.gpu_memory_bytes * 0.9 * (1 - TIGHT_FRACTION)
+            checked += 1
+    assert checked
 
 
 def test_ranked_by_cost_then_time(base):
@@ -172,15 +183,25 @@ def test_best_per_gpu_and_provider(base):
     assert set(base.best_per_provider) == {"aws", "lambda", "runpod", "gcp"}
 
 
-def test_spot_costs_less_but_takes_longer(base):
-    by = {}
-    for c in base.candidates:
-        by.setdefault((c.instance_type, c.stack_label, c.spot), c)
-    pairs = [(by[k], by[(k[0], k[1], True)]) for k in by if not k[2] and (k[0], k[1], True) in by]
-    assert pairs
-    for od, sp in pairs:
-        assert sp.hours > od.hours and sp.cost_usd < od.cost_usd
-        assert od.cost_spot_usd == pytest.approx(sp.cost_usd) and sp.cost_on_demand_usd == pytest.approx(od.cost_usd)
+def test_spot_is_shown_beside_the_on_demand_ranking_and_compared_like_with_like():
+    p = run(spot=True, distinct=False)
+    assert not any(c.spot for c in p.candidates)  # the ranking compares on-demand prices
+    s = p.spot_alternative
+    assert s is not None and s.spot and s.cost_usd == pytest.approx(s.cost.spot_usd)
+    same = next(c for c in p.candidates if (c.provider, c.region, c.instance_type, c.stack_label) ==
+                (s.provider, s.region, s.instance_type, s.stack_label))
+    assert s.cost_usd < same.cost_usd and s.hours > same.hours  # cheaper, slower (interruptions)
+    assert s.cost.on_demand_usd == pytest.approx(same.cost_usd) and same.cost_spot_usd == pytest.approx(s.cost_usd)
+    assert s.timing.interruption_hours > same.timing.interruption_hours
+    assert run().spot_alternative is None  # on-demand only unless asked
+
+
+def test_spot_interruptions_grow_with_the_number_of_instances():
+    from advisor.planner.costing import interruption_rate
+
+    one, four = interruption_rate(8, 1, True), interruption_rate(32, 4, True)
+    assert four == pytest.approx(4 * one)
+    assert interruption_rate(8, 1, False) < one
 
 
 def test_unknown_provider_bills_per_started_hour():

@@ -57,7 +57,7 @@ def test_table_is_ranked_and_summarised(sheet):
 
 def test_csv_for_spreadsheets(sheet):
     r = invoke("meta-llama/Llama-3.1-8B", "--tokens", "20M", "--prices", sheet, "--providers", "acme",
-               "--format", "csv", "--top", "5")
+               "--format", "csv", "--top", "5", "--all-stacks")
     rows = list(csv.DictReader(io.StringIO(r.output)))
     assert len(rows) == 5 and float(rows[0]["cost_usd"]) <= float(rows[-1]["cost_usd"])
 
@@ -78,11 +78,17 @@ def test_plan_file_with_flags_overriding(tmp_path, sheet):
     assert not any(c["spot"] for c in data["candidates"])
 
 
-def test_deadline_nothing_meets_exits_0_with_closest(sheet):
+def test_an_unmeetable_budget_and_deadline_exit_3_naming_both(sheet):
     r = invoke("meta-llama/Llama-3.1-8B", "--tokens", "2B", "--prices", sheet, "--providers", "acme",
-               "--deadline", "1h", "--format", "json")
-    data = json.loads(r.output)
-    assert r.exit_code == 0 and "deadline" in data["notice"] and data["candidates"]
+               "--deadline", "1h", "--budget", "1", "--format", "json")
+    data = json.loads(r.stdout)
+    assert r.exit_code == 3 and "budget and deadline" in data["notice"] and data["candidates"]
+    assert not data["constraints_met"]
+    text = " ".join(data["warnings"])
+    assert "budget of $1" in text and "deadline of 1 h" in text
+    reasons = " ".join(x["reason"] for x in data["rejected"])
+    assert "over the budget" in reasons and "misses the deadline" in reasons
+    assert any(n.startswith("misses the deadline") for n in data["candidates"][0]["notes"])
 
 
 def run_cli(*args):

@@ -1,9 +1,12 @@
 """Stage 5 — costing: wall hours and cost of every priced offer × fitting config, vectorised.
 
-Cost = billed wall hours × instance price × nodes; wall hours = training + setup (+ on spot:
-lost work and restarts per interruption, and the checkpoint writes that make restarts cheap).
-Billing increments, setup and spot assumptions live in advisor/data/billing.json, each with
-its source or the note that it is an assumption.
+Wall hours = training + setup + periodic checkpoint writes + the expected cost of interruptions
+(the work since the last checkpoint and a restart, per interruption). Interruptions: hardware
+failures on any capacity (a rate per GPU-hour), plus spot reclaims per instance-hour on spot;
+a job on N instances stops when any of them does. The checkpoint interval is the user's, or
+Young's optimum sqrt(2 · write time · MTBF) for the run's failure rate. Cost = billed wall hours
+× instance price × nodes, at each provider's billing increment. Every constant lives in
+advisor/data/billing.json with its source, or the note that it is an assumption.
 """
 
 from __future__ import annotations
@@ -21,25 +24,64 @@ def billing() -> dict:
     return json.loads(BILLING_FILE.read_text())
 
 
+def billing_increment(provider: str) -> tuple[float, float]:
+    """(increment, minimum) in seconds for a provider (unknown: the default, per started hour)."""
+    b = billing()
+    entry = b["providers"].get(str(provider).lower(), b["default"])
+    return entry["increment_s"], entry["minimum_s"]
+
+
 def setup_hours(weights_gb: float, output_gb, override: float | None = None):
     """Fixed hours per run: provisioning, model download and the final save (or the user's figure)."""
     if override is not None:
         return float(override)
-    s = billing()["setup"]
-    return s["provisioning_hours"] + weights_gb / s["download_gb_s"] / 3600 + output_gb / s["checkpoint_write_gb_s"] / 3600
+    b = billing()
+    s, write = b["setup"], b["checkpoint"]["write_gb_s_per_node"]
+    return s["provisioning_hours"] + weights_gb / s["download_gb_s"] / 3600 + output_gb / write / 3600
 
 
-def checkpoint_hours(state_gb, nodes):
-    """Hours to write one training checkpoint, each node writing its shard in parallel."""
-    return state_gb / (billing()["setup"]["checkpoint_write_gb_s"] * nodes) / 3600
+def checkpoint_write_hours(state_bytes, nodes):
+    """Hours to write one resumable checkpoint, each node writing its shard in parallel."""
+    return state_bytes / 1e9 / (billing()["checkpoint"]["write_gb_s_per_node"] * nodes) / 3600
 
 
-def score(priced, cfg, *, spot_rate: float, checkpoint_interval: float):
+def interruption_rate(gpus, nodes, spot, spot_rate: float | None = None):
+    """Expected interruptions per wall hour: hardware failures per GPU (Llama 3, section 3.3.4),
+    plus spot reclaims per instance on spot capacity."""
+    r = billing()["reliability"]
+    per_instance = r["spot_interruptions_per_instance_hour"] if spot_rate is None else spot_rate
+    return r["hardware_interruptions_per_gpu_hour"] * gpus + spot * per_instance * nodes
+
+
+def checkpoint_interval(write_hours, rate, train_hours, override: float | None = None):
+    """Hours between checkpoints: the user's, else Young's first-order optimum sqrt(2·δ·M)
+    (J. W. Young 1974, CACM 17(9):530) with M = 1/rate, kept between the configured minimum and
+    the training time (a run shorter than the interval writes no intermediate checkpoint)."""
+    import numpy as np
+
+    if override is not None:
+        return np.broadcast_to(float(override), np.shape(train_hours)).astype(float)
+    low = billing()["checkpoint"]["min_interval_hours"]
+    young = np.sqrt(2 * np.asarray(write_hours, float) / np.maximum(rate, 1e-12))
+    return np.clip(young, low, np.maximum(train_hours, low))
+
+
+def wall_hours(train, setup, write, rate, interval):
+    """(wall hours, checkpoint-writing hours, expected interruption hours) for arrays of runs."""
+    import numpy as np
+
+    ckpt = np.floor(train / interval) * write
+    lost = rate * train * (interval / 2 + setup + write)
+    return train + setup + ckpt + lost, ckpt, lost
+
+
+def score(priced, cfg, *, spot_rate: float | None = None, checkpoint_interval_hours: float | None = None):
     """Hours and cost of every (priced offer × fitting config) pair, vectorised.
 
-    `priced`: one row per offer and tier (columns gpu_model, gpu_count, provider, price, price_hour,
-    spot_price_hour, ram_gb, spot); `cfg`: one row per fitting config (gpu_model, gpu_count, nodes,
-    train_hours, setup_hours, ckpt_hours, cpu_ram). Returns offer_row/cfg_row positions and numbers.
+    `priced`: one row per offer and tier (columns gpu_model, gpu_count, provider, price_hour,
+    spot_price_hour, ram_gb, spot, fabric_gbps); `cfg`: one row per fitting config (gpu_model,
+    gpu_count, nodes, gpus, fabric_gbps, train_hours, setup_hours, write_hours, cpu_ram). A multi-node
+    config joins only offers over its fabric. Returns offer_row/cfg_row positions and numbers.
     """
     import numpy as np
     import pandas as pd
@@ -50,11 +92,17 @@ def score(priced, cfg, *, spot_rate: float, checkpoint_interval: float):
                           "cfg_row": np.arange(len(cfg))})
     pairs = left.merge(right, on=["gpu_model", "gpu_count"], how="inner", sort=False)
     oi, ci = pairs["offer_row"].to_numpy(), pairs["cfg_row"].to_numpy()
+    if "fabric_gbps" in cfg and "fabric_gbps" in priced:
+        cf = cfg["fabric_gbps"].to_numpy(float)[ci]
+        of = priced["fabric_gbps"].to_numpy(float)[oi]
+        keep = np.isnan(cf) | (cf == of)
+        oi, ci = oi[keep], ci[keep]
 
     nodes = cfg["nodes"].to_numpy(float)[ci]
+    gpus = cfg["gpus"].to_numpy(float)[ci] if "gpus" in cfg else nodes * cfg["gpu_count"].to_numpy(float)[ci]
     train = cfg["train_hours"].to_numpy(float)[ci]
     setup = np.broadcast_to(np.asarray(cfg["setup_hours"], float), (len(cfg),))[ci]
-    ckpt = cfg["ckpt_hours"].to_numpy(float)[ci]
+    write = cfg["write_hours"].to_numpy(float)[ci] if "write_hours" in cfg else np.zeros(len(ci))
     is_spot = priced["spot"].to_numpy(bool)[oi]
     od_price = priced["price_hour"].to_numpy(float)[oi]
     sp_price = priced["spot_price_hour"].to_numpy(float)[oi]
@@ -68,19 +116,25 @@ def score(priced, cfg, *, spot_rate: float, checkpoint_interval: float):
     def billed(h):
         return np.ceil(np.maximum(h * 3600, mins) / inc - 1e-9) * inc / 3600
 
-    hours_od = train + setup
-    # spot: lose half a checkpoint interval + a restart per interruption; pay for each checkpoint write
-    hours_spot = hours_od + train * spot_rate * (checkpoint_interval / 2 + setup + ckpt) \
-        + np.floor(train / checkpoint_interval) * ckpt
+    def tier(spot: bool):
+        rate = interruption_rate(gpus, nodes, spot, spot_rate)
+        interval = checkpoint_interval(write, rate, train, checkpoint_interval_hours)
+        return (*wall_hours(train, setup, write, rate, interval), interval)
+
+    hours_od, ckpt_od, lost_od, int_od = tier(False)
+    hours_sp, ckpt_sp, lost_sp, int_sp = tier(True)
     cost_od = billed(hours_od) * od_price * nodes
     with np.errstate(invalid="ignore"):
-        cost_spot = billed(hours_spot) * sp_price * nodes  # NaN where no spot price
+        cost_spot = billed(hours_sp) * sp_price * nodes  # NaN where no spot price
     ram = pd.to_numeric(priced["ram_gb"], errors="coerce").fillna(0).to_numpy(float)[oi]
     return pd.DataFrame({
         "offer_row": oi, "cfg_row": ci,
-        "hours": np.where(is_spot, hours_spot, hours_od),
+        "hours": np.where(is_spot, hours_sp, hours_od),
         "cost_usd": np.where(is_spot, cost_spot, cost_od),
-        "cost_on_demand_usd": cost_od, "cost_spot_usd": cost_spot,
+        "cost_on_demand_usd": cost_od, "cost_spot_usd": cost_spot, "hours_spot": hours_sp,
+        "checkpoint_hours": np.where(is_spot, ckpt_sp, ckpt_od),
+        "interruption_hours": np.where(is_spot, lost_sp, lost_od),
+        "checkpoint_interval_hours": np.where(is_spot, int_sp, int_od),
         "price_hour": od_price * nodes,
         "ram_ok": cfg["cpu_ram"].to_numpy(float)[ci] <= ram * 1e9 * CPU_RAM_USABLE,
     })

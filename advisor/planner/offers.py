@@ -3,7 +3,11 @@
 Loads the sheets (user > cache > bundled, `pricing.load_offers`), drops rows without a usable
 on-demand price, canonicalises GPU names, applies the provider / region / GPU filters (an
 unknown name is an error listing the valid ones) and the GPU-count limits, and records every
-row it leaves out in the plan's rejections.
+row it leaves out in the plan's rejections. Prices a senior engineer would not sign are left
+out with their reason: GPU-only prices without their host VM, and stale prices while a fresh
+offer exists (`--allow-stale` keeps them). Each row gains the date its source observed the
+price and the inter-node fabric it can form clusters over (pricing.fabrics, or the sheet's own
+`cluster_gbps`); identical offers in several regions become one row that lists the others.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     if offers is None or len(offers) == 0:
         raise AdvisorError("No usable price sheet: no offers loaded; run `gpu-advisor prices` to fetch or import one.")
     off = offers.copy()
+    for column, default in OPTIONAL_COLUMNS.items():  # a DataFrame from a library user may leave these out
+        if column not in off:
+            off[column] = default
     off["price_hour"] = pd.to_numeric(off["price_hour"], errors="coerce")
     off["spot_price_hour"] = pd.to_numeric(off.get("spot_price_hour"), errors="coerce")
     off["gpu_count"] = pd.to_numeric(off["gpu_count"], errors="coerce")
@@ -38,7 +45,8 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     if len(off) == 0:
         raise AdvisorError("No usable price sheet: no offer has an on-demand price; run `gpu-advisor prices`.")
     off["gpu_count"] = off["gpu_count"].astype(int)
-    off["gpu_model"] = off["gpu_model"].map(lambda g: canonical_name(str(g)) or str(g))
+    names = {g: canonical_name(str(g)) for g in off["gpu_model"].unique()}  # once per distinct label
+    off["gpu_model"] = off["gpu_model"].map(lambda g: names[g] or str(g))
 
     if request.providers:
         providers = [p.lower() for p in request.providers]
@@ -51,10 +59,15 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
         want = [get_gpu(g).name for g in request.gpus]
         check_choice("--gpu", want, off["gpu_model"].unique())
         off = off[off["gpu_model"].isin(want)]
-    known = off["gpu_model"].map(lambda g: canonical_name(g) is not None)
+    known = off["gpu_model"].isin({c for c in names.values() if c})
     for g, n in off.loc[~known, "gpu_model"].value_counts().items():
         rejections.add(f"{g}: GPU not in the GPU table (pricing/data/gpus.csv)", n, g)
     off = off[known].reset_index(drop=True)
+    off = _complete_prices(off, rejections)
+    off = _fresh_only(off, request, rejections)
+    off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
+    off = collapse_regions(off, request.spot)
+    off = cheapest(off, max(request.top, 10), request.spot, rejections)
 
     if request.max_gpus is not None:
         over = off["gpu_count"] > request.max_gpus
@@ -64,6 +77,132 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     rejections.add(f"more GPUs than sequences in the global batch ({request.sequences_per_step})", int(big.sum()),
                    _examples(off.loc[big]))
     return off
+
+
+OPTIONAL_COLUMNS = {"spot_price_hour": None, "notes": "", "stale": False, "source": "", "fetched_at": "",
+                    "interconnect": "", "cluster_gbps": float("nan"), "ram_gb": float("nan")}
+GPU_ONLY = "gpu_only_price"  # note the SkyPilot importer puts on attachable-GPU rows (PRICE_SOURCES.md)
+
+
+def _complete_prices(off, rejections: Rejections):
+    """GPU-only prices (GCP attachable GPUs, priced without their n1/g2 host VM) cannot be compared
+    with whole-instance prices. The host's price would come from the same catalog's host rows
+    (SkyPilot lists them separately); the bundled extract has none for n1/g2, so these rows are left
+    out with that reason rather than ranked cheap."""
+    notes = off["notes"].fillna("").astype(str) if "notes" in off else None
+    if notes is None:
+        return off
+    partial = notes.str.contains(GPU_ONLY, regex=False).to_numpy()
+    rejections.add("GPU-only price without its host VM (the sheet has no host price to add; import the "
+                   "provider's full catalog or give the whole instance's price with --prices)", int(partial.sum()),
+                   _examples(off.loc[partial]))
+    return off.loc[~partial].reset_index(drop=True)
+
+
+def _fresh_only(off, request: PlanRequest, rejections: Rejections):
+    """Drop stale rows (older than the threshold or from an old catalog generation) while a fresh
+    offer exists; with only stale rows left, keep them (the plan warns)."""
+    stale = off["stale"].fillna(False).astype(bool).to_numpy() if "stale" in off else None
+    if stale is None or request.allow_stale or not stale.any() or stale.all():
+        return off
+    from pricing.cache import stale_days
+
+    rejections.add(f"stale price (older than {stale_days():g} days or an old catalog generation) while fresh "
+                   "offers exist; --allow-stale ranks them too", int(stale.sum()), _examples(off.loc[stale]))
+    return off.loc[~stale].reset_index(drop=True)
+
+
+def _observed(off):
+    """The date each price was observed by its source: the sheet's fetched_at, except rows from an
+    old catalog generation, whose snapshot date is only when the old file was copied: for those the
+    era the importer recorded ("stale:catalog-v6-2024-era" -> "2024-era (catalog v6)")."""
+    import numpy as np
+
+    dates = off["fetched_at"].astype(str).str.slice(0, 10).to_numpy(dtype=object)
+    notes = off["notes"].fillna("").astype(str)
+    old = notes.str.contains("stale:catalog-", regex=False).to_numpy()
+    if old.any():
+        era = notes[old].str.extract(r"stale:catalog-(v\d+)-([\w-]+?)(?:;|$)")
+        known = era[0].notna().to_numpy()
+        dates[np.flatnonzero(old)[known]] = (era.loc[known, 1] + " (catalog " + era.loc[known, 0] + ")").to_numpy()
+    return dates
+
+
+def _fabric(off):
+    """Gb/s per node between instances of one cluster, or NaN where no multi-node fabric is known."""
+    import numpy as np
+
+    from pricing.fabrics import cluster_gbps, providers
+
+    out = np.full(len(off), np.nan)
+    names = off["provider"].astype(str).to_numpy()
+    listed = np.flatnonzero(np.isin(names, list(providers())))  # only the providers the table names
+    kinds = off["instance_type"].astype(str).to_numpy()
+    for i in listed:
+        gbps = cluster_gbps(names[i], kinds[i])
+        out[i] = np.nan if gbps is None else gbps
+    own = off["cluster_gbps"].to_numpy(dtype=float)  # the sheet's own statement wins
+    return np.where(np.isnan(own), out, own)
+
+
+def collapse_regions(off, spot: bool):
+    """One row per identical offer (provider, instance, GPUs, prices, source) found in several
+    regions: the first region alphabetically, with the others listed in `also_in`."""
+    keys = ["provider", "instance_type", "gpu_model", "gpu_count", "price_hour", "source"]
+    if spot:
+        keys.append("spot_price_hour")
+    import numpy as np
+
+    frame = off.sort_values(["region"], kind="stable").reset_index(drop=True)
+    gid = frame.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    order = np.argsort(gid, kind="stable")  # rows of one group together, regions in order
+    starts = np.flatnonzero(np.r_[True, np.diff(gid[order]) != 0])
+    sizes = np.diff(np.r_[starts, len(order)])
+    first_rows = order[starts]
+    regions = frame["region"].to_numpy()[order]
+    also = [list(regions[a + 1:a + n]) if n > 1 else [] for a, n in zip(starts, sizes)]
+    out = frame.iloc[first_rows].copy()
+    out["also_in"] = also
+    return out.sort_index().reset_index(drop=True)
+
+
+def _first_n(group, prices, n: int):
+    """Mask of the n cheapest rows of each group (NaN prices last)."""
+    import numpy as np
+
+    order = np.lexsort((np.nan_to_num(prices, nan=np.inf), group))
+    g = group[order]
+    start = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    first = np.repeat(start, np.diff(np.r_[start, len(g)]))
+    mask = np.zeros(len(group), dtype=bool)
+    mask[order] = (np.arange(len(g)) - first) < n
+    return mask & ~np.isnan(prices)
+
+
+def cheapest(off, top: int, spot: bool, rejections: Rejections):
+    """Per instance kind (GPU model, GPUs per instance, fabric) and billing increment, the `top`
+    cheapest offers on demand and on spot, and each provider's cheapest. Hours depend on the
+    hardware and stack, never on the offer, so within a kind and billing increment a dearer offer
+    can never rank above these, beat them on the Pareto front or be the cheapest of its provider
+    or GPU: scoring it would only cost time (a public catalog has tens of thousands of rows)."""
+    import numpy as np
+
+    from advisor.planner.costing import billing_increment
+
+    if len(off) <= 4 * top:
+        return off
+    kind = off.groupby(["gpu_model", "gpu_count", off["fabric_gbps"].fillna(-1)], sort=False).ngroup().to_numpy()
+    per_provider = {p: billing_increment(p) for p in off["provider"].unique()}
+    increment = off["provider"].map(per_provider).factorize()[0]
+    provider = off["provider"].factorize()[0]
+    keep = np.zeros(len(off), dtype=bool)
+    for price in ("price_hour", "spot_price_hour") if spot else ("price_hour",):
+        prices = off[price].to_numpy(float)
+        for group, limit in ((kind * (increment.max() + 1) + increment, top), (kind * (provider.max() + 1) + provider, 1)):
+            keep |= _first_n(group, prices, limit)
+    rejections.add(f"offers dearer than the {top} cheapest of the same GPU, GPU count, fabric and billing "
+                   "(they cannot rank above them)", int((~keep).sum()), _examples(off.loc[~keep]))
+    return off.loc[keep].reset_index(drop=True)
 
 
 def priced_tiers(off, spot: bool):
@@ -81,4 +220,6 @@ def priced_tiers(off, spot: bool):
 
 
 def _examples(rows) -> str:
-    return ", ".join(sorted(rows["instance_type"].astype(str).unique())[:3])
+    import pandas as pd
+
+    return ", ".join(sorted(pd.unique(rows["instance_type"].astype(str))[:100])[:3])

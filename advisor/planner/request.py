@@ -14,22 +14,32 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
-from advisor.modelspec import ModelSpec
+from advisor.modelspec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
+                               MAX_USD, ModelSpec)
 from advisor.stacks import METHODS
 
+RISKS = {"p50": 0.5, "p80": 0.8, "p90": 0.9}  # quantile of the run's duration the ranking uses
 DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given
+MAX_TOP = 10_000  # candidates a plan lists
+# Fields that must be whole numbers, booleans or one of a few words in a plan file or a library call
+# (pydantic's lax mode would read 2.7 as an error but "yes" as True: a plan file says true/false).
+_BOOL_FIELDS = ("spot", "allow_stale", "distinct", "padded")
+_INT_FIELDS = ("seq_len", "global_batch", "global_batch_tokens", "max_gpus", "max_nodes", "top")
+# Stack fields a plan may pin (cli/options.py offers the same set; tests check they agree)
+PIN_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "adapter_dtype", "dora", "modules_to_save",
+              "double_quant", "bnb_saves_inputs", "precision", "optimizer", "grad_checkpointing", "attention",
+              "liger", "loss", "compile", "sharding", "offload")
 
 
-def parse_count(value: Any, option: str) -> float | None:
-    """'50M', '1.5B', '2e9', 1000 -> a positive number (None and '' stay None)."""
+def parse_count(value: Any, option: str, maximum: float = MAX_TOKENS) -> float | None:
+    """'50M', '1.5B', '2e9', 1000 -> a positive number up to `maximum` (None and '' stay None)."""
     if value is None or value == "":
         return None
     from advisor.models import parse_param_count
 
-    try:
-        return float(parse_param_count(value))
-    except BadInput:
-        raise BadInput(f"--{option}: expected a positive count such as 50M, 1.5B or 2e9 (got {value!r}).") from None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise BadInput(f"--{option}: expected a positive count such as 50M, 1.5B or 2e9 (got a {type(value).__name__}).")
+    return float(parse_param_count(value, maximum, f"--{option}"))
 
 
 def parse_hours(value: Any, option: str = "deadline") -> float | None:
@@ -40,10 +50,12 @@ def parse_hours(value: Any, option: str = "deadline") -> float | None:
     mult = {"h": 1.0, "d": 24.0, "m": 1 / 60, "w": 168.0}.get(text[-1:], None)
     try:
         hours = float(text[:-1]) * mult if mult else float(text)
-    except ValueError:
-        raise BadInput(f"--{option}: expected hours such as 36, 36h, 2d or 90m (got {value!r}).") from None
+    except (ValueError, OverflowError):
+        raise BadInput(f"--{option}: expected hours such as 36, 36h, 2d or 90m (got {value!r:.80}).") from None
     if not math.isfinite(hours) or hours <= 0:
-        raise BadInput(f"--{option}: must be a positive, finite duration (got {value!r}).")
+        raise BadInput(f"--{option}: must be a positive, finite duration (got {value!r:.80}).")
+    if hours > MAX_HOURS:
+        raise BadInput(f"--{option}: at most {MAX_HOURS:,} hours (got {value!r:.80}).")
     return hours
 
 
@@ -63,30 +75,36 @@ class PlanRequest(BaseModel):
     model: str | ModelSpec = Field(description="catalog name, Hugging Face id, config.json path or a ModelSpec")
     tokens: float = Field(description="training tokens per epoch")
     epochs: float = 1.0
-    seq_len: int = Field(2048, gt=0)
-    global_batch: int | None = Field(None, gt=0, description="sequences per optimizer step")
-    global_batch_tokens: int | None = Field(None, gt=0)
+    seq_len: int = Field(2048, gt=0, le=MAX_SEQ_LEN)
+    global_batch: int | None = Field(None, gt=0, le=MAX_BATCH, description="sequences per optimizer step")
+    global_batch_tokens: int | None = Field(None, gt=0, le=MAX_BATCH * MAX_SEQ_LEN)
     methods: tuple[str, ...] = METHODS
     providers: tuple[str, ...] = ()
     regions: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
-    spot: bool = True
-    max_gpus: int | None = Field(None, gt=0)
-    max_nodes: int = Field(1, gt=0)
+    spot: bool = Field(False, description="also price spot capacity, shown beside the on-demand ranking")
+    allow_stale: bool = Field(False, description="rank stale prices even when a fresh offer exists")
+    max_gpus: int | None = Field(None, gt=0, le=MAX_GPUS)
+    max_nodes: int = Field(1, gt=0, le=MAX_NODES)
     budget: float | None = None
     deadline_hours: float | None = None
     headroom: float = 0.10
     mfu: float | None = None
     setup_hours: float | None = None
     sort: str = "cost"
-    top: int = Field(10, gt=0)
-    interruptions_per_hour: float | None = None
-    checkpoint_interval_hours: float | None = None
+    risk: str = Field("p50", description="rank by the time model's median (p50) or a pessimistic quantile of its "
+                                         "held-out error (p80, p90): budget on what the run may take")
+    top: int = Field(10, gt=0, le=MAX_TOP)
+    interruptions_per_hour: float | None = Field(None, description="spot interruptions per instance-hour")
+    checkpoint_interval_hours: float | None = Field(None, description="hours between checkpoints (default: Young's optimum)")
     network_gbps: float | None = None
     distinct: bool = Field(True, description="one row per offer × node count × method (its best stack)")
     prices: tuple[str, ...] = Field((), description="price sheets that win over the bundled snapshot")
     discount: tuple[str, ...] = Field((), description="provider=fraction, e.g. aws=0.3")
     command: str = ""
+    pins: dict[str, Any] = Field(default_factory=dict, description="stack settings the user fixed (Stack fields); "
+                                                                   "every other dimension is searched")
+    padded: bool = False
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -102,6 +120,46 @@ class PlanRequest(BaseModel):
             raise BadInput("--tokens: give the dataset size as --tokens N, or --examples N with --avg-tokens T.")
         return n
 
+    @field_validator(*_BOOL_FIELDS, mode="before")
+    @classmethod
+    def _strict_bool(cls, v: Any, info) -> Any:
+        """true/false only: a quoted 'no' or 'off' in a YAML file is a string, not a switch."""
+        if isinstance(v, bool):
+            return v
+        raise BadInput(f"--{info.field_name.replace('_', '-')}: expected true or false (got {v!r:.80}).")
+
+    @field_validator(*_INT_FIELDS, mode="before")
+    @classmethod
+    def _whole(cls, v: Any, info) -> Any:
+        """Whole numbers only (a float that is one, such as 2048.0, is accepted; NaN, inf, 2.5, '1e9' are not)."""
+        if v is None or isinstance(v, int) and not isinstance(v, bool):
+            return v
+        name = info.field_name.replace("_", "-")
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            return int(v)
+        if isinstance(v, str) and v.strip().lstrip("+").isdigit():
+            return int(v.strip())
+        raise BadInput(f"--{name}: expected a whole number (got {v!r:.80}).")
+
+    @field_validator("epochs", "budget", "headroom", "mfu", "setup_hours", "interruptions_per_hour",
+                     "checkpoint_interval_hours", "network_gbps", mode="before")
+    @classmethod
+    def _number(cls, v: Any, info) -> Any:
+        """A finite number (a YAML 'many', .nan or .inf is refused here, naming the option)."""
+        name = {"checkpoint_interval_hours": "checkpoint-every"}.get(info.field_name, info.field_name.replace("_", "-"))
+        if v is None:
+            return v
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                raise BadInput(f"--{name}: expected a number (got {v!r:.80}).") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise BadInput(f"--{name}: expected a number (got {v!r:.80}).")
+        if not math.isfinite(v):
+            raise BadInput(f"--{name}: must be a finite number (got {v}).")
+        return v
+
     @field_validator("methods", "providers", "regions", "gpus", "prices", "discount", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> tuple[str, ...]:
@@ -112,6 +170,27 @@ class PlanRequest(BaseModel):
     def _deadline(cls, v: Any) -> float | None:
         return parse_hours(v)
 
+    @field_validator("pins", mode="before")
+    @classmethod
+    def _pins(cls, v: Any) -> dict[str, Any]:
+        """Only Stack fields a plan may pin (not method: --methods; not gpus: searched), validated by
+        building a stack from them so a bad value is refused before any work."""
+        from advisor.stacks import Stack
+
+        pins = {k: val for k, val in dict(v or {}).items() if val is not None}
+        bad = sorted(set(pins) - set(PIN_FIELDS))
+        if bad:
+            raise BadInput(f"--{bad[0].replace('_', '-')}: not a stack setting a plan can pin; pins: "
+                           f"{', '.join(PIN_FIELDS)}.")
+        probe = {"method": "lora", **pins}
+        if pins.get("precision") == "fp32":
+            probe["method"] = "full"
+        try:
+            Stack(**probe)
+        except ValidationError as exc:
+            raise BadInput(validation_message(exc)) from None
+        return pins
+
     @model_validator(mode="after")
     def _check(self) -> "PlanRequest":
         self.methods = tuple(dict.fromkeys(self.methods)) or METHODS
@@ -119,12 +198,34 @@ class PlanRequest(BaseModel):
         for name, value in (("epochs", self.epochs), ("tokens", self.tokens)):
             if not math.isfinite(value) or value <= 0:
                 raise BadInput(f"--{name}: must be a positive, finite number (got {value}).")
+        from advisor.stacks import Stack
+
+        for key, value in self.pins.items():  # a switch is true/false, not 'no' (which pydantic reads as False)
+            if Stack.model_fields[key].annotation is bool and not isinstance(value, bool):
+                raise BadInput(f"--{key.replace('_', '-')}: expected true or false (got {value!r:.80}).")
+        if self.epochs > MAX_EPOCHS:
+            raise BadInput(f"--epochs: at most {MAX_EPOCHS:,} (got {self.epochs:g}).")
+        if self.tokens > MAX_TOKENS:
+            raise BadInput(f"--tokens: at most {MAX_TOKENS:,} tokens per epoch (got {self.tokens:.3g}).")
+        if self.budget is not None and self.budget > MAX_USD:
+            raise BadInput(f"--budget: at most {MAX_USD:,} USD (got {self.budget:.3g}).")
+        for name, value in (("setup-hours", self.setup_hours), ("checkpoint-every", self.checkpoint_interval_hours)):
+            if value is not None and value > MAX_HOURS:
+                raise BadInput(f"--{name}: at most {MAX_HOURS:,} hours (got {value:g}).")
+        if self.checkpoint_interval_hours is not None and self.checkpoint_interval_hours <= 0:
+            raise BadInput(f"--checkpoint-every: must be a positive number of hours (got {self.checkpoint_interval_hours:g}).")
+        if self.interruptions_per_hour is not None and not 0 <= self.interruptions_per_hour <= 1000:
+            raise BadInput(f"interruptions_per_hour: must be between 0 and 1,000 (got {self.interruptions_per_hour:g}).")
+        if self.network_gbps is not None and not 0 < self.network_gbps <= 100_000:
+            raise BadInput(f"network_gbps: must be between 0 and 100,000 Gb/s (got {self.network_gbps:g}).")
         if not 0 <= self.headroom < 1:
             raise BadInput(f"--headroom: must be a fraction in [0, 1), got {self.headroom}.")
         if self.mfu is not None and not 0 < self.mfu <= 1:
             raise BadInput(f"--mfu: must be a fraction in (0, 1], got {self.mfu}.")
         if self.sort not in ("cost", "time"):
             raise BadInput(f"--sort: expected cost or time, got {self.sort!r}.")
+        if self.risk not in RISKS:
+            raise BadInput(f"--risk: expected one of {', '.join(RISKS)}, got {self.risk!r}.")
         if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
             raise BadInput(f"--budget: must be a positive amount of USD (got {self.budget}).")
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
@@ -165,17 +266,28 @@ class PlanRequest(BaseModel):
 
 
 # CLI/plan-file spelling -> PlanRequest field
-_ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model"}
+_ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model", "checkpoint_every": "checkpoint_interval_hours",
+            "bnb_legacy": "bnb_saves_inputs"}
 FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "epochs", "seq_len", "global_batch", "global_batch_tokens",
              "methods", "budget", "deadline", "providers", "regions", "gpu", "spot", "max_gpus", "max_nodes",
-             "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks")
+             "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks", "allow_stale",
+             "checkpoint_every", "padded", "risk", *PIN_FIELDS)
 
 
 def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    pins = dict(options.pop("pins", None) or {})
     for key, value in options.items():
-        out[_ALIASES.get(key, key)] = value
+        key = _ALIASES.get(key, key)
+        if key in PIN_FIELDS:
+            if value is not None:
+                pins[key] = value
+        else:
+            out[key] = value
+    out["pins"] = pins
     if "all_stacks" in out:
+        if not isinstance(out["all_stacks"], bool):
+            raise BadInput(f"--all-stacks: expected true or false (got {out['all_stacks']!r:.80}).")
         out["distinct"] = not out.pop("all_stacks")
     examples, avg = out.pop("examples", None), out.pop("avg_tokens", None)
     if out.get("tokens") in (None, ""):
@@ -190,23 +302,32 @@ def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_plan_file(path: Path) -> dict[str, Any]:
-    """The fields of a YAML plan file, checked against the plan options."""
-    import yaml
+MAX_PLAN_FILE_BYTES = 1_000_000  # a plan file is a few lines
 
+
+def read_plan_file(path: Path) -> dict[str, Any]:
+    """The fields of a YAML plan file, checked against the plan options. Read as data with
+    pricing.files.load_yaml (size, nesting and alias limits; no tags that build objects)."""
+    from advisor.text import plain
+    from pricing.errors import PriceInputError
+    from pricing.files import load_yaml, read_text
+
+    what = f"--file {plain(path)}"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise BadInput(f"--file: cannot read {path}: {str(exc).splitlines()[0]}") from None
+        data = load_yaml(read_text(path, what, max_bytes=MAX_PLAN_FILE_BYTES), what,
+                         max_bytes=MAX_PLAN_FILE_BYTES, max_depth=20, max_nodes=100_000)
+    except PriceInputError as exc:
+        raise BadInput(str(exc)) from None
+    data = {} if data is None else data
     if not isinstance(data, dict):
-        raise BadInput(f"--file: {path} must hold a mapping of plan fields.")
+        raise BadInput(f"{what}: must hold a mapping of plan fields (field: value lines).")
     out = {}
     for key, value in data.items():
         k = str(key).replace("-", "_")
         if k == "deadline_hours":
             k = "deadline"
         if k not in FILE_KEYS:
-            raise BadInput(f"--file: unknown field {key!r} in {path}; valid: {', '.join(sorted(FILE_KEYS))}.")
+            raise BadInput(f"{what}: unknown field {plain(key)[:80]!r}; valid: {', '.join(sorted(FILE_KEYS))}.")
         out[k] = value
     return out
 

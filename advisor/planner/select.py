@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.planner import costing
-from advisor.planner.configs import Config
+from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
 
@@ -31,12 +31,14 @@ class Selection:
     rejections: Rejections
     n_scored: int
     n_meeting: int
+    spot: object = ()  # the best spot candidate (with --spot), beside the on-demand ranking
+    constraints_met: bool = True
 
     def shown(self, top: int):
         """Positions of every candidate the plan will show (checked exactly before it is built)."""
         import numpy as np
 
-        parts = [self.ranked[:top], self.pareto, *map(np.asarray, self.best.values()), self.baseline]
+        parts = [self.ranked[:top], self.pareto, *map(np.asarray, self.best.values()), self.baseline, self.spot]
         return np.concatenate([np.asarray(p) for p in parts]).astype(int)
 
 
@@ -47,17 +49,19 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
 
     cfg = pd.DataFrame({
         "gpu_model": [c.gpu_model for c in configs], "gpu_count": [c.per_node for c in configs],
-        "nodes": [c.nodes for c in configs], "method": [c.method for c in configs],
-        "micro_batch": [c.micro_batch for c in configs], "need1": [c.need1 for c in configs],
+        "nodes": [c.nodes for c in configs], "gpus": [c.stack.gpus for c in configs],
+        "fabric_gbps": [np.nan if c.fabric_gbps is None else c.fabric_gbps for c in configs],
+        "method": [c.method for c in configs],
+        "micro_batch": [c.max_micro_batch for c in configs], "need1": [c.need1 for c in configs],
         "cpu_ram": [c.cpu_ram for c in configs], "usable": [c.gpu.usable_bytes for c in configs],
         "limit": [c.limit for c in configs], "train_hours": [c.train_hours for c in configs],
+        "write_hours": costing.checkpoint_write_hours(np.array([c.checkpoint_bytes for c in configs], float),
+                                                      np.array([c.nodes for c in configs], float)),
     })
     cfg["row"] = np.arange(len(cfg))
     is_full = (cfg["method"] == "full").to_numpy()
     out_gb = np.where(is_full, weights_gb, adapters_gb)
     cfg["setup_hours"] = costing.setup_hours(weights_gb, out_gb, request.setup_hours)
-    state_gb = np.where(is_full, weights_gb * 8, adapters_gb * 4)  # 16 B per trainable parameter
-    cfg["ckpt_hours"] = costing.checkpoint_hours(state_gb, cfg["nodes"].to_numpy(float))
     return cfg
 
 
@@ -91,18 +95,21 @@ def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: 
 
 
 def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections) -> Selection:
-    """Score every candidate and pick what the plan shows (vectorised over candidates)."""
-    import numpy as np
+    """Score every candidate and pick what the plan shows (vectorised over candidates).
 
-    b = costing.billing()["spot"]
-    rate = b["interruptions_per_hour"] if request.interruptions_per_hour is None else request.interruptions_per_hour
-    interval = (b["checkpoint_interval_hours"] if request.checkpoint_interval_hours is None
-                else request.checkpoint_interval_hours)
-    cfg = cfg.assign(train_hours=[c.train_hours for c in configs], micro_batch=[c.micro_batch for c in configs],
-                     cpu_ram=[c.cpu_ram for c in configs])
+    The ranking, the Pareto front, the best-per lists and the baseline compare on-demand prices;
+    with --spot the cheapest spot candidate meeting the constraints is kept beside them. A tight
+    candidate (within the estimator's error band of the limit) loses to an equal-cost safe one.
+    """
+    import numpy as np
+    import pandas as pd
+
+    cfg = cfg.assign(train_hours=[c.train_hours for c in configs], micro_batch=[c.max_micro_batch for c in configs],
+                     cpu_ram=[c.cpu_ram for c in configs], write_hours=cfg["write_hours"])
     methods = request.methods
     fitting = cfg[cfg["micro_batch"] > 0].reset_index(drop=True)
-    sc = costing.score(priced, fitting, spot_rate=rate, checkpoint_interval=interval)
+    sc = costing.score(priced, fitting, spot_rate=request.interruptions_per_hour,
+                       checkpoint_interval_hours=request.checkpoint_interval_hours)
     cfg_row = sc["cfg_row"].to_numpy()
     sc["row"] = fitting["row"].to_numpy()[cfg_row]
     bad_ram = ~sc["ram_ok"].to_numpy()
@@ -110,35 +117,43 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     i = np.flatnonzero(bad_ram & np.isin(cmeth, methods))
     if len(i):
         o = priced.iloc[sc["offer_row"].iat[i[0]]]
-        rejections.add(f"CPU offload needs more host RAM than the instance has (e.g. "
-                       f"{_fmt_gb(fitting['cpu_ram'].iat[cfg_row[i[0]]])} vs {o['ram_gb']:g} GB)", len(i),
+        ram = "unknown" if o["ram_gb"] != o["ram_gb"] else f"{o['ram_gb']:g} GB"
+        rejections.add(f"CPU offload needs more host RAM than the instance has, or its RAM is unknown (e.g. "
+                       f"{_fmt_gb(fitting['cpu_ram'].iat[cfg_row[i[0]]])} vs {ram})", len(i),
                        f"{o['provider']} {o['instance_type']}")
-    sel = ~bad_ram & np.isin(cmeth, methods)
+    is_spot = priced["spot"].to_numpy(bool)[sc["offer_row"].to_numpy()]
+    usable = ~bad_ram & np.isin(cmeth, methods)
+    sel = usable & ~is_spot
     cost, hours = sc["cost_usd"].to_numpy(), sc["hours"].to_numpy()
+    if request.risk != "p50":  # rank, filter and compare at the pessimistic quantile of the run's duration
+        at_risk = costing.score(priced, fitting.assign(train_hours=[configs[r].train_hours_risk for r in fitting["row"]]),
+                                spot_rate=request.interruptions_per_hour,
+                                checkpoint_interval_hours=request.checkpoint_interval_hours)
+        cost, hours = at_risk["cost_usd"].to_numpy(), at_risk["hours"].to_numpy()
+        sc["cost_at_risk"], sc["hours_at_risk"] = cost, hours
+    tight = np.array([c.tight for c in configs], dtype=bool)[sc["row"].to_numpy()]
 
-    notice = ""
-    meets = sel.copy()
+    over = cost > request.budget if request.budget is not None else np.zeros(len(sc), bool)
+    late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(sc), bool)
     if request.budget is not None:
-        over = cost > request.budget
-        rejections.add(f"over the budget of ${request.budget:,.0f}", int((over & meets).sum()))
-        meets &= ~over
+        rejections.add(f"over the budget of ${request.budget:,.0f}", int((over & sel).sum()))
     if request.deadline_hours is not None:
-        late = hours > request.deadline_hours
-        rejections.add(f"misses the deadline of {request.deadline_hours:g} h", int((late & meets).sum()))
-        meets &= ~late
+        rejections.add(f"misses the deadline of {request.deadline_hours:g} h", int((late & sel).sum()))
+    meets = sel & ~over & ~late
     tie = sc["offer_row"].to_numpy() * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    primary = (tie, hours, cost) if request.sort == "cost" else (tie, cost, hours)
+    # A tight candidate ranks as if it cost (or took) the estimator's error band more: it loses to a
+    # safe one that costs about the same, and wins only when clearly cheaper.
+    risk = 1 + TIGHT_FRACTION * tight
+    primary = (tie, hours * risk, cost * risk) if request.sort == "cost" else (tie, cost * risk, hours * risk)
+
+    notice, met = "", True
     if sel.any() and not meets.any():
+        met = False
         what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
                             if v is not None)
         notice = f"No candidate meets the {what}; showing the closest."
-        viol = np.zeros(len(sc))
-        if request.budget is not None:
-            viol += np.maximum(cost / request.budget - 1, 0)
-        if request.deadline_hours is not None:
-            viol += np.maximum(hours / request.deadline_hours - 1, 0)
         pool = np.flatnonzero(sel)
-        ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], viol[pool]))]
+        ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], _violation(cost, hours, request)[pool]))]
     else:
         pool = np.flatnonzero(meets)
         ranked = pool[np.lexsort(tuple(k[pool] for k in primary))]
@@ -152,21 +167,49 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         _, first = np.unique(group[ranked], return_index=True)
         ranked = ranked[np.sort(first)]
     if not sel.any():
+        met = False
         notice = ("Nothing fits: no offer can hold this job with the allowed settings."
                   if len(priced) else "No offer matches the filters.")
     # Pareto front (cost vs hours) over what meets the constraints (or the closest pool)
-    by_cost = pool[np.lexsort((tie[pool], hours[pool], cost[pool]))]
+    by_cost = pool[np.lexsort((tie[pool], hours[pool], tight[pool], cost[pool]))]  # the front itself: true costs
     h = hours[by_cost]
     prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
     pareto = by_cost[h < prev]
     order = pool[np.lexsort(tuple(k[pool] for k in primary))]
     best = {}
     for column in ("gpu_model", "provider"):
-        vals = priced[column].to_numpy()[sc["offer_row"].to_numpy()[order]]
-        _, first = np.unique(vals, return_index=True)
+        codes = pd.factorize(priced[column])[0]  # integers: np.unique on strings is slow
+        _, first = np.unique(codes[sc["offer_row"].to_numpy()[order]], return_index=True)
         best[column] = [order[j] for j in sorted(first)]
     # naive baseline: full fine-tuning, on demand, on the cheapest instance where it fits
-    base = np.flatnonzero(~bad_ram & (cmeth == "full") & ~priced["spot"].to_numpy()[sc["offer_row"].to_numpy()])
+    base = np.flatnonzero(~bad_ram & (cmeth == "full") & ~is_spot)
     baseline = base[np.lexsort((tie[base], cost[base], sc["price_hour"].to_numpy()[base]))][:1]
+    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
+    spot_best = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))][:1]
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
-                     notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()))
+                     notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
+                     spot=spot_best, constraints_met=met)
+
+
+def _violation(cost, hours, request: PlanRequest):
+    """How far each candidate misses the budget and the deadline, as summed fractions."""
+    import numpy as np
+
+    viol = np.zeros(len(cost))
+    if request.budget is not None:
+        viol += np.maximum(cost / request.budget - 1, 0)
+    if request.deadline_hours is not None:
+        viol += np.maximum(hours / request.deadline_hours - 1, 0)
+    return viol
+
+
+def misses(cost: float, hours: float, request: PlanRequest) -> list[str]:
+    """Plain words for how far one candidate misses each constraint (the 'closest' list)."""
+    out = []
+    if request.budget is not None and cost > request.budget:
+        out.append(f"misses the budget of ${request.budget:,.0f} by ${cost - request.budget:,.0f} "
+                   f"(+{cost / request.budget - 1:.0%})")
+    if request.deadline_hours is not None and hours > request.deadline_hours:
+        out.append(f"misses the deadline of {request.deadline_hours:g} h by {hours - request.deadline_hours:,.1f} h "
+                   f"(+{hours / request.deadline_hours - 1:.0%})")
+    return out

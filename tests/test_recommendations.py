@@ -1,0 +1,233 @@
+"""Recommendations an experienced ML engineer would sign (issue 11), over the bundled price sheet.
+
+Prices you can defend (on-demand headline, spot beside it, no stale or partial price ranked while
+a fresh complete one exists), clusters that exist (multi-node only over a known fabric), the
+stack the user pins, honest time (checkpoints sized from what the stack saves) and honest
+failure (tight fits, the global batch kept, unmeetable constraints said plainly).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from advisor.planner import plan
+from cli import cli
+from pricing.fabrics import cluster_gbps
+from pricing.gpus import get_gpu
+
+DATE = "2026-11-25T00:00:00Z"
+
+
+def offer(provider, region, instance, gpu, count, price, spot=None, **kw):
+    return dict(provider=provider, region=region, instance_type=instance, gpu_model=gpu, gpu_count=count,
+                gpu_memory_gb=get_gpu(gpu).memory_gb, vcpus=8 * count, ram_gb=kw.get("ram", 128 * count),
+                price_hour=price, spot_price_hour=spot, currency="USD", source=kw.get("source", f"test-{provider}"),
+                fetched_at=kw.get("fetched_at", DATE), interconnect="", notes=kw.get("notes", ""),
+                stale=kw.get("stale", False), cluster_gbps=kw.get("cluster_gbps"))
+
+
+@pytest.fixture(scope="module")
+def lora_8b():
+    return plan("meta-llama/Llama-3.1-8B", tokens=100e6)
+
+
+@pytest.fixture(scope="module")
+def lora_8b_spot():
+    return plan("meta-llama/Llama-3.1-8B", tokens=100e6, spot=True)
+
+
+def every(p):
+    return [*p.candidates, *p.pareto, *p.best_per_gpu.values(), *p.best_per_provider.values(),
+            *([p.baseline] if p.baseline else []), *([p.spot_alternative] if p.spot_alternative else [])]
+
+
+def test_default_8b_lora_top_pick_is_on_demand_and_fresh(lora_8b):
+    top = lora_8b.candidates[0]
+    assert not top.spot and not top.price_stale and top.price_date[:4].isdigit()
+    assert lora_8b.spot_alternative is None
+    assert all(not c.spot and not c.price_stale for c in lora_8b.candidates)
+    assert lora_8b.baseline is not None and not lora_8b.baseline.spot
+    assert lora_8b.saving_vs_baseline_usd == pytest.approx(lora_8b.baseline.cost_usd - top.cost_usd)
+    assert any("stale price" in r.reason for r in lora_8b.rejected)
+
+
+def test_with_spot_the_alternative_is_beside_the_on_demand_pick_and_saves_against_the_same_instance(lora_8b_spot,
+                                                                                                    lora_8b):
+    assert lora_8b_spot.candidates[0].cost_usd == pytest.approx(lora_8b.candidates[0].cost_usd)
+    s = lora_8b_spot.spot_alternative
+    assert s.spot and not s.price_stale and s.cost.on_demand_usd > s.cost_usd
+    assert s.timing.interruption_hours > 0
+    # the plan's saving still compares on-demand with the on-demand baseline
+    assert lora_8b_spot.saving_vs_baseline_usd == pytest.approx(lora_8b_spot.baseline.cost_usd
+                                                                 - lora_8b_spot.candidates[0].cost_usd)
+
+
+def test_no_gpu_only_price_is_ranked_without_its_host(lora_8b):
+    p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, providers=("gcp",), spot=True)
+    for c in every(p):
+        assert "gpu_only_price" not in c.offer.notes and "+" not in c.instance_type
+    assert any("GPU-only price" in r.reason and r.count > 0 for r in p.rejected)
+
+
+def test_identical_offers_in_several_regions_are_one_row():
+    offers = pd.DataFrame([offer("acme", r, "box8", "H100", 8, 20.0) for r in ("us-1", "eu-1", "ap-1")]
+                          + [offer("acme", "us-1", "box1", "H100", 1, 2.5)])
+    p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",), top=50)
+    box8 = [c for c in p.candidates if c.instance_type == "box8"]
+    assert box8 and {c.region for c in box8} == {"ap-1"} and all(c.offer.also_in == ["eu-1", "us-1"] for c in box8)
+
+
+def test_stale_prices_are_left_out_while_fresh_ones_exist_unless_asked():
+    offers = pd.DataFrame([offer("old", "r", "old-h100", "H100", 1, 1.0, stale=True,
+                                 notes="stale:catalog-v6-2024-era"),
+                           offer("new", "r", "new-h100", "H100", 1, 3.0)])
+    fresh = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",))
+    assert {c.provider for c in fresh.candidates} == {"new"}
+    assert any("stale" in r.reason and "--allow-stale" in r.reason for r in fresh.rejected)
+    both = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",), allow_stale=True)
+    old = next(c for c in both.candidates if c.provider == "old")
+    assert old.price_stale and old.price_date == "2024-era (catalog v6)"  # observed era, not the snapshot date
+    only_stale = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers.iloc[:1], methods=("lora",))
+    assert only_stale.candidates and any("stale" in w for w in only_stale.warnings)
+
+
+@pytest.fixture(scope="module")
+def full_70b_multinode():
+    return plan("meta-llama/Llama-3.1-70B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=40)
+
+
+def test_multi_node_only_over_a_known_fabric_and_its_bandwidth_feeds_the_time_model(full_70b_multinode):
+    multi = [c for c in every(full_70b_multinode) if c.nodes > 1]
+    assert multi, "the plan must show multi-node options over a known fabric"
+    for c in multi:
+        gbps = cluster_gbps(c.provider, c.instance_type)
+        assert gbps is not None, f"{c.provider} {c.instance_type} has no known fabric"
+        assert c.network_gbps == gbps
+    assert any("no inter-node fabric known" in r.reason for r in full_70b_multinode.rejected)
+
+
+def test_marketplace_listings_are_single_node_unless_the_sheet_says_otherwise():
+    offers = pd.DataFrame([offer("vast", "r", "8x-H100_SXM", "H100", 8, 16.0),
+                           offer("mycluster", "r", "hgx", "H100", 8, 16.0, cluster_gbps=3200.0)])
+    p = plan("meta-llama/Llama-3.1-70B", tokens=1e9, offers=offers, methods=("full",), max_nodes=2,
+             global_batch=128, top=50, distinct=False)
+    assert {c.provider for c in p.candidates if c.nodes > 1} == {"mycluster"}
+    assert all(c.network_gbps == 3200.0 for c in p.candidates if c.nodes > 1)
+
+
+def test_full_finetuning_defaults_to_mixed_precision_and_pure_bf16_is_a_stated_trade(full_70b_multinode):
+    for c in every(full_70b_multinode):
+        mixed = c.precision.startswith("amp") or c.sharding.startswith("zero")
+        assert mixed, c.label
+        assert not any("pure" in n for n in c.notes)
+    pure = plan("meta-llama/Llama-3.1-8B", tokens=20e6, methods=("full",), pins={"precision": "bf16"},
+                gpus=("H100",), top=5)
+    risky = [c for c in pure.candidates if not c.sharding.startswith("zero")]
+    assert risky and all(any("pure bf16 weights" in n for n in c.notes) for c in risky)
+
+
+def test_a_405b_full_finetunes_checkpoints_take_under_a_tenth_of_its_training():
+    p = plan("meta-llama/Llama-3.1-405B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=5)
+    assert p.candidates
+    for c in p.candidates:
+        assert c.timing.checkpoint_hours < 0.1 * c.train_hours
+        assert c.timing.checkpoint_interval_hours > 0
+        # sized from what the stack saves: mixed-precision Adam holds 12-18 B per parameter, 16-bit weights 2
+        assert c.hours >= c.train_hours + c.timing.checkpoint_hours
+
+
+def test_the_global_batch_is_kept_exactly_or_the_nearest_is_named():
+    offers = pd.DataFrame([offer("acme", "r", "h100x8", "H100", 8, 20.0), offer("acme", "r", "h100x3", "H100", 3, 8.0)])
+    p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",), global_batch=64, top=50)
+    for c in p.candidates:
+        gpus = c.gpu_count * c.nodes
+        assert c.micro_batch * c.grad_accum * gpus == c.timing.global_batch
+        if 64 % gpus == 0:
+            assert c.timing.global_batch == 64 and not any("sequences per step" in n for n in c.notes)
+        else:
+            assert c.timing.global_batch == 63 and any("63 sequences per step instead of 64" in n for n in c.notes)
+
+
+def test_a_tight_fit_is_marked_and_loses_to_an_equal_cost_safe_one():
+    from advisor.planner.configs import TIGHT_FRACTION
+
+    p = plan("meta-llama/Llama-3.1-70B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=40)
+    ranked = p.candidates
+    for c in ranked:
+        assert c.fit.tight == (c.peak_memory_bytes > c.fit.limit_bytes * (1 - TIGHT_FRACTION))
+    for a, b in zip(ranked, ranked[1:]):  # a tight candidate ahead of a safe one must be clearly cheaper
+        if a.fit.tight and not b.fit.tight:
+            assert a.cost_usd * (1 + TIGHT_FRACTION) <= b.cost_usd + 1e-9
+
+
+# ---------------------------------------------------------------- the user's own stack
+
+
+def test_plan_ranks_only_the_pinned_stack_and_launch_writes_exactly_it(tmp_path):
+    runner = CliRunner()
+    args = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "20M", "--methods", "lora", "--lora-rank",
+            "64", "--lora-targets", "q_proj,v_proj", "--optimizer", "adamw", "--grad-checkpointing",
+            "--format", "json", "--all-stacks", "--top", "30"]
+    r = runner.invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["candidates"]
+    for c in data["candidates"]:
+        st = c["stack"]
+        assert (c["method"], st["lora_rank"], st["lora_targets"], st["optimizer"], st["grad_checkpointing"]) == \
+            ("lora", 64, "q_proj,v_proj", "adamw", True)
+        assert st["lora_alpha"] == 128  # 2 × rank, as the estimate and the bundle use
+    assert "--lora-rank 64" in data["command"] and "--grad-checkpointing" in data["command"]
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(r.stdout)
+    out = tmp_path / "bundle"
+    r = runner.invoke(cli, ["launch", "--from", str(plan_file), "--out", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    ta = yaml.safe_load((out / "training_args.yaml").read_text())
+    assert ta["lora"]["r"] == 64 and ta["lora"]["lora_alpha"] == 128
+    assert ta["lora"]["target_modules"] == ["q_proj", "v_proj"]
+    assert ta["training"]["optim"] == "adamw_torch_fused"
+    checkpointing = ta["training"]["gradient_checkpointing"] or "fsdp_activation_checkpointing: true" in (
+        out / "accelerate_config.yaml").read_text()
+    assert checkpointing
+
+
+def test_a_yaml_plan_file_takes_the_stack_options(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("model: meta-llama/Llama-3.1-8B\ntokens: 20M\nmethods: qlora\nlora_rank: 32\n"
+                 "lora_targets: all-linear\nprecision: bf16\ngpu: H100\n")
+    r = CliRunner().invoke(cli, ["plan", "-f", str(f), "--format", "json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert {(c["method"], c["stack"]["lora_rank"]) for c in data["candidates"]} == {("qlora", 32)}
+
+
+def test_a_pinned_setting_the_model_cannot_run_is_one_clear_error():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "advisor", "plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens",
+                        "1M", "--methods", "lora", "--lora-targets", "qkv_proj"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: --lora-targets") and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_hours_and_cost_carry_the_time_models_held_out_band_and_risk_ranks_by_its_pessimistic_end(lora_8b):
+    for c in lora_8b.candidates:
+        t, k = c.timing, c.cost
+        assert t.hours_low <= t.hours <= t.hours_high and k.usd_low <= k.usd <= k.usd_high
+        assert "held-out" in t.band_basis  # the calibration segment and rows (or classes) behind the band
+    p80 = plan("meta-llama/Llama-3.1-8B", tokens=100e6, risk="p80")
+    assert p80.assumptions["risk"] == "p80"
+    from advisor.planner.configs import TIGHT_FRACTION
+
+    at_risk = [c.cost.usd_at_risk * (1 + TIGHT_FRACTION * c.fit.tight) for c in p80.candidates]
+    assert at_risk == sorted(at_risk)  # ranked by the pessimistic cost (a tight fit carries its risk premium)
+    for c in p80.candidates:
+        assert c.timing.hours <= c.timing.hours_at_risk <= c.timing.hours_high
