@@ -512,8 +512,13 @@ class _Census:
     layer_kinds: list[Saved]  # one per distinct decoder-layer kind (checkpointing recomputes the largest)
 
 
+# Stack fields the saved-tensor census never reads (they move model states, not activations): one
+# census serves every sharding, GPU count, offload and optimizer of the same training recipe.
+_STATE_ONLY = frozenset({"gpus", "sharding", "offload", "optimizer"})
+
+
 def _census(arch: Architecture, stack: Stack, seq_len: int, padded: bool) -> _Census:
-    key = ("census", stack.key, seq_len, padded)
+    key = ("census", tuple(v for k, v in stack.__dict__.items() if k not in _STATE_ONLY), seq_len, padded)
     if key not in arch._memo:
         arch._memo[key] = _count(arch, stack, Shape(micro_batch=1, seq_len=seq_len, padded=padded))
     return arch._memo[key]

@@ -26,6 +26,10 @@ from advisor.architecture import Architecture, default_attention, supported_atte
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
+
+# Components are built by this module from its own numbers: constructed without re-validation, as
+# the planner makes thousands of estimates (MemoryEstimate itself is still validated).
+_component = Component.model_construct
 from advisor.stacks import Shape, Stack
 
 GiB = 2**30
@@ -97,14 +101,14 @@ def _zero3_gathered(params: int, unit: float, wb: float) -> dict[str, Component]
                    max(0, params - live))
     src = "deepspeed 0.19.8 runtime/zero/config.py DeepSpeedZeroConfig; partitioned_param_coordinator.py"
     return {
-        "weights.zero3_live_params": Component(
+        "weights.zero3_live_params": _component(
             bytes=int(live * wb),
             formula=f"{live:,} gathered parameter elements × {wb:g} B: the largest module ({int(unit):,}) + "
             f"min(stage3_max_reuse_distance {z['stage3_max_reuse_distance']:,}, stage3_max_live_parameters "
             f"{z['stage3_max_live_parameters']:,}), at most all {params:,} params, gathered at the forward/backward turn",
             source=src,
         ),
-        "weights.zero3_prefetch_bucket": Component(
+        "weights.zero3_prefetch_bucket": _component(
             bytes=int(prefetch * wb),
             formula=f"{prefetch:,} elements fetched ahead: min(stage3_prefetch_bucket_size "
             f"{z['stage3_prefetch_bucket_size']:,}, live budget left) × {wb:g} B",
@@ -180,20 +184,20 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     if stack.method == "qlora":
         q = arch.linear_weight_params
         nf4 = nf4_bytes_per_param(stack.double_quant)
-        weights["weights.nf4_linears"] = Component(
+        weights["weights.nf4_linears"] = _component(
             bytes=int(q * nf4 / n_p),
             formula=f"{q:,} linear weights × {nf4:.4f} B (NF4{' + double-quant' if stack.double_quant else ''} constants)",
             source="Dettmers et al. 2023, QLoRA §3",
         )
         experts = arch.expert_weight_params
-        weights["weights.16bit_rest"] = Component(
+        weights["weights.16bit_rest"] = _component(
             bytes=int((P - q) * 2 / n_p),
             formula=f"{P - q:,} embedding/norm/bias/router{'/fused-expert' if experts else ''} params × 2 B "
             "(not nn.Linear, so bitsandbytes leaves them 16-bit)",
             source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit",
         )
     else:
-        weights["weights.base"] = Component(
+        weights["weights.base"] = _component(
             bytes=int(P * pb / n_p),
             formula=f"{P:,} params × {pb} B ({stack.precision}){f' / {n_p} shards' if n_p > 1 else ''}",
             source="ZeRO (Rajbhandari et al. 2020) §3: Ψ parameters; stage 3 partitions them",
@@ -202,7 +206,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     mags = _dora_magnitudes(arch, stack)
     if stack.method != "full":
         heads = arch.head_targets(stack.lora_targets)
-        weights["weights.lora_adapters"] = Component(
+        weights["weights.lora_adapters"] = _component(
             bytes=int((trainable - mags) * tb / n_p),
             formula=f"{trainable - mags:,} adapter params (r={stack.lora_rank}, {stack.lora_targets}) × {tb} B"
             + (f", {' and '.join(heads)} r·(h+V) each" if heads else ""),
@@ -210,7 +214,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             "autocast_adapter_dtype=False",
         )
     if mags:
-        weights["weights.dora_magnitudes"] = Component(
+        weights["weights.dora_magnitudes"] = _component(
             bytes=int(mags * tb / n_p),
             formula=f"{mags:,} magnitude elements (one per output feature of every adapted module) × {tb} B; "
             "trained: gradients and optimizer state counted with the adapters",
@@ -218,7 +222,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         )
     copies, cb = _saved_copies(arch, stack)
     if copies:
-        weights["weights.modules_to_save"] = Component(
+        weights["weights.modules_to_save"] = _component(
             bytes=int(copies * cb / n_p),
             formula=f"{copies:,} params ({', '.join(stack.saved_modules)}: a trainable copy beside the frozen "
             f"original) × {cb} B",
@@ -230,7 +234,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         weights.update(_zero3_gathered(P, unit, 0.5 if stack.method == "qlora" else compute_b))
     elif n_p > 1 or stack.offload in ("params", "both"):
         wb = 0.5 if stack.method == "qlora" else compute_b
-        weights["weights.gathered_units"] = Component(
+        weights["weights.gathered_units"] = _component(
             bytes=int((2 * largest_layer + root) * wb),
             formula="two decoder layers (current + prefetched) and the root unit (embeddings, lm_head, "
             "final norm, kept unsharded from forward to backward) in the compute dtype",
@@ -239,10 +243,10 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     if stack.offload in ("params", "both"):
         for key in ("weights.base", "weights.nf4_linears", "weights.16bit_rest", "weights.lora_adapters"):
             if key in weights:
-                weights[key] = Component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
+                weights[key] = _component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
 
     gradients = {
-        "gradients.trainable": Component(
+        "gradients.trainable": _component(
             bytes=int(trainable * tb / n_g),
             formula=f"{trainable:,} trainable{f' (incl. {mags:,} DoRA magnitudes)' if mags else ''} × {tb} B"
             f"{f' / {n_g} shards' if n_g > 1 else ''}",
@@ -250,14 +254,14 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         )
     }
     if copies:
-        gradients["gradients.modules_to_save"] = Component(
+        gradients["gradients.modules_to_save"] = _component(
             bytes=int(copies * cb / n_g),
             formula=f"{copies:,} params of the trainable {', '.join(stack.saved_modules)} copies × {cb} B"
             f"{f' / {n_g} shards' if n_g > 1 else ''}",
             source="peft modules_to_save: the copy has requires_grad=True (utils/other.py _set_layer_requires_grad)",
         )
     if n_g > 1 and stack.sharding in ("fsdp", "zero2", "zero3") and stack.method == "full":
-        gradients["gradients.unsharded_buffers"] = Component(
+        gradients["gradients.unsharded_buffers"] = _component(
             bytes=int((largest_layer + root) * tb),
             formula="one layer's and the root unit's unsharded gradients before reduce-scatter",
             source="PyTorch FSDP2 / DeepSpeed reduce-scatter per unit (root last)",
@@ -299,7 +303,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     }[opt]
     offload_opt = stack.offload in ("optimizer", "both")
     optimizer = {
-        "optimizer.states": Component(
+        "optimizer.states": _component(
             bytes=0 if offload_opt else int(opt_bytes / n_o),
             formula=note + (f" / {n_o} shards" if n_o > 1 else "") + (" (offloaded to CPU)" if offload_opt else ""),
             source=source,
@@ -307,7 +311,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     }
     if copies:
         copy_bytes, copy_note = _copy_optimizer_bytes(stack, copies, cb, arch)
-        optimizer["optimizer.modules_to_save"] = Component(
+        optimizer["optimizer.modules_to_save"] = _component(
             bytes=0 if offload_opt else int(copy_bytes / n_o),
             formula=f"{copies:,} params of the {', '.join(stack.saved_modules)} copies: {copy_note}"
             + (f" / {n_o} shards" if n_o > 1 else "") + (" (offloaded to CPU)" if offload_opt else ""),
@@ -411,14 +415,17 @@ def fit_micro_batch(
 def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     """Every memory component of `stack` at `shape`, the peak phase, and what nvidia-smi would show."""
     spec = arch.spec
-    states = _model_states(arch, stack)
+    key = ("states", stack.key)  # model states do not depend on the shape: once per stack
+    if key not in arch._memo:
+        arch._memo[key] = _model_states(arch, stack)
+    states = arch._memo[key]
     acts: ActivationEstimate = estimate_activations(arch, stack, shape)
     comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
     for key, val in acts.saved.items():
         where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
-        comps[key] = Component(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
+        comps[key] = _component(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
     if acts.recompute:
-        comps["activations.recompute_layer"] = Component(
+        comps["activations.recompute_layer"] = _component(
             bytes=acts.recompute,
             formula="one decoder layer's activations rebuilt during backward",
             source="torch.utils.checkpoint (Chen et al. 2016, sublinear memory)",
@@ -434,8 +441,8 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     loss = acts.loss
     liger_mlp = stack.liger and not spec.is_moe
     transients = {
-        loss.name: Component(bytes=loss.bytes, formula=loss.formula, source=loss.source),
-        "overhead.backward_workspace": Component(
+        loss.name: _component(bytes=loss.bytes, formula=loss.formula, source=loss.source),
+        "overhead.backward_workspace": _component(
             bytes=int((1 if liger_mlp else 2) * a * f * tokens),
             formula="the gradient arriving at the SwiGLU product (Liger writes gate's and up's gradients into "
             "their saved tensors)" if liger_mlp else
@@ -446,7 +453,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     }
     dora_peak = dora_transient(arch, stack)
     if dora_peak:
-        transients["overhead.dora_weight_norm"] = Component(
+        transients["overhead.dora_weight_norm"] = _component(
             bytes=dora_peak,
             formula="the largest adapted module's eye(in), lora_B(lora_A(eye)), W cast to the adapter dtype and "
             "W + s·BA, built to take ‖W + s·BA‖ every forward (and again in a recomputed layer)",
@@ -454,7 +461,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         )
     if stack.method == "qlora":
         largest = arch.largest_dense_linear
-        transients["overhead.dequantised_weight"] = Component(
+        transients["overhead.dequantised_weight"] = _component(
             bytes=int(largest * 2),
             formula="the largest linear dequantised to 16-bit for its matmul",
             source="bitsandbytes matmul_4bit dequantises per call",
@@ -482,30 +489,30 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     ddp_buckets = G if stack.sharding == "ddp" and stack.gpus > 1 else 0
     overhead = dict(transients)
     if ddp_buckets:
-        overhead["overhead.ddp_buckets"] = Component(
+        overhead["overhead.ddp_buckets"] = _component(
             bytes=ddp_buckets,
             formula="DDP's flat gradient buckets (a second copy of the gradients)",
             source="torch DDP Reducer, gradient_as_bucket_view=False (accelerate default)",
         )
     if stack.gpus > 1:
-        overhead["overhead.nccl_buffers"] = Component(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
+        overhead["overhead.nccl_buffers"] = _component(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
     reduce_bucket = 0
     if stack.sharding == "zero3":
         gb = 4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
         reduce_bucket = DEEPSPEED_ZERO3["reduce_bucket_size"] * gb
-        overhead["overhead.zero3_reduce_bucket"] = Component(
+        overhead["overhead.zero3_reduce_bucket"] = _component(
             bytes=reduce_bucket,
             formula=f"reduce_bucket_size {DEEPSPEED_ZERO3['reduce_bucket_size']:,} elements × {gb} B: the contiguous "
             "gradient bucket, allocated once at optimizer setup whatever the number of trainable parameters",
             source="deepspeed 0.19.8 runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: "
             "bucket.buffer = torch.empty(self.reduce_bucket_size) when contiguous_gradients (default True)",
         )
-    overhead["overhead.allocator"] = Component(
+    overhead["overhead.allocator"] = _component(
         bytes=frag,
         formula=f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of activations and loss buffers",
         source="PyTorch caching allocator: block rounding and fragmentation (reserved − allocated)",
     )
-    overhead["overhead.cuda_context"] = Component(
+    overhead["overhead.cuda_context"] = _component(
         bytes=CUDA_CONTEXT_BYTES, formula="CUDA context and kernel images", source="CUDA lazy module loading, typical 0.3-0.6 GiB"
     )
     comps.update(overhead)

@@ -147,7 +147,13 @@ def render_table(est) -> str:
         lines.append(fits_line(est))
     if est.throughput:
         t = est.throughput
-        lines.append(f"throughput: {t.tokens_per_sec:,.0f} tokens/s (MFU {t.mfu:.0%}), {t.step_seconds:.2f} s per step")
+        band = ""
+        if t.tokens_per_sec_low is not None and t.tokens_per_sec_high is not None:
+            basis = t.interval_basis.get("basis", "") if isinstance(t.interval_basis, dict) else ""
+            band = (f"; p10-p90 {t.tokens_per_sec_low:,.0f}-{t.tokens_per_sec_high:,.0f} tokens/s"
+                    + (f" ({plain(basis)})" if basis else ""))
+        lines.append(f"throughput: {t.tokens_per_sec:,.0f} tokens/s (MFU {t.mfu:.0%}), {t.step_seconds:.2f} s per step"
+                     f" at grad-accum {t.grad_accum}" + (f" on {t.nodes} nodes" if t.nodes > 1 else "") + band)
     lines.append("assumptions: " + "; ".join(f"{plain(k)}={plain(v)}" for k, v in est.assumptions.items()))
     return "\n".join(lines)
 

@@ -119,15 +119,18 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
          "It should cost about ", False), (money(c.cost_usd), True), (" and take ", False),
         (duration(c.hours), True), (" wall time", False),
     ]
+    t = c.timing
+    if t.hours_low is not None and t.hours_high is not None:
+        parts.append((f" (between {duration(t.hours_low)} and {duration(t.hours_high)}, {money(c.cost.usd_low)} "
+                      f"to {money(c.cost.usd_high)}, from the time model's held-out error: {t.band_basis})", False))
     if c.train_hours:
-        parts.append((f" ({duration(c.train_hours)} of training plus setup"
-                      f"{' and spot allowance' if c.spot else ''})", False))
+        parts.append((f": {duration(c.train_hours)} of training plus setup, checkpoints every "
+                      f"{duration(t.checkpoint_interval_hours)} and expected interruptions", False))
     tokens = plan.workload.get("tokens")
     per = f" for {tokens:,} tokens" if isinstance(tokens, int) else ""
     parts.append((f"{per} at {c.tokens_per_sec:,.0f} tokens/s. ", False))
     assumed = [f"MFU {pct(c.mfu)}"] if c.mfu else []
-    for words, label in ((("headroom",), "memory headroom"), (("setup",), "setup"),
-                         (("spot",), "spot interruption allowance")):
+    for words, label in ((("headroom",), "memory headroom"), (("setup",), "setup")):
         found = _find(plan.assumptions, *words)
         if found is not None:
             assumed.append(f"{label} {_frac(found[1], found[0])}")
@@ -135,6 +138,13 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         parts.append(("It assumes " + ", ".join(assumed) + "; ", False))
     parts.append((f"peak memory is {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} usable per GPU, "
                   f"and the price ({money(c.price_hour)}/h) is from {c.price_source}, {c.price_date}. ", False))
+    if c.notes:
+        parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
+    sp = plan.spot_alternative
+    if sp is not None:
+        parts.append((f"On spot capacity, {sp.provider} {sp.instance_type} would cost about {money(sp.cost_usd)} "
+                      f"and take {duration(sp.hours)} with expected interruptions, against "
+                      f"{money(sp.cost.on_demand_usd)} for the same instance on demand. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
         saving = plan.saving_vs_baseline_usd
@@ -158,14 +168,18 @@ def candidate_table(plan: Plan) -> dict:
     for c in plan.candidates[:TOP_ROWS]:
         on_front = (c.rank, c.instance_type, c.cost_usd) in front
         stale = is_stale(c, plan)
-        rows.append([str(c.rank), c.provider, c.region, c.instance_type, gpus(c), stack(c), pricing(c),
+        t = c.timing
+        band = f"{duration(t.hours_low)} – {duration(t.hours_high)}" if t.hours_low is not None else "n/a"
+        rows.append([str(c.rank), c.provider,
+                     c.region + (f" (+{len(c.offer.also_in)} more)" if c.offer.also_in else ""),
+                     c.instance_type, gpus(c), stack(c), pricing(c),
                      f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}",
-                     f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}", duration(c.hours),
-                     money(c.cost_usd), money(c.usd_per_m_tokens), "yes" if on_front else "",
-                     c.price_date + (" ⚠" if stale else "")])
+                     f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}" + (" (tight)" if c.fit.tight else ""),
+                     duration(c.hours), band, money(c.cost_usd), money(c.usd_per_m_tokens),
+                     "yes" if on_front else "", c.price_date + (" ⚠" if stale else "")])
         flags.append(stale)
     return table(["#", "Provider", "Region", "Instance", "GPUs", "Stack", "Pricing",
-                  "Micro-batch × accum × seq", "Peak / usable memory per GPU", "Wall time", "Cost",
+                  "Micro-batch × accum × seq", "Peak / usable memory per GPU", "Wall time", "Time band (p10 – p90)", "Cost",
                   "$ per M tokens", "Pareto", "Price date"], rows, flags)
 
 
@@ -228,7 +242,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "model": plan.model,
         "generated_at": plan.generated_at or "unknown time",
         "has_candidates": top is not None,
-        "n_candidates": len(plan.candidates),
+        "n_candidates": int(plan.assumptions.get("candidates_meeting_constraints") or len(plan.candidates)),
         "notice": plan.notice,
         "warnings": plan.warnings,
         "answer": answer_parts(plan),

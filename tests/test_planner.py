@@ -56,7 +56,8 @@ def test_every_fitting_candidate_fits_per_the_estimator(base):
     assert base.candidates
     for c in base.candidates[:: max(1, len(base.candidates) // 60)]:
         stack = Stack(method=c.method, precision=c.precision, optimizer=c.optimizer, grad_checkpointing=c.grad_checkpointing,
-                      attention=c.attention, gpus=c.gpu_count * c.nodes, sharding=c.sharding, offload=c.offload)
+                      attention=c.attention, gpus=c.gpu_count * c.nodes, sharding=c.sharding, offload=c.offload,
+                      liger=c.stack.liger)
         assert stack == c.stack  # the candidate carries the stack it was estimated with
         est = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch, seq_len=c.seq_len, grad_accum=c.grad_accum))
         assert est.device_total == c.peak_memory_bytes

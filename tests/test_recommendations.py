@@ -231,3 +231,24 @@ def test_hours_and_cost_carry_the_time_models_held_out_band_and_risk_ranks_by_it
     assert at_risk == sorted(at_risk)  # ranked by the pessimistic cost (a tight fit carries its risk premium)
     for c in p80.candidates:
         assert c.timing.hours <= c.timing.hours_at_risk <= c.timing.hours_high
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "google/gemma-2-9b"])
+def test_with_a_frozen_lm_head_liger_never_costs_memory_or_speed_so_the_planner_prices_only_it(model):
+    """The planner's shortcut (advisor/planner/configs.py _liger_choices) rests on this dominance."""
+    from advisor.architecture import supported_attention
+    from advisor.engine import Engine
+    from advisor.stacks import Shape, Stack
+
+    engine = Engine.of(model)
+    attention = "eager" if "sdpa" not in supported_attention(engine.spec.family) else "sdpa"
+    for method in ("lora", "qlora"):
+        for ckpt in (False, True):
+            for seq, mb, ga in ((256, 4, 8), (2048, 1, 1), (8192, 2, 4)):
+                plain_stack = Stack(method=method, grad_checkpointing=ckpt, attention=attention)
+                liger = plain_stack.model_copy(update={"liger": True})
+                shape = Shape(micro_batch=mb, seq_len=seq, grad_accum=ga)
+                assert engine.device_total(liger, shape) <= engine.device_total(plain_stack, shape)
+                for gpu in ("H100", "RTX4090"):
+                    assert engine.step(liger, shape, get_gpu(gpu))["tokens_per_sec"] >= \
+                        engine.step(plain_stack, shape, get_gpu(gpu))["tokens_per_sec"]
