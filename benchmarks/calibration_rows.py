@@ -148,8 +148,9 @@ GPU_PATTERNS = (  # (regex on the source's GPU text, canonical name); first matc
 )
 
 
-def canonical_gpu(text: str) -> str | None:
-    for pattern, name in GPU_PATTERNS:
+def canonical_gpu(text: str, patterns=None) -> str | None:
+    """The canonical GPU a source's free-text GPU column names (first matching pattern wins)."""
+    for pattern, name in patterns or GPU_PATTERNS:
         if re.search(pattern, text):
             return name
     return None

@@ -226,20 +226,21 @@ CHUNKED_LOSS_CHUNKS = 8
 
 
 def chunked_cross_entropy(logits, labels, chunks: int = CHUNKED_LOSS_CHUNKS, ignore_index: int = -100):
-    """The reference chunked loss --loss chunked stands for, written the way torchtune's CEWithChunkedOutputLoss
-    (torchtune/modules/loss/ce_chunked_output_loss.py) does it, on a transformers model's logits: labels
-    shifted as transformers' ForCausalLMLoss shifts them (pad, drop the first), the sequence cut into
-    `chunks` pieces, each piece upcast to fp32 and put through F.cross_entropy(reduction="sum") on its own,
-    the sum divided by the number of counted tokens. The same function is in the launch bundle's train.py."""
-    import torch.nn.functional as F
+    """The reference chunked loss --loss chunked stands for: the launch bundle's own function
+    (advisor/data/launch/train.py, written the way torchtune's CEWithChunkedOutputLoss does it), so the
+    harness measures exactly what a bundle runs."""
+    return _bundle_script().chunked_cross_entropy(logits, labels, chunks=chunks, ignore_index=ignore_index)
 
-    shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-    total = None
-    for logit_chunk, label_chunk in zip(logits.chunk(chunks, dim=1), shifted.chunk(chunks, dim=1)):
-        part = F.cross_entropy(logit_chunk.reshape(-1, logit_chunk.size(-1)).float(), label_chunk.reshape(-1),
-                               ignore_index=ignore_index, reduction="sum")
-        total = part if total is None else total + part
-    return total / (shifted != ignore_index).sum().clamp(min=1)
+
+def _bundle_script():
+    import importlib.util
+
+    from advisor.launch import TEMPLATES
+
+    spec = importlib.util.spec_from_file_location("bundle_train", TEMPLATES / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # train.py runs nothing at import (main() is behind __name__)
+    return module
 
 
 def make_optimizer(params, stack: Stack):

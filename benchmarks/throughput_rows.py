@@ -25,6 +25,7 @@ from pathlib import Path
 
 from advisor.modelspec import ModelSpec
 from advisor.stacks import Shape, Stack
+from benchmarks.calibration_rows import canonical_gpu, parse_conf
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED_CSV = REPO / "benchmarks" / "data" / "throughput" / "published_throughput.csv"
@@ -146,16 +147,6 @@ GPUS = (  # (regex on the source's GPU text, canonical name); first match wins
 )
 
 
-def canonical_gpu(text: str) -> str | None:
-    for pattern, name in GPUS:
-        if re.search(pattern, text):
-            return name
-    return None
-
-
-def conf_of(notes: str) -> str:
-    m = re.match(r"\s*conf=(high|med|low)", notes)
-    return m.group(1) if m else "low"
 
 
 # ----------------------------------------------------------------------------- published_throughput.csv
@@ -207,7 +198,7 @@ def _yes(text: str) -> bool:
 def parse_published(r: dict[str, str]) -> TimeRow:
     notes = r["notes"]
     rid = r["id"]
-    row = TimeRow(id=rid, source=rid.split("-")[0], conf=conf_of(notes), file="published_throughput.csv",
+    row = TimeRow(id=rid, source=rid.split("-")[0], conf=parse_conf(notes), file="published_throughput.csv",
                   model_ref=r["model"])
 
     def exclude(reason: str) -> TimeRow:
@@ -223,7 +214,7 @@ def parse_published(r: dict[str, str]) -> TimeRow:
     gpus = int(r["gpus"] or 1)
     nodes = int(r["nodes"]) if r["nodes"].strip() else max(1, gpus // 8) if gpus > 8 else 1
     row.nodes = nodes
-    row.gpu = canonical_gpu(r["gpu_model"])
+    row.gpu = canonical_gpu(r["gpu_model"], GPUS)
     if row.gpu is None:
         return exclude(f"GPU '{r['gpu_model']}' not in the GPU table")
     m = re.search(r"(\d+)\s*Gbps", r["gpu_model"])

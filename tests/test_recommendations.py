@@ -252,3 +252,45 @@ def test_with_a_frozen_lm_head_liger_never_costs_memory_or_speed_so_the_planner_
                 for gpu in ("H100", "RTX4090"):
                     assert engine.step(liger, shape, get_gpu(gpu))["tokens_per_sec"] >= \
                         engine.step(plain_stack, shape, get_gpu(gpu))["tokens_per_sec"]
+
+
+def test_plan_finds_the_liger_stack_when_the_default_loss_path_does_not_fit():
+    offers = pd.DataFrame([offer("acme", "r", "h100x1", "H100", 1, 3.0)])
+    kw = dict(tokens=20e6, offers=offers, methods=("lora",), seq_len=32768, global_batch=8)
+    without = plan("meta-llama/Llama-3.1-8B", pins={"liger": False}, **kw)
+    assert not without.candidates and "Nothing fits" in without.notice
+    p = plan("meta-llama/Llama-3.1-8B", **kw)
+    assert p.candidates and p.candidates[0].stack.liger and "liger" in p.candidates[0].stack_label
+
+
+NEW_OPTIONS = {"--liger": "liger", "--loss": "loss", "--compile": "compile", "--dora": "dora",
+               "--modules-to-save": "modules_to_save"}
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_every_technique_option_is_in_the_help_of_estimate_and_plan(command):
+    r = CliRunner().invoke(cli, [command, "--help"], terminal_width=200)
+    for option in NEW_OPTIONS:
+        assert option in r.output, option
+
+
+def test_every_technique_travels_through_the_yaml_file_the_json_and_the_bundle(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("model: meta-llama/Llama-3.1-8B\ntokens: 20M\nmethods: lora\ngpu: H100\nliger: false\n"
+                 "loss: chunked\ncompile: true\ndora: true\nmodules_to_save: embed_tokens\nlora_dropout: 0\n")
+    r = CliRunner().invoke(cli, ["plan", "-f", str(f), "--format", "json", "--top", "1"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    st = data["candidates"][0]["stack"]
+    assert (st["liger"], st["loss"], st["compile"], st["dora"], st["modules_to_save"]) == \
+        (False, "chunked", True, True, "embed_tokens")
+    label = data["candidates"][0]["stack_label"]
+    assert "dora" in label and "chunked-loss" in label and "compile" in label and "train embed_tokens" in label
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(r.stdout)
+    out = tmp_path / "bundle"
+    r = CliRunner().invoke(cli, ["launch", "--from", str(plan_file), "--out", str(out)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    args = yaml.safe_load((out / "training_args.yaml").read_text())
+    assert args["lora"]["use_dora"] is True and args["lora"]["modules_to_save"] == ["embed_tokens"]
+    assert args["training"]["torch_compile"] is True

@@ -25,6 +25,9 @@ from advisor.results import Breakdown
 from advisor.stacks import Shape, Stack
 
 OPTIMIZERS = ("adamw", "adamw-8bit")
+# Pins that describe adapters: they shape LoRA/QLoRA stacks, not the full fine-tune (the baseline)
+ADAPTER_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "adapter_dtype", "dora",
+                  "modules_to_save", "double_quant", "bnb_saves_inputs")
 MAX_MICRO_BATCH = 64
 LEANEST = {"grad_checkpointing": True, "optimizer": "adamw-8bit"}  # the same stack with the two memory savers
 # The estimator's measured error band: on the high-confidence published rows its worst under-estimate
@@ -69,7 +72,8 @@ def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama",
             for optimizer in (pins["optimizer"],) if "optimizer" in pins else OPTIMIZERS:
                 for ckpt in (pins["grad_checkpointing"],) if "grad_checkpointing" in pins else (False, True):
                     for liger in _liger_choices(gpu, family, pins, method):
-                        fields = {k: v for k, v in pins.items() if k not in ("sharding", "offload", "precision")}
+                        skip = ("sharding", "offload", "precision") + (ADAPTER_FIELDS if method == "full" else ())
+                        fields = {k: v for k, v in pins.items() if k not in skip}
                         fields.update(method=method, precision=precision, optimizer=optimizer,
                                       grad_checkpointing=ckpt, attention=attention, gpus=n_gpus, sharding=sharding,
                                       offload=offload, liger=liger)
