@@ -92,6 +92,25 @@ def empty_frame():
                          for c, k in COLUMNS.items()})
 
 
+_DECIMAL = frozenset("0123456789.eE+-")
+
+
+def _numbers(raw, present, values):
+    """A text column as float64 (unreadable -> NaN). Plain decimals, the usual case, are converted
+    at C speed; anything else (words, 'inf', digit separators) goes through pandas' parser."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(values, np.ndarray) and _DECIMAL.issuperset("".join(values)):
+        try:
+            out = np.full(len(raw), np.nan)
+            out[present] = values.astype(np.float64)
+            return pd.Series(out, index=raw.index)
+        except ValueError:  # "1.2.3", "e", "+-": pandas names them unreadable below
+            pass
+    return pd.to_numeric(raw, errors="coerce").astype("float64")
+
+
 def validate(df, sheet: str = "sheet", row_numbers=None):
     """Return (good_rows, problems). Never raises on bad values; coerces types in the result.
 
@@ -182,7 +201,7 @@ def validate(df, sheet: str = "sheet", row_numbers=None):
                 raw = canon
             out[col] = raw
         elif kind.startswith("float"):
-            num = pd.to_numeric(raw, errors="coerce").astype("float64")
+            num = _numbers(raw, present, values)
             known = num.notna().to_numpy()
             flag(present & ~known, col, "is not a number", raw)
             flag(known & ~np.isfinite(num.fillna(0)), col, "is not finite", raw)

@@ -206,3 +206,79 @@ def test_cache_dir_follows_env_precedence(monkeypatch, tmp_path):
     assert cache.cache_dir() == tmp_path / "xdg" / "gpu-advisor"
     monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "mine"))
     assert cache.cache_dir() == tmp_path / "mine"
+
+
+# ----------------------------------------------------------- fast paths agree with the careful ones
+_CSV_TEXT = st.lists(st.lists(st.sampled_from(["a", "1.5", "", " x ", '"q,1"', '"two\nlines"', "é"]),
+                              min_size=1, max_size=4), min_size=1, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=_CSV_TEXT, newline=st.sampled_from(["\n", "\r\n", "\r"]), final=st.booleans())
+def test_field_count_shortcut_agrees_with_the_csv_module(rows, newline, final):
+    """Counting commas per line (no quotes, no lone carriage returns) gives what csv.reader gives
+    (0: unreadable, the careful path reports it)."""
+    from pricing import files
+    from pricing.loader import _field_counts
+
+    text = newline.join(",".join(r) for r in rows) + (newline if final else "")
+    try:
+        with files.csv_field_limit():
+            want = len(set(map(len, csv.reader(io.StringIO(text)))))
+    except csv.Error:  # e.g. a lone carriage return inside a line
+        want = 0
+    assert _field_counts(text) == want
+
+
+def test_field_count_shortcut_hands_a_huge_line_to_the_careful_path():
+    from pricing import files
+    from pricing.loader import _field_counts
+
+    assert _field_counts("a,b\n" + "x" * (files.MAX_CSV_FIELD + 1) + ",1\n") == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(cells=st.lists(st.one_of(st.none(), st.sampled_from(
+    ["1", "-0", ".5", "5.", "+3", "1e400", "1e-400", "1.2.3", "e", "+-", "inf", "nan", "1_000", "0x10", "٣", "2,5",
+     "12", "7.25", "1E3"])), min_size=1, max_size=12))
+def test_number_shortcut_agrees_with_pandas(cells):
+    """Plain decimals are converted at C speed; the result equals pandas.to_numeric(errors='coerce')."""
+    import numpy as np
+    import pandas as pd
+
+    from pricing.schema import _numbers
+
+    raw = pd.Series(cells, dtype="object")
+    present = raw.notna().to_numpy()
+    values = np.array([c for c in cells if c is not None], dtype=object)
+    got = _numbers(raw, present, values).to_numpy()
+    want = pd.to_numeric(raw, errors="coerce").astype("float64").to_numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.sampled_from(["aws", "gcp"]), st.sampled_from(["us-1", "eu-1", "ap-1", "b"]),
+                               st.sampled_from(["i1", "i2"]), st.sampled_from([1.0, 2.0])), min_size=1, max_size=12),
+       spot=st.booleans())
+def test_collapse_regions_matches_sorting_the_frame_by_region(rows, spot):
+    """One row per identical offer, first region alphabetically, the others listed in order; rows in
+    the order a stable sort by region gives (the reference implementation, written plainly)."""
+    import pandas as pd
+
+    from advisor.planner.offers import collapse_regions
+
+    off = pd.DataFrame(rows, columns=["provider", "region", "instance_type", "price_hour"]).assign(
+        gpu_model="H100", gpu_count=8, source="s", spot_price_hour=float("nan"))
+    got = collapse_regions(off, spot)
+    keys = ["provider", "instance_type", "gpu_model", "gpu_count", "price_hour", "source"]
+    ref = off.sort_values("region", kind="stable").reset_index(drop=True)
+    first, also = {}, {}
+    for i, r in ref.iterrows():
+        k = tuple(r[c] for c in keys)
+        if k in first:
+            also[k].append(r["region"])
+        else:
+            first[k], also[k] = i, []
+    want = [(ref.loc[i, "provider"], ref.loc[i, "region"], ref.loc[i, "instance_type"], ref.loc[i, "price_hour"],
+             also[k]) for k, i in sorted(first.items(), key=lambda kv: kv[1])]
+    assert [(r.provider, r.region, r.instance_type, r.price_hour, list(r.also_in)) for r in got.itertuples()] == want

@@ -46,7 +46,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
         raise AdvisorError("No usable price sheet: no offer has an on-demand price; run `gpu-advisor prices`.")
     off["gpu_count"] = off["gpu_count"].astype(int)
     names = {g: canonical_name(str(g)) for g in off["gpu_model"].unique()}  # once per distinct label
-    off["gpu_model"] = off["gpu_model"].map(lambda g: names[g] or str(g))
+    off["gpu_model"] = off["gpu_model"].map({g: c or str(g) for g, c in names.items()})
 
     if request.providers:
         providers = [p.lower() for p in request.providers]
@@ -147,23 +147,31 @@ def _fabric(off):
 
 def collapse_regions(off, spot: bool):
     """One row per identical offer (provider, instance, GPUs, prices, source) found in several
-    regions: the first region alphabetically, with the others listed in `also_in`."""
+    regions: the first region alphabetically, with the others listed in `also_in`. Rows come out
+    in the order of their region (stable), as sorting the frame by region would give."""
     keys = ["provider", "instance_type", "gpu_model", "gpu_count", "price_hour", "source"]
     if spot:
         keys.append("spot_price_hour")
     import numpy as np
+    import pandas as pd
 
-    frame = off.sort_values(["region"], kind="stable").reset_index(drop=True)
-    gid = frame.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
-    order = np.argsort(gid, kind="stable")  # rows of one group together, regions in order
+    off = off.reset_index(drop=True)
+    regions = off["region"].to_numpy(dtype=object)
+    rank = pd.factorize(regions, sort=True)[0]
+    rank = np.where(rank < 0, rank.max() + 1, rank)  # a missing region sorts last
+    gid = off.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
+    order = np.lexsort((np.arange(len(off)), rank, gid))  # rows of one group together, regions in order
     starts = np.flatnonzero(np.r_[True, np.diff(gid[order]) != 0])
     sizes = np.diff(np.r_[starts, len(order)])
     first_rows = order[starts]
-    regions = frame["region"].to_numpy()[order]
-    also = [list(regions[a + 1:a + n]) if n > 1 else [] for a, n in zip(starts, sizes)]
-    out = frame.iloc[first_rows].copy()
-    out["also_in"] = also
-    return out.sort_index().reset_index(drop=True)
+    also = np.empty(len(starts), dtype=object)
+    also.fill(())  # one region (the usual case): an empty tuple, shared
+    for k in np.flatnonzero(sizes > 1):  # only the offers listed in several regions
+        also[k] = regions[order[starts[k] + 1:starts[k] + sizes[k]]].tolist()
+    shown = np.lexsort((first_rows, rank[first_rows]))  # by region, then by position
+    out = off.iloc[first_rows[shown]].copy()
+    out["also_in"] = also[shown]
+    return out.reset_index(drop=True)
 
 
 def _first_n(group, prices, n: int):

@@ -146,7 +146,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     risk = 1 + TIGHT_FRACTION * tight
     primary = (tie, hours * risk, cost * risk) if request.sort == "cost" else (tie, cost * risk, hours * risk)
 
-    notice, met = "", True
+    notice, met, order = "", True, None
     if sel.any() and not meets.any():
         met = False
         what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
@@ -156,7 +156,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], _violation(cost, hours, request)[pool]))]
     else:
         pool = np.flatnonzero(meets)
-        ranked = pool[np.lexsort(tuple(k[pool] for k in primary))]
+        ranked = order = pool[np.lexsort(tuple(k[pool] for k in primary))]
     # One row per instance offer × node count × method: its best stack. The variants behind it
     # (another optimizer or attention kernel at a higher cost) stay in the Pareto front and the
     # best-per lists' pool, but would crowd the ranking with near-copies.
@@ -175,7 +175,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     h = hours[by_cost]
     prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
     pareto = by_cost[h < prev]
-    order = pool[np.lexsort(tuple(k[pool] for k in primary))]
+    if order is None:  # the closest pool was ranked by how far it misses; best-per lists by the sort key
+        order = pool[np.lexsort(tuple(k[pool] for k in primary))]
     best = {}
     for column in ("gpu_model", "provider"):
         codes = pd.factorize(priced[column])[0]  # integers: np.unique on strings is slow
