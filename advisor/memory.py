@@ -331,12 +331,20 @@ def checkpoint_bytes(arch: Architecture, stack: Stack) -> int:
     """What one resumable training checkpoint holds, over all GPUs: the trainable weights and the
     optimizer state in their real dtypes (fp32 masters and Adam states for mixed precision; 8-bit
     states for 8-bit Adam; LoRA/QLoRA: the adapters and their states only). Gathered working
-    copies, gradients and the frozen base weights are not saved."""
+    copies, gradients and the frozen base weights are not saved: DeepSpeed's fp32 gradient partition,
+    counted with its optimizer state in memory, is left out too (its checkpoint holds the 16-bit module
+    weights plus, per rank, fp32 masters and optimizer states: deepspeed/runtime/engine.py
+    _save_checkpoint and _save_zero_checkpoint)."""
     states = _model_states(arch, stack.model_copy(update={"gpus": 1, "offload": "none"}))
     keys = ("weights.base",) if stack.method == "full" else (
         "weights.lora_adapters", "weights.dora_magnitudes", "weights.modules_to_save")
     weights = sum(states.weights[key].bytes for key in keys if key in states.weights)
-    return int(weights + sum(c.bytes for c in states.optimizer.values()))
+    optimizer = sum(c.bytes for c in states.optimizer.values())
+    if stack.sharding.startswith("zero"):
+        trainable, tb = _trainable(arch, stack)
+        copies, cb = _saved_copies(arch, stack)
+        optimizer -= 4 * (trainable * (tb == 2) + copies * (cb == 2))  # the fp32 gradient partition
+    return int(weights + optimizer)
 
 
 def check(arch: Architecture, stack: Stack) -> None:

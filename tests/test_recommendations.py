@@ -294,3 +294,20 @@ def test_every_technique_travels_through_the_yaml_file_the_json_and_the_bundle(t
     args = yaml.safe_load((out / "training_args.yaml").read_text())
     assert args["lora"]["use_dora"] is True and args["lora"]["modules_to_save"] == ["embed_tokens"]
     assert args["training"]["torch_compile"] is True
+
+
+@pytest.mark.parametrize("stack, per_param", [
+    # DeepSpeed bf16: 16-bit module weights + fp32 masters + 2 fp32 Adam states; the fp32 gradient partition it
+    # holds in memory is not saved (deepspeed/runtime/engine.py _save_checkpoint, _save_zero_checkpoint)
+    (dict(method="full", precision="bf16", optimizer="adamw", sharding="zero3", gpus=8), 14),
+    # autocast over fp32 weights (FSDP mixed precision): fp32 weights are the masters, + 2 fp32 Adam states
+    (dict(method="full", precision="amp-bf16", optimizer="adamw", sharding="fsdp", gpus=8), 12),
+    # pure bf16 with torch AdamW: bf16 weights + 2 bf16 states
+    (dict(method="full", precision="bf16", optimizer="adamw", sharding="fsdp", gpus=8), 6),
+])
+def test_checkpoints_hold_what_the_stack_saves(stack, per_param):
+    from advisor.engine import Engine
+    from advisor.stacks import Stack
+
+    engine = Engine.of("meta-llama/Llama-3.1-8B")
+    assert engine.checkpoint_bytes(Stack(**stack)) == pytest.approx(per_param * engine.arch.params_total, rel=1e-6)
