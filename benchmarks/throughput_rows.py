@@ -2,7 +2,7 @@
 
 The evidence files that feed the time calibration:
 
-* `benchmarks/data/throughput/published_throughput.csv` (SOURCES.md beside it): 11 sources of
+* `benchmarks/data/throughput/published_throughput.csv` (SOURCES.md beside it): 12 sources of
   tokens/s with the settings to map the run;
 * `benchmarks/data/calibration/measured_memory.csv`: the memory set's rows that also state tokens/s
   or a step time (mapped by `benchmarks/calibration_rows.py`);
@@ -84,6 +84,11 @@ FACT_SPECS: dict[str, ModelSpec] = {
         vocab_size=64000, hidden_size=7168, intermediate_size=20480, num_hidden_layers=60,
         num_attention_heads=56, num_key_value_heads=8, head_dim=128, max_position_embeddings=200000,
     ),
+    "01-ai/Yi-34B": _spec(
+        "01-ai/Yi-34B", "https://huggingface.co/01-ai/Yi-34B/blob/main/config.json",
+        vocab_size=64000, hidden_size=7168, intermediate_size=20480, num_hidden_layers=60,
+        num_attention_heads=56, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+    ),
     "huggyllama/llama-7b": _spec(
         "huggyllama/llama-7b", "https://huggingface.co/huggyllama/llama-7b/blob/main/config.json",
         vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -142,7 +147,8 @@ def resolve(ref: str) -> tuple[ModelSpec | None, str | None, str | None]:
 
 GPUS = (  # (regex on the source's GPU text, canonical name); first match wins
     (r"H100", "H100"), (r"H200", "H200"), (r"A100.*40", "A100"), (r"A100", "A100-80GB"),
-    (r"RTX 4090|GeForce RTX 4090", "RTX4090"), (r"A6000", "A6000"), (r"L40S", "L40S"), (r"A40\b", "A40"),
+    (r"RTX 4090|GeForce RTX 4090", "RTX4090"), (r"6000 Ada|A6000 Ada", "RTX6000-Ada"), (r"A6000", "A6000"),
+    (r"A5000", "A5000"), (r"L40S", "L40S"), (r"A40\b", "A40"),
     (r"T4\b", "T4"),
 )
 
@@ -285,11 +291,18 @@ def parse_published(r: dict[str, str]) -> TimeRow:
             stack_kw["lora_targets"] = "q_proj,v_proj"
         elif "q_proj,k_proj,v" in targets:
             stack_kw["lora_targets"] = "q_proj,k_proj,v_proj"
+        elif re.fullmatch(r"[a-z_]+(,[a-z_]+)+", targets.split(" (")[0]):  # an explicit module list
+            stack_kw["lora_targets"] = targets.split(" (")[0]
         else:
             return exclude(f"LoRA targets '{r['lora_targets']}' not mapped")
         if "dora" in targets or "dora" in notes.lower():
             stack_kw["dora"] = True
-        if precision in ("bf16", "fp16") and row.source in ("optb", "vlm", "nemoam"):
+        if row.source == "afqlora":
+            # fsdp_qlora wraps with FSDP1, whose flat parameters hold one dtype: the adapters are bf16 too
+            stack_kw["adapter_dtype"] = "bf16"
+            stack_kw["lora_dropout"] = 0.1  # train.py default
+            row.assumptions.append("adapters in bf16 (FSDP1 flat parameters share the model's dtype)")
+        elif precision in ("bf16", "fp16") and row.source in ("optb", "vlm", "nemoam"):
             # half-precision models wrapped by peft < 0.12 (or NeMo's own LoRA): adapters in the model dtype;
             # peft >= 0.12 upcasts them to fp32 (autocast_adapter_dtype=True), the Stack default
             stack_kw["adapter_dtype"] = "bf16"

@@ -230,6 +230,13 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
     uq = {q: (min if q < 0.5 else max)(quantile(held_classes, q) if held_classes else g[q], g[q])
           for q in BAND_QUANTILES}
     bands["unseen"] = {**entry([], 0, uq), "held_out_class_rows": len(unseen)}
+    # ... and never narrower than the least certain calibrated segment (a GPU nobody measured is no
+    # better known than the worst-known one that was measured)
+    u = bands["unseen"]["quantiles"]
+    for q in BAND_QUANTILES:
+        side = min if q < 0.5 else max
+        u[str(q)] = side([u[str(q)]] + [b["quantiles"][str(q)] for b in bands["segments"].values()])
+    bands["unseen"].update(low=u["0.1"], high=u["0.9"])
 
     per_source = {s: summary([held[c.row.id] for c in all_cases if c.source == s]) for s in sources}
     overall = summary(list(held.values()))
@@ -389,7 +396,8 @@ def write_outputs(all_cases: list[Case], result: dict) -> None:
                       "of measured/predicted on rows whose source was held out, pulled toward the wider of the "
                       "segment's and the global band with weight 10/(rows+10) and widened by the global half-width "
                       "/ √(rows+1) (sampling error of a quantile from few rows); `unseen` is for GPU classes without "
-                      "rows (whole classes held out, widened by the global half-width). Written by "
+                      "rows (whole classes held out, widened by the global half-width, and never narrower than the "
+                      "least certain calibrated segment). Written by "
                       "benchmarks/time_calibration.py.")
     data["bands"] = result["bands"]
     atomic_write(MFU_FILE, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
