@@ -159,9 +159,10 @@ def _field_counts(text: str) -> int:
     if '"' not in text and text.count("\r") == text.count("\r\n"):
         if max(map(len, lines), default=0) > files.MAX_CSV_FIELD:
             return 0  # maybe one huge field: the careful path names it
-        widths = set(map(operator.methodcaller("count", ","), lines))
-        blank = "" in lines or "\r" in lines  # a blank line has no fields at all
-        return len(widths) + blank
+        blank = "" in lines or "\r" in lines  # a blank line has no fields at all (not one empty field)
+        if blank:
+            lines = [line for line in lines if line and line != "\r"]
+        return len(set(map(operator.methodcaller("count", ","), lines))) + blank
     try:
         with files.csv_field_limit():
             return len(set(map(len, csv.reader(io.StringIO(text)))))

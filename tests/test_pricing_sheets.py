@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pricing import cache
@@ -215,6 +215,8 @@ _CSV_TEXT = st.lists(st.lists(st.sampled_from(["a", "1.5", "", " x ", '"q,1"', '
 
 @settings(max_examples=300, deadline=None)
 @given(rows=_CSV_TEXT, newline=st.sampled_from(["\n", "\r\n", "\r"]), final=st.booleans())
+@example(rows=[[""]], newline="\n", final=True)  # one blank line: no fields, not one empty field
+@example(rows=[["a"], [""], ["b"]], newline="\r\n", final=False)
 def test_field_count_shortcut_agrees_with_the_csv_module(rows, newline, final):
     """Counting commas per line (no quotes, no lone carriage returns) gives what csv.reader gives
     (0: unreadable, the careful path reports it)."""
