@@ -150,13 +150,13 @@ def _fast_csv(text: str):
 
 
 def _field_counts(text: str) -> int:
-    """How many different field counts the lines have (1: rectangular; 0: a field over the CSV
-    limit). Without quotes or lone carriage returns a line's fields are its commas + 1, counted at
-    C speed; otherwise the csv module reads the whole text once."""
-    lines = text.split("\n")
-    if lines and not lines[-1]:
-        lines.pop()  # the final newline
+    """How many different field counts the lines have (1: rectangular; 0: unreadable or maybe a
+    field over the CSV limit). Without quotes or lone carriage returns a line's fields are its
+    commas + 1, counted at C speed; otherwise the csv module reads the whole text once."""
     if '"' not in text and text.count("\r") == text.count("\r\n"):
+        lines = text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()  # the final newline
         if max(map(len, lines), default=0) > files.MAX_CSV_FIELD:
             return 0  # maybe one huge field: the careful path names it
         blank = "" in lines or "\r" in lines  # a blank line has no fields at all (not one empty field)

@@ -74,6 +74,19 @@ def test_no_gpu_only_price_is_ranked_without_its_host(lora_8b):
     assert any("GPU-only price" in r.reason and r.count > 0 for r in p.rejected)
 
 
+def test_a_sheet_of_only_gpu_only_prices_is_refused_in_one_line(tmp_path, capsys):
+    """Every row left out before ranking (here: GPU-only prices) is a plain error naming why, not a crash."""
+    from cli_run import gpu_advisor, one_line_error
+
+    sheet = tmp_path / "gpu_only.csv"
+    sheet.write_text("provider,region,instance_type,gpu_model,gpu_count,price_hour,notes\n"
+                     "me,r1,g2+1xL4,L4,1,0.5,gpu_only_price\n")
+    code, _, err = gpu_advisor(capsys, "plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "10M",
+                               "--prices", sheet, "--providers", "me")
+    line = one_line_error(code, err, expected_code=1)
+    assert "No usable offer" in line and "GPU-only price" in line
+
+
 def test_identical_offers_in_several_regions_are_one_row():
     offers = pd.DataFrame([offer("acme", r, "box8", "H100", 8, 20.0) for r in ("us-1", "eu-1", "ap-1")]
                           + [offer("acme", "us-1", "box1", "H100", 1, 2.5)])

@@ -65,6 +65,9 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     off = off[known].reset_index(drop=True)
     off = _complete_prices(off, rejections)
     off = _fresh_only(off, request, rejections)
+    if len(off) == 0:
+        why = "; ".join(f"{r.count} × {r.reason}" for r in rejections.to_list())
+        raise AdvisorError("No usable offer: every row matching the filters was left out" + (f" ({why})." if why else "."))
     off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
     off = collapse_regions(off, request.spot)
     off = cheapest(off, max(request.top, 10), request.spot, rejections)
@@ -158,7 +161,7 @@ def collapse_regions(off, spot: bool):
     off = off.reset_index(drop=True)
     regions = off["region"].to_numpy(dtype=object)
     rank = pd.factorize(regions, sort=True)[0]
-    rank = np.where(rank < 0, rank.max() + 1, rank)  # a missing region sorts last
+    rank = np.where(rank < 0, len(rank), rank)  # a missing region sorts last
     gid = off.groupby(keys, dropna=False, sort=False).ngroup().to_numpy()
     order = np.lexsort((np.arange(len(off)), rank, gid))  # rows of one group together, regions in order
     starts = np.flatnonzero(np.r_[True, np.diff(gid[order]) != 0])
