@@ -285,7 +285,7 @@ def test_hostile_yaml_is_one_line_in_milliseconds(tmp_path, text, message):
     t0 = time.monotonic()
     with pytest.raises(PriceInputError) as err:
         load(user_sheets=[path], include_cache=False, include_bundled=False)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < LIMIT_S  # a bomb would run for minutes or exhaust memory
     msg = one_line(err.value)
     assert message in msg and str(path) in msg and err.value.exit_code == 2
 
@@ -296,7 +296,7 @@ def test_billion_laughs_fails_fast_for_every_entry_point():
         files.load_yaml(BILLION_LAUGHS, "plan.yaml")
     with pytest.raises(PriceInputError, match="alias bomb"):
         files.load_yaml(BILLION_LAUGHS.encode(), "plan.yaml")
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < LIMIT_S  # expanding it would take minutes and gigabytes
 
 
 def test_yaml_with_ordinary_anchors_and_merge_keys_loads(tmp_path):
@@ -331,7 +331,7 @@ def test_deeply_nested_json_is_refused_without_recursion_error(tmp_path, text):
     t0 = time.monotonic()
     with pytest.raises(PriceInputError) as err:
         read_sheet(path)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < LIMIT_S  # a bomb would run for minutes or exhaust memory
     assert "nested more than 100 levels" in one_line(err.value) and str(path) in str(err.value)
 
 
@@ -505,7 +505,7 @@ def _write(path, rows):
 
 
 # --------------------------------------------------------------------------- speed
-def test_a_20000_row_sheet_loads_vectorised(tmp_path):
+def test_a_20000_row_sheet_loads_in_bounded_time(tmp_path):
     rows = [dict(GOOD, instance_type=f"t{i}", region=f"r{i % 40}", price_hour=f"{1 + i % 97}.5")
             for i in range(20_000)]
     rows[123]["price_hour"] = "1e12"
@@ -514,7 +514,7 @@ def test_a_20000_row_sheet_loads_vectorised(tmp_path):
     path = _write(tmp_path / "big.csv", rows)
     t0 = time.monotonic()
     df, problems = load(user_sheets=[path], include_cache=False, include_bundled=False)
-    assert time.monotonic() - t0 < 3.0
+    assert time.monotonic() - t0 < LIMIT_S
     assert len(df) == 19_998 and sorted(p.row for p in problems) == [124, 457]
 
 

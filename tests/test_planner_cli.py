@@ -7,7 +7,6 @@ import io
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -114,12 +113,18 @@ def test_report_is_written(tmp_path, sheet):
 
 
 @pytest.mark.slow
-def test_whole_bundled_sheet_in_about_a_second():
-    t = time.perf_counter()
-    r = run_cli("--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M")
-    elapsed = time.perf_counter() - t
+def test_whole_bundled_sheet_plans_without_heavy_imports():
+    """Speed is measured in benchmarks/bench_planner.py; here the structure that keeps it: a fresh
+    process plans over the whole bundled sheet without importing torch, transformers or the Hub."""
+    code = ("import sys; from cli import cli; "
+            "r = cli.main(['plan', '--model', 'meta-llama/Llama-3.1-8B', '--tokens', '100M', '--format', 'json'], "
+            "standalone_mode=False); print('MODULES', sorted(sys.modules), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert elapsed < 3.0  # goal < 1 s on a quiet machine; generous for shared CI runners
+    assert Plan.model_validate_json(r.stdout).candidates
+    modules = r.stderr.rsplit("MODULES", 1)[1]
+    for heavy in ("torch", "transformers", "huggingface_hub", "accelerate", "peft", "matplotlib"):
+        assert f"'{heavy}'" not in modules, heavy
 
 
 def test_plan_records_the_command_that_reproduces_it(sheet):
