@@ -163,7 +163,8 @@ class Engine:
         """Bytes one resumable training checkpoint holds (advisor.memory.checkpoint_bytes)."""
         from advisor.memory import checkpoint_bytes
 
-        key = ("checkpoint", stack.key)
+        fields = dict(stack.__dict__, gpus=1, offload="none")  # what a checkpoint holds does not depend on them
+        key = ("checkpoint", *fields.values())
         if key not in self._answers:
             self._answers[key] = checkpoint_bytes(self.arch, stack)
         return self._answers[key]

@@ -233,11 +233,22 @@ def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float
 
 
 def constants(overrides: dict | None = None) -> dict:
-    """The fitted constants (mfu.json `fitted`), with `overrides` for the calibration's search."""
-    fitted = {k: v["value"] for k, v in table()["fitted"].items() if not k.startswith("_")}
+    """The fitted constants (mfu.json `fitted`), with `overrides` for the calibration's search
+    (a fresh dict; read-only callers use `_fitted`)."""
+    fitted = dict(_fitted())
     if overrides:
         fitted.update(overrides)
     return fitted
+
+
+_FITTED: list = [None, {}]  # (the table it was read from, its fitted values): follows table.cache_clear()
+
+
+def _fitted() -> dict:
+    t = table()
+    if _FITTED[0] is not t:
+        _FITTED[:] = [t, {k: v["value"] for k, v in t["fitted"].items() if not k.startswith("_")}]
+    return _FITTED[1]
 
 
 def internode_gbps(gpu, gpus_per_node: int, interconnect: str = "") -> float:
@@ -340,7 +351,7 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     """Seconds per optimizer step by component, tokens/s and its band (plain floats: the planner calls
     this per config). `fitted` overrides the fitted constants (the calibration's search only)."""
     t = table()
-    k = constants(fitted)
+    k = constants(fitted) if fitted else _fitted()
     n = stack.gpus
     gpn = gpus_per_node or max(1, n // nodes)
     T = shape.micro_batch * shape.seq_len  # tokens per micro-batch per GPU

@@ -29,15 +29,32 @@ PLAN = [sys.executable, "-m", "advisor", "plan", "--model", "meta-llama/Llama-3.
 IMPORTS = [sys.executable, "-c", "import cli.plan, advisor.planner, pricing.loader, pandas, numpy"]
 
 
+def _environment() -> dict[str, str]:
+    """The processes run as an installed tool does: from compiled bytecode (pip compiles it at
+    install time). A shell with PYTHONDONTWRITEBYTECODE set would recompile every module on every
+    start, so the benchmark keeps its own bytecode cache, warmed by one untimed run."""
+    import os
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "gpu-advisor-bench-pycache")
+    return env
+
+
+ENV = _environment()
+
+
 def process_seconds(repeat: int, cmd: list[str] = PLAN) -> tuple[float, float]:
-    """(best wall seconds, best CPU seconds) of a command as a fresh process."""
+    """(best wall seconds, best CPU seconds) of a command as a fresh process (after one untimed run
+    that compiles the bytecode)."""
     import resource
 
+    subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV)
     best, best_cpu = math.inf, math.inf
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV)
         best = min(best, time.perf_counter() - t)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         best_cpu = min(best_cpu, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -65,15 +82,20 @@ def big_sheet(path: Path, rows: int) -> None:
                         round(rnd.uniform(0.3, 4) * n, 3), 128 * n, "2026-11-28T00:00:00Z", "synthetic"])
 
 
-def process_peak(args: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak resident MB) of `gpu-advisor ARGS` as one fresh process (it reports its
-    own ru_maxrss at exit)."""
+def process_peak(args: list[str], repeat: int = 1) -> tuple[float, float]:
+    """(best wall seconds, largest peak resident MB) of `gpu-advisor ARGS` as a fresh process, over
+    `repeat` runs (each reports its own ru_maxrss at exit)."""
+    runs = [_process_peak(args) for _ in range(repeat)]
+    return min(w for w, _ in runs), max(mb for _, mb in runs)
+
+
+def _process_peak(args: list[str]) -> tuple[float, float]:
     code = ("import atexit, resource, sys\n"
             "atexit.register(lambda: print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
             "file=sys.stderr))\n"
             "from cli import main\nmain(sys.argv[1:])\n")
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=ENV)
     wall = time.perf_counter() - t
     if r.returncode not in (0, 3):
         raise SystemExit(f"plan failed: {r.stderr.strip()}")
@@ -178,9 +200,10 @@ def main() -> None:
         sheet = Path(tmp) / "big.csv"
         big_sheet(sheet, a.rows)
         for extra in ([], ["--max-nodes", "4"]):
-            big_wall, peak_mb = process_peak(PLAN[3:] + ["--prices", str(sheet), *extra])
-            print(f"plan with a {a.rows:,}-row --prices sheet {' '.join(extra)}: {big_wall:.2f} s wall, "
-                  f"peak {peak_mb:,.0f} MB (goal < 3 s, < 1 GB); {big_wall / wall:.1f}x the bundled-sheet plan")
+            big_wall, peak_mb = process_peak(PLAN[3:] + ["--prices", str(sheet), *extra], a.repeat)
+            print(f"plan with a {a.rows:,}-row --prices sheet {' '.join(extra)}: {big_wall:.2f} s wall "
+                  f"(best of {a.repeat}), peak {peak_mb:,.0f} MB (goal < 3 s, < 1 GB); "
+                  f"{big_wall / wall:.1f}x the bundled-sheet plan")
 
     priced, cfg = synthetic(a.candidates)
     vectorised(priced.head(50), cfg.head(10))  # warm imports

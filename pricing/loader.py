@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pricing import cache, files
 from pricing.errors import PriceInputError
-from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, validate
+from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, per_distinct, validate
 
 SNAPSHOT = Path(__file__).parent / "data" / "snapshot.csv"
 KEY = ["provider", "region", "instance_type"]
@@ -232,7 +232,7 @@ def _derive(df, path: Path, mtime: str):
     if fill.any():
         df.loc[fill, "instance_type"] = count[fill].astype(str) + "x" + model[fill].astype(str)
     for name, default in (("region", "default"), ("currency", "USD"),
-                          ("source", f"user:{path.name}"), ("fetched_at", mtime)):
+                          ("source", f"user:{path.name}".strip()), ("fetched_at", mtime)):
         filled = has(name)
         if not filled.all():
             df.loc[~filled, name] = default
@@ -257,7 +257,7 @@ def read_sheet(path, derive: bool = True):
         return empty_frame(), problems
     if derive:
         df = _derive(df, path, mtime)
-    good, probs = validate(df, str(path), numbers)
+    good, probs = validate(df, str(path), numbers, stripped=True)  # _sheet_frame and _derive clean every cell
     return good, problems + probs
 
 
@@ -389,8 +389,8 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     limit = cache.stale_days() if stale_days is None else stale_days
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]
     df["age_days"] = ((pd.Timestamp(now) - df["fetched_at"]).dt.total_seconds() / 86400).round(1)
-    notes = df["notes"].fillna("")
-    df["stale"] = np.asarray((df["age_days"] > limit) | notes.str.contains("stale", regex=False))
+    marked = per_distinct(df["notes"], lambda note: "stale" in str(note), na=False).astype(bool)
+    df["stale"] = np.asarray((df["age_days"] > limit).to_numpy() | marked)
     df["fetched_at"] = _iso(df["fetched_at"])
     cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"]
     return df[cols], problems

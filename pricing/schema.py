@@ -111,8 +111,25 @@ def _numbers(raw, present, values):
     return pd.to_numeric(raw, errors="coerce").astype("float64")
 
 
-def validate(df, sheet: str = "sheet", row_numbers=None):
+def per_distinct(values, fn, na=None):
+    """`fn(value)` for every cell of a column, computed once per distinct value (a sheet repeats a few
+    notes, dates and names over many rows); NA cells (None, NaN) get `na`. An object array."""
+    import numpy as np
+    import pandas as pd
+
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    out = np.empty(len(uniques) + 1, dtype=object)
+    for i, value in enumerate(uniques):
+        out[i] = fn(value)
+    out[-1] = na  # code -1: NA
+    return out[codes]
+
+
+def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False):
     """Return (good_rows, problems). Never raises on bad values; coerces types in the result.
+
+    `stripped`: every cell is already a str without surrounding whitespace, or None (what the
+    loader's own sheet reader produces), so the cells are not cleaned a second time.
 
     `row_numbers` maps each frame position to the row number to report (defaults to 1..n);
     `good.attrs["rows"]` lists the row number of each good row. A repeated (provider, region,
@@ -159,6 +176,8 @@ def validate(df, sheet: str = "sheet", row_numbers=None):
             return pd.Series([None] * n, dtype="object"), np.zeros(n, dtype=bool), []
         values = df[col].to_numpy(dtype=object)
         missing = values == None  # noqa: E711 - elementwise on an object array
+        if stripped:
+            return pd.Series(values.copy(), dtype="object"), ~missing, values[~missing]
         try:  # str or None (the usual case): C-speed passes only
             kept = np.array(list(map(str.strip, values[~missing])), dtype=object)
         except TypeError:  # NaN, numbers, nested values: one by one
@@ -184,9 +203,9 @@ def validate(df, sheet: str = "sheet", row_numbers=None):
                  "contains a control character (tab, newline, escape, ...)", raw)
 
     def per_value(series, fn):
-        """fn applied once per distinct value (a hash map over the column); None stays None."""
-        table = {v: (fn(v) if isinstance(v, str) else None) for v in pd.unique(series.to_numpy())}
-        return pd.Series(series.map(table).to_numpy(dtype=object), dtype="object")
+        """fn applied once per distinct text value; None stays None."""
+        return pd.Series(per_distinct(series.to_numpy(), lambda v: fn(v) if isinstance(v, str) else None),
+                         dtype="object")
 
     for col, kind in COLUMNS.items():
         raw, present, values = text(col)

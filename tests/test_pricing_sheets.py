@@ -284,3 +284,40 @@ def test_collapse_regions_matches_sorting_the_frame_by_region(rows, spot):
     want = [(ref.loc[i, "provider"], ref.loc[i, "region"], ref.loc[i, "instance_type"], ref.loc[i, "price_hour"],
              also[k]) for k, i in sorted(first.items(), key=lambda kv: kv[1])]
     assert [(r.provider, r.region, r.instance_type, r.price_hour, list(r.also_in)) for r in got.itertuples()] == want
+
+
+PADDING = st.sampled_from(["", " ", "  ", "\t", " \t "])
+DERIVABLE = ["gpu_memory_gb", "instance_type", "region", "currency", "source", "fetched_at", "interconnect", "notes"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), fmt=st.sampled_from(["csv", "json", "yaml"]))
+def test_the_readers_cells_need_no_second_cleaning(tmp_path, monkeypatch, data, fmt):
+    """read_sheet validates with `stripped=True` (no second strip of every cell): for padded, empty and
+    missing cells in every format, the result is what a validation that cleans every cell gives."""
+    import pandas as pd
+    import yaml
+
+    from pricing import loader
+
+    dropped = data.draw(st.sets(st.sampled_from(DERIVABLE)), label="dropped columns")
+    columns = [c for c in COLUMNS if c not in dropped]
+    rows = []
+    for i in range(data.draw(st.integers(1, 6), label="rows")):
+        row = {}
+        for c in columns:
+            good = GOOD.get(c, "")
+            value = data.draw(st.sampled_from([good, "", f"{good}-{i}" if c == "instance_type" else good]))
+            row[c] = data.draw(PADDING) + value + data.draw(PADDING)
+        rows.append(row)
+    path = tmp_path / f"sheet.{fmt}"
+    if fmt == "csv":
+        write_csv(path, rows, columns)
+    else:
+        path.write_text(json.dumps(rows) if fmt == "json" else yaml.safe_dump(rows))
+    fast = read_sheet(path)
+    with monkeypatch.context() as m:
+        m.setattr(loader, "validate", lambda df, sheet, numbers, stripped=False: validate(df, sheet, numbers))
+        slow = read_sheet(path)
+    pd.testing.assert_frame_equal(fast[0], slow[0])
+    assert [str(p) for p in fast[1]] == [str(p) for p in slow[1]]

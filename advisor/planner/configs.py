@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
 
 from advisor.engine import Engine, usable_limit
@@ -50,51 +51,65 @@ def precision_for(method: str, sharding: str, bf16: bool) -> str:
 
 def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama",
                pins: dict[str, Any] | None = None) -> list[Stack]:
-    """Every stack that makes sense on `n_gpus` of `gpu` for a model of `family`, with `pins` fixed."""
+    """Every stack that makes sense on `n_gpus` of `gpu` for a model of `family`, with `pins` fixed.
+    A GPU enters only through three traits (FlashAttention, bf16, Triton), so GPU models that share
+    them share the answer (a plan asks for hundreds of GPU × count pairs)."""
+    triton = gpu.vendor.upper() == "AMD" or float(gpu.compute_capability or 0) >= 7.0
+    key = (bool(gpu.supports_flash_attention), bool(gpu.supports_bf16), triton, n_gpus, tuple(methods), family,
+           tuple(sorted((pins or {}).items())))
+    try:
+        found = _STACKS_FOR.get(key)
+    except TypeError:  # an unhashable pin value (a library caller's): the stack itself will refuse it
+        return list(_stacks_for(*key[:6], dict(pins or {})))
+    if found is None:
+        found = _STACKS_FOR[key] = _stacks_for(*key[:6], dict(pins or {}))
+    return list(found)
+
+
+def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tuple[str, ...], family: str,
+                pins: dict[str, Any]) -> tuple[Stack, ...]:
     from advisor.architecture import supported_attention
 
-    pins = dict(pins or {})
     allowed = supported_attention(family)
     if "attention" in pins:
         attention = pins["attention"]
-        if attention not in allowed or (attention == "flash" and not gpu.supports_flash_attention):
-            return []
-    elif gpu.supports_flash_attention and "flash" in allowed:
+        if attention not in allowed or (attention == "flash" and not flash):
+            return ()
+    elif flash and "flash" in allowed:
         attention = "flash"
     else:
         attention = "sdpa" if "sdpa" in allowed else "eager"
     out = []
     for method in methods:
         for sharding, offload in _shardings(method, n_gpus, pins):
-            precision = pins.get("precision") or precision_for(method, sharding, gpu.supports_bf16)
+            precision = pins.get("precision") or precision_for(method, sharding, bf16)
             if method == "qlora" and precision == "fp32":
                 continue
             for optimizer in (pins["optimizer"],) if "optimizer" in pins else OPTIMIZERS:
                 for ckpt in (pins["grad_checkpointing"],) if "grad_checkpointing" in pins else (False, True):
-                    for liger in _liger_choices(gpu, family, pins, method):
+                    for liger in _liger_choices(triton, family, pins, method):
                         skip = ("sharding", "offload", "precision") + (ADAPTER_FIELDS if method == "full" else ())
                         fields = {k: v for k, v in pins.items() if k not in skip}
                         fields.update(method=method, precision=precision, optimizer=optimizer,
                                       grad_checkpointing=ckpt, attention=attention, gpus=n_gpus, sharding=sharding,
                                       offload=offload, liger=liger)
                         out.append(_stack(tuple(sorted(fields.items()))))
-    return out
+    return tuple(out)
 
 
-def _liger_choices(gpu, family: str, pins: dict[str, Any], method: str) -> tuple[bool, ...]:
+def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str) -> tuple[bool, ...]:
     """Liger Kernel where it applies: a family liger-kernel patches (families.json), a GPU its Triton
-    kernels run on (NVIDIA compute capability 7.0+, AMD ROCm), the standard loss, and no adapter or
-    trained copy on lm_head (the fused loss reads the base lm_head weight, so those would not train).
-    With a frozen lm_head (LoRA/QLoRA) Liger never needs more memory (its norms, SwiGLU and loss all
-    keep less) and the time model finds it faster, so only the Liger stack is priced; for full
-    fine-tuning its fused loss keeps lm_head's weight gradient, which can outweigh short sequences'
-    logits, so both are searched. --no-liger plans without it."""
+    kernels run on (`triton`: NVIDIA compute capability 7.0+, AMD ROCm), the standard loss, and no
+    adapter or trained copy on lm_head (the fused loss reads the base lm_head weight, so those would
+    not train). With a frozen lm_head (LoRA/QLoRA) Liger never needs more memory (its norms, SwiGLU
+    and loss all keep less) and the time model finds it faster, so only the Liger stack is priced; for
+    full fine-tuning its fused loss keeps lm_head's weight gradient, which can outweigh short
+    sequences' logits, so both are searched. --no-liger plans without it."""
     from advisor import families
 
     if "liger" in pins:
         return (pins["liger"],)
     head = "lm_head" in str(pins.get("lora_targets", "")) or "lm_head" in str(pins.get("modules_to_save", ""))
-    triton = gpu.vendor.upper() == "AMD" or float(gpu.compute_capability or 0) >= 7.0
     if families.traits(family).liger and triton and pins.get("loss", "standard") == "standard" and not head:
         return (False, True) if method == "full" else (True,)
     return (False,)
@@ -123,6 +138,7 @@ def _shardings(method: str, n_gpus: int, pins: dict[str, Any]) -> list[tuple[str
 
 
 _STACKS: dict[tuple, Stack] = {}
+_STACKS_FOR: dict[tuple, tuple[Stack, ...]] = {}
 
 
 def _stack(fields: tuple) -> Stack:
@@ -168,8 +184,13 @@ class Config:
         return self.stack.method
 
     def shape(self, seq_len: int, padded: bool = False) -> Shape:
-        return Shape(micro_batch=max(self.micro_batch, 1), seq_len=seq_len, grad_accum=self.grad_accum or None,
-                     padded=padded)
+        return _shape(max(self.micro_batch, 1), seq_len, self.grad_accum or None, padded)
+
+
+@lru_cache(maxsize=4096)
+def _shape(micro_batch: int, seq_len: int, grad_accum: int | None, padded: bool) -> Shape:
+    """One shared (frozen) Shape per distinct value: thousands of configs run the same few."""
+    return Shape(micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
 
 
 def node_counts(most: int) -> list[int]:

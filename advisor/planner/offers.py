@@ -92,10 +92,11 @@ def _complete_prices(off, rejections: Rejections):
     with whole-instance prices. The host's price would come from the same catalog's host rows
     (SkyPilot lists them separately); the bundled extract has none for n1/g2, so these rows are left
     out with that reason rather than ranked cheap."""
-    notes = off["notes"].fillna("").astype(str) if "notes" in off else None
-    if notes is None:
+    if "notes" not in off:
         return off
-    partial = notes.str.contains(GPU_ONLY, regex=False).to_numpy()
+    from pricing.schema import per_distinct
+
+    partial = per_distinct(off["notes"], lambda note: GPU_ONLY in str(note), na=False).astype(bool)
     rejections.add("GPU-only price without its host VM (the sheet has no host price to add; import the "
                    "provider's full catalog or give the whole instance's price with --prices)", int(partial.sum()),
                    _examples(off.loc[partial]))
@@ -121,11 +122,13 @@ def _observed(off):
     era the importer recorded ("stale:catalog-v6-2024-era" -> "2024-era (catalog v6)")."""
     import numpy as np
 
-    dates = off["fetched_at"].astype(str).str.slice(0, 10).to_numpy(dtype=object)
-    notes = off["notes"].fillna("").astype(str)
-    old = notes.str.contains("stale:catalog-", regex=False).to_numpy()
+    from pricing.schema import per_distinct
+
+    dates = per_distinct(off["fetched_at"], lambda stamp: str(stamp)[:10], na=np.nan)
+    old = per_distinct(off["notes"], lambda note: "stale:catalog-" in str(note), na=False).astype(bool)
     if old.any():
-        era = notes[old].str.extract(r"stale:catalog-(v\d+)-([\w-]+?)(?:;|$)")
+        notes = off["notes"][old].fillna("").astype(str)
+        era = notes.str.extract(r"stale:catalog-(v\d+)-([\w-]+?)(?:;|$)")
         known = era[0].notna().to_numpy()
         dates[np.flatnonzero(old)[known]] = (era.loc[known, 1] + " (catalog " + era.loc[known, 0] + ")").to_numpy()
     return dates

@@ -72,7 +72,8 @@ def _fmt_gb(b: float) -> str:
 def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: PlanRequest,
                  rejections: Rejections) -> None:
     """Configs that fit nowhere, counted once per priced offer they would have joined."""
-    cfg["n_priced"] = [priced_counts.get((g, k), 0) for g, k in zip(cfg["gpu_model"], cfg["gpu_count"])]
+    hardware = zip(cfg["gpu_model"].tolist(), cfg["gpu_count"].tolist())
+    cfg["n_priced"] = [priced_counts.get(key, 0) for key in hardware]
     in_m = cfg["method"].isin(request.methods)
     nofit = cfg[in_m & (cfg["micro_batch"] == 0)]
     if not len(nofit):
@@ -113,8 +114,11 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     cfg_row = sc["cfg_row"].to_numpy()
     sc["row"] = fitting["row"].to_numpy()[cfg_row]
     bad_ram = ~sc["ram_ok"].to_numpy()
-    cmeth = fitting["method"].to_numpy()[cfg_row]
-    i = np.flatnonzero(bad_ram & np.isin(cmeth, methods))
+    # per-config codes, indexed per candidate (string comparisons over every candidate are slow)
+    meth_codes, meth_names = pd.factorize(fitting["method"])
+    cmeth = meth_codes[cfg_row]
+    asked = np.isin(meth_codes, np.flatnonzero(np.isin(np.asarray(meth_names, dtype=object), methods)))[cfg_row]
+    i = np.flatnonzero(bad_ram & asked)
     if len(i):
         o = priced.iloc[sc["offer_row"].iat[i[0]]]
         ram = "unknown" if o["ram_gb"] != o["ram_gb"] else f"{o['ram_gb']:g} GB"
@@ -122,7 +126,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
                        f"{_fmt_gb(fitting['cpu_ram'].iat[cfg_row[i[0]]])} vs {ram})", len(i),
                        f"{o['provider']} {o['instance_type']}")
     is_spot = priced["spot"].to_numpy(bool)[sc["offer_row"].to_numpy()]
-    usable = ~bad_ram & np.isin(cmeth, methods)
+    usable = ~bad_ram & asked
     sel = usable & ~is_spot
     cost, hours = sc["cost_usd"].to_numpy(), sc["hours"].to_numpy()
     if request.risk != "p50":  # rank, filter and compare at the pessimistic quantile of the run's duration
@@ -162,8 +166,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     # best-per lists' pool, but would crowd the ranking with near-copies.
     if request.distinct and len(ranked):
         nodes_c = fitting["nodes"].to_numpy(np.int64)[cfg_row]
-        meth_c = np.unique(cmeth, return_inverse=True)[1].astype(np.int64)
-        group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + meth_c
+        group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + cmeth.astype(np.int64)
         _, first = np.unique(group[ranked], return_index=True)
         ranked = ranked[np.sort(first)]
     if not sel.any():
@@ -183,7 +186,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         _, first = np.unique(codes[sc["offer_row"].to_numpy()[order]], return_index=True)
         best[column] = [order[j] for j in sorted(first)]
     # naive baseline: full fine-tuning, on demand, on the cheapest instance where it fits
-    base = np.flatnonzero(~bad_ram & (cmeth == "full") & ~is_spot)
+    full = cmeth == (list(meth_names).index("full") if "full" in list(meth_names) else -1)
+    base = np.flatnonzero(~bad_ram & full & ~is_spot)
     baseline = base[np.lexsort((tie[base], cost[base], sc["price_hour"].to_numpy()[base]))][:1]
     spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
     spot_best = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))][:1]
