@@ -43,6 +43,7 @@ class Engine:
         self._slopes: dict[tuple, int] = {}
         self._twins: dict[tuple, Stack] = {}
         self._answers: dict[tuple, int] = {}
+        self._checkpoints: dict[tuple, int] = {}  # by the stack's own key
 
     @classmethod
     def of(cls, model: ModelSpec | str) -> "Engine":
@@ -163,11 +164,14 @@ class Engine:
         """Bytes one resumable training checkpoint holds (advisor.memory.checkpoint_bytes)."""
         from advisor.memory import checkpoint_bytes
 
-        fields = dict(stack.__dict__, gpus=1, offload="none")  # what a checkpoint holds does not depend on them
-        key = ("checkpoint", *fields.values())
-        if key not in self._answers:
-            self._answers[key] = checkpoint_bytes(self.arch, stack)
-        return self._answers[key]
+        found = self._checkpoints.get(stack.key)
+        if found is None:
+            fields = dict(stack.__dict__, gpus=1, offload="none")  # what a checkpoint holds does not depend on them
+            key = ("checkpoint", *fields.values())
+            if key not in self._answers:
+                self._answers[key] = checkpoint_bytes(self.arch, stack)
+            found = self._checkpoints[stack.key] = self._answers[key]
+        return found
 
     def counts(self, stack: Stack):
         """Parameter counts the FLOPs and traffic terms need (advisor.throughput.Counts)."""

@@ -62,8 +62,13 @@ def table() -> dict:
 
 def gpu_class(gpu) -> str:
     """Efficiency class of a GPU from its architecture (keys of mfu.json's per-class tables)."""
-    arch = gpu.architecture.lower()
-    if gpu.vendor.upper() == "AMD":
+    return _class_of(gpu.architecture, gpu.vendor)
+
+
+@lru_cache(maxsize=256)
+def _class_of(architecture: str, vendor: str) -> str:
+    arch = architecture.lower()
+    if vendor.upper() == "AMD":
         return "cdna"
     for key, cls in (("blackwell", "blackwell"), ("hopper", "hopper"), ("ada", "ada"),
                      ("turing", "turing"), ("volta", "volta"), ("pascal", "volta")):

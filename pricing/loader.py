@@ -142,11 +142,26 @@ def _fast_csv(text: str):
     first = next(csv.reader(io.StringIO(text.partition("\n")[0])), [])
     if not len(df) or len(set(header)) != len(header) or [h.strip() for h in first] != header:
         return None  # duplicate or mangled header names: the careful path reports them
-    cells = np.frompyfunc(str.strip, 1, 1)(df.to_numpy(dtype=object))  # C-level loop
+    if _may_need_strip(text):
+        cells = np.frompyfunc(str.strip, 1, 1)(df.to_numpy(dtype=object))  # C-level loop
+    else:
+        cells = df.to_numpy(dtype=object, copy=True)  # writable (pandas may hand out a read-only view)
     cells[cells == ""] = None
     if (cells == None).all(axis=1).any():  # noqa: E711 - blank rows: the careful path skips them quietly
         return None
     return pd.DataFrame(cells, columns=header, dtype=object), list(range(1, len(df) + 1)), []
+
+
+_EDGE_SPACE = (" ,", ", ", " \n", "\n ", " \r", "\t", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+
+
+def _may_need_strip(text: str) -> bool:
+    """False only when no cell can start or end with whitespace: ASCII text without quotes, with no
+    space beside a comma or a line break and no other whitespace character (str.strip's set) at all,
+    found by substring search at C speed. True sends every cell through str.strip."""
+    if not text.isascii() or '"' in text or text[:1].isspace() or text[-1:] == " ":
+        return True
+    return any(s in text for s in _EDGE_SPACE)
 
 
 def _field_counts(text: str) -> int:

@@ -92,7 +92,7 @@ def empty_frame():
                          for c, k in COLUMNS.items()})
 
 
-_DECIMAL = frozenset("0123456789.eE+-")
+_DECIMAL = re.compile(r"[0-9.eE+-]*")
 
 
 def _numbers(raw, present, values):
@@ -101,7 +101,7 @@ def _numbers(raw, present, values):
     import numpy as np
     import pandas as pd
 
-    if isinstance(values, np.ndarray) and _DECIMAL.issuperset("".join(values)):
+    if isinstance(values, np.ndarray) and _DECIMAL.fullmatch("".join(values)):
         try:
             out = np.full(len(raw), np.nan)
             out[present] = values.astype(np.float64)

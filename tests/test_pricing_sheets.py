@@ -321,3 +321,34 @@ def test_the_readers_cells_need_no_second_cleaning(tmp_path, monkeypatch, data, 
         slow = read_sheet(path)
     pd.testing.assert_frame_equal(fast[0], slow[0])
     assert [str(p) for p in fast[1]] == [str(p) for p in slow[1]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.lists(st.text(alphabet="ab1. \t\xa0\u2003\x0b\x1f\"", max_size=5), min_size=1, max_size=4),
+                     min_size=1, max_size=5),
+       newline=st.sampled_from(["\n", "\r\n"]), final=st.booleans())
+@example(rows=[["b", "a "]], newline="\n", final=False)  # the last cell of a text without a final newline
+@example(rows=[[" a"]], newline="\r\n", final=True)
+def test_strip_shortcut_never_skips_a_cell_with_edge_whitespace(rows, newline, final):
+    """_fast_csv skips str.strip only when _may_need_strip says no cell can need it."""
+    from pricing.loader import _may_need_strip
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator=newline).writerows(rows)
+    text = buf.getvalue() if final else buf.getvalue()[:-len(newline)]
+    if not _may_need_strip(text):
+        for cells in csv.reader(io.StringIO(text)):
+            assert all(c == c.strip() for c in cells), (text, cells)
+
+
+@pytest.mark.parametrize("text", ["a\nx\n", "a\nx", "a,b\nx,\n", "a,b\n x,y\n"])
+def test_fast_reader_cleans_every_shape_of_sheet(text):
+    """One column, an empty cell, with and without cells to strip: the fast reader's cells are
+    stripped str or None (pandas may hand out read-only arrays: it must not write into them)."""
+    from pricing.loader import _fast_csv
+
+    df, numbers, problems = _fast_csv(text)
+    cells = df.to_numpy(dtype=object).ravel().tolist()
+    assert all(c is None or (c and c == c.strip()) for c in cells)
+    assert (None in cells) == (",\n" in text)
+    assert numbers == [1] and problems == []

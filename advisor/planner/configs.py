@@ -203,6 +203,7 @@ def node_counts(most: int) -> list[int]:
     return sorted(set(out))
 
 
+@lru_cache(maxsize=4096)
 def split_batch(global_batch: int, n_gpus: int, max_micro_batch: int) -> tuple[int, int, int]:
     """(micro-batch, accumulation, global batch as run): the requested global batch exactly when the
     GPU count divides it (the largest micro-batch that fits and divides the per-GPU share), else the
