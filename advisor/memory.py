@@ -26,11 +26,6 @@ from advisor.architecture import Architecture, default_attention, supported_atte
 from advisor.errors import BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
-
-# Components are built by this module from its own numbers. Plain validation is the cheapest way
-# to build one (pydantic 2.13: ~2 µs, against ~4 µs for model_construct), and the planner builds
-# about 25 per estimate, thousands of times.
-_component = Component
 from advisor.stacks import Shape, Stack
 
 GiB = 2**30
@@ -102,14 +97,14 @@ def _zero3_gathered(params: int, unit: float, wb: float) -> dict[str, Component]
                    max(0, params - live))
     src = "deepspeed 0.19.8 runtime/zero/config.py DeepSpeedZeroConfig; partitioned_param_coordinator.py"
     return {
-        "weights.zero3_live_params": _component(
+        "weights.zero3_live_params": Component(
             bytes=int(live * wb),
             formula=f"{live:,} gathered parameter elements × {wb:g} B: the largest module ({int(unit):,}) + "
             f"min(stage3_max_reuse_distance {z['stage3_max_reuse_distance']:,}, stage3_max_live_parameters "
             f"{z['stage3_max_live_parameters']:,}), at most all {params:,} params, gathered at the forward/backward turn",
             source=src,
         ),
-        "weights.zero3_prefetch_bucket": _component(
+        "weights.zero3_prefetch_bucket": Component(
             bytes=int(prefetch * wb),
             formula=f"{prefetch:,} elements fetched ahead: min(stage3_prefetch_bucket_size "
             f"{z['stage3_prefetch_bucket_size']:,}, live budget left) × {wb:g} B",
@@ -185,20 +180,20 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     if stack.method == "qlora":
         q = arch.linear_weight_params
         nf4 = nf4_bytes_per_param(stack.double_quant)
-        weights["weights.nf4_linears"] = _component(
+        weights["weights.nf4_linears"] = Component(
             bytes=int(q * nf4 / n_p),
             formula=f"{q:,} linear weights × {nf4:.4f} B (NF4{' + double-quant' if stack.double_quant else ''} constants)",
             source="Dettmers et al. 2023, QLoRA §3",
         )
         experts = arch.expert_weight_params
-        weights["weights.16bit_rest"] = _component(
+        weights["weights.16bit_rest"] = Component(
             bytes=int((P - q) * 2 / n_p),
             formula=f"{P - q:,} embedding/norm/bias/router{'/fused-expert' if experts else ''} params × 2 B "
             "(not nn.Linear, so bitsandbytes leaves them 16-bit)",
             source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit",
         )
     else:
-        weights["weights.base"] = _component(
+        weights["weights.base"] = Component(
             bytes=int(P * pb / n_p),
             formula=f"{P:,} params × {pb} B ({stack.precision}){f' / {n_p} shards' if n_p > 1 else ''}",
             source="ZeRO (Rajbhandari et al. 2020) §3: Ψ parameters; stage 3 partitions them",
@@ -207,7 +202,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     mags = _dora_magnitudes(arch, stack)
     if stack.method != "full":
         heads = arch.head_targets(stack.lora_targets)
-        weights["weights.lora_adapters"] = _component(
+        weights["weights.lora_adapters"] = Component(
             bytes=int((trainable - mags) * tb / n_p),
             formula=f"{trainable - mags:,} adapter params (r={stack.lora_rank}, {stack.lora_targets}) × {tb} B"
             + (f", {' and '.join(heads)} r·(h+V) each" if heads else ""),
@@ -215,7 +210,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             "autocast_adapter_dtype=False",
         )
     if mags:
-        weights["weights.dora_magnitudes"] = _component(
+        weights["weights.dora_magnitudes"] = Component(
             bytes=int(mags * tb / n_p),
             formula=f"{mags:,} magnitude elements (one per output feature of every adapted module) × {tb} B; "
             "trained: gradients and optimizer state counted with the adapters",
@@ -223,7 +218,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         )
     copies, cb = _saved_copies(arch, stack)
     if copies:
-        weights["weights.modules_to_save"] = _component(
+        weights["weights.modules_to_save"] = Component(
             bytes=int(copies * cb / n_p),
             formula=f"{copies:,} params ({', '.join(stack.saved_modules)}: a trainable copy beside the frozen "
             f"original) × {cb} B",
@@ -235,7 +230,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         weights.update(_zero3_gathered(P, unit, 0.5 if stack.method == "qlora" else compute_b))
     elif n_p > 1 or stack.offload in ("params", "both"):
         wb = 0.5 if stack.method == "qlora" else compute_b
-        weights["weights.gathered_units"] = _component(
+        weights["weights.gathered_units"] = Component(
             bytes=int((2 * largest_layer + root) * wb),
             formula="two decoder layers (current + prefetched) and the root unit (embeddings, lm_head, "
             "final norm, kept unsharded from forward to backward) in the compute dtype",
@@ -244,10 +239,10 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     if stack.offload in ("params", "both"):
         for key in ("weights.base", "weights.nf4_linears", "weights.16bit_rest", "weights.lora_adapters"):
             if key in weights:
-                weights[key] = _component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
+                weights[key] = Component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
 
     gradients = {
-        "gradients.trainable": _component(
+        "gradients.trainable": Component(
             bytes=int(trainable * tb / n_g),
             formula=f"{trainable:,} trainable{f' (incl. {mags:,} DoRA magnitudes)' if mags else ''} × {tb} B"
             f"{f' / {n_g} shards' if n_g > 1 else ''}",
@@ -255,14 +250,14 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
         )
     }
     if copies:
-        gradients["gradients.modules_to_save"] = _component(
+        gradients["gradients.modules_to_save"] = Component(
             bytes=int(copies * cb / n_g),
             formula=f"{copies:,} params of the trainable {', '.join(stack.saved_modules)} copies × {cb} B"
             f"{f' / {n_g} shards' if n_g > 1 else ''}",
             source="peft modules_to_save: the copy has requires_grad=True (utils/other.py _set_layer_requires_grad)",
         )
     if n_g > 1 and stack.sharding in ("fsdp", "zero2", "zero3") and stack.method == "full":
-        gradients["gradients.unsharded_buffers"] = _component(
+        gradients["gradients.unsharded_buffers"] = Component(
             bytes=int((largest_layer + root) * tb),
             formula="one layer's and the root unit's unsharded gradients before reduce-scatter",
             source="PyTorch FSDP2 / DeepSpeed reduce-scatter per unit (root last)",
@@ -304,7 +299,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     }[opt]
     offload_opt = stack.offload in ("optimizer", "both")
     optimizer = {
-        "optimizer.states": _component(
+        "optimizer.states": Component(
             bytes=0 if offload_opt else int(opt_bytes / n_o),
             formula=note + (f" / {n_o} shards" if n_o > 1 else "") + (" (offloaded to CPU)" if offload_opt else ""),
             source=source,
@@ -312,7 +307,7 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
     }
     if copies:
         copy_bytes, copy_note = _copy_optimizer_bytes(stack, copies, cb, arch)
-        optimizer["optimizer.modules_to_save"] = _component(
+        optimizer["optimizer.modules_to_save"] = Component(
             bytes=0 if offload_opt else int(copy_bytes / n_o),
             formula=f"{copies:,} params of the {', '.join(stack.saved_modules)} copies: {copy_note}"
             + (f" / {n_o} shards" if n_o > 1 else "") + (" (offloaded to CPU)" if offload_opt else ""),
@@ -424,7 +419,8 @@ def fit_micro_batch(
 def _parts(arch: Architecture):
     """A Component builder that returns one shared object per distinct (bytes, formula, source): the
     activations of a micro-batch do not depend on sharding, optimizer or GPU count, so the planner's
-    estimates repeat most of their components."""
+    estimates repeat most of their components. (Built by validation: in pydantic 2.13 that is ~2 µs,
+    model_construct ~4 µs.)"""
     cache = arch._memo.setdefault("components", {})
 
     def part(bytes: int, formula: str = "", source: str = "") -> Component:

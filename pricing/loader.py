@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pricing import cache, files
 from pricing.errors import PriceInputError
-from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, per_distinct, validate
+from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, mentions, validate
 
 SNAPSHOT = Path(__file__).parent / "data" / "snapshot.csv"
 KEY = ["provider", "region", "instance_type"]
@@ -404,8 +404,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     limit = cache.stale_days() if stale_days is None else stale_days
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]
     df["age_days"] = ((pd.Timestamp(now) - df["fetched_at"]).dt.total_seconds() / 86400).round(1)
-    marked = per_distinct(df["notes"], lambda note: "stale" in str(note), na=False).astype(bool)
-    df["stale"] = np.asarray((df["age_days"] > limit).to_numpy() | marked)
+    df["stale"] = np.asarray((df["age_days"] > limit).to_numpy() | mentions(df["notes"], "stale"))
     df["fetched_at"] = _iso(df["fetched_at"])
     cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"]
     return df[cols], problems

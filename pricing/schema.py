@@ -125,6 +125,11 @@ def per_distinct(values, fn, na=None):
     return out[codes]
 
 
+def mentions(values, text: str):
+    """Boolean array: which cells contain `text` (NA cells do not), tested once per distinct value."""
+    return per_distinct(values, lambda v: text in str(v), na=False).astype(bool)
+
+
 def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False):
     """Return (good_rows, problems). Never raises on bad values; coerces types in the result.
 

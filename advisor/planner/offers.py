@@ -94,9 +94,9 @@ def _complete_prices(off, rejections: Rejections):
     out with that reason rather than ranked cheap."""
     if "notes" not in off:
         return off
-    from pricing.schema import per_distinct
+    from pricing.schema import mentions
 
-    partial = per_distinct(off["notes"], lambda note: GPU_ONLY in str(note), na=False).astype(bool)
+    partial = mentions(off["notes"], GPU_ONLY)
     rejections.add("GPU-only price without its host VM (the sheet has no host price to add; import the "
                    "provider's full catalog or give the whole instance's price with --prices)", int(partial.sum()),
                    _examples(off.loc[partial]))
@@ -122,10 +122,10 @@ def _observed(off):
     era the importer recorded ("stale:catalog-v6-2024-era" -> "2024-era (catalog v6)")."""
     import numpy as np
 
-    from pricing.schema import per_distinct
+    from pricing.schema import mentions, per_distinct
 
     dates = per_distinct(off["fetched_at"], lambda stamp: str(stamp)[:10], na=np.nan)
-    old = per_distinct(off["notes"], lambda note: "stale:catalog-" in str(note), na=False).astype(bool)
+    old = mentions(off["notes"], "stale:catalog-")
     if old.any():
         notes = off["notes"][old].fillna("").astype(str)
         era = notes.str.extract(r"stale:catalog-(v\d+)-([\w-]+?)(?:;|$)")

@@ -114,10 +114,11 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     cfg_row = sc["cfg_row"].to_numpy()
     sc["row"] = fitting["row"].to_numpy()[cfg_row]
     bad_ram = ~sc["ram_ok"].to_numpy()
-    # per-config codes, indexed per candidate (string comparisons over every candidate are slow)
-    meth_codes, meth_names = pd.factorize(fitting["method"])
-    cmeth = meth_codes[cfg_row]
-    asked = np.isin(meth_codes, np.flatnonzero(np.isin(np.asarray(meth_names, dtype=object), methods)))[cfg_row]
+    # per-config answers, indexed per candidate (string comparisons over every candidate are slow)
+    method = fitting["method"]
+    asked = method.isin(methods).to_numpy()[cfg_row]
+    full = (method == "full").to_numpy()[cfg_row]
+    method_code = pd.factorize(method)[0][cfg_row]
     i = np.flatnonzero(bad_ram & asked)
     if len(i):
         o = priced.iloc[sc["offer_row"].iat[i[0]]]
@@ -166,7 +167,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     # best-per lists' pool, but would crowd the ranking with near-copies.
     if request.distinct and len(ranked):
         nodes_c = fitting["nodes"].to_numpy(np.int64)[cfg_row]
-        group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + cmeth.astype(np.int64)
+        group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + method_code.astype(np.int64)
         _, first = np.unique(group[ranked], return_index=True)
         ranked = ranked[np.sort(first)]
     if not sel.any():
@@ -186,7 +187,6 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         _, first = np.unique(codes[sc["offer_row"].to_numpy()[order]], return_index=True)
         best[column] = [order[j] for j in sorted(first)]
     # naive baseline: full fine-tuning, on demand, on the cheapest instance where it fits
-    full = cmeth == (list(meth_names).index("full") if "full" in list(meth_names) else -1)
     base = np.flatnonzero(~bad_ram & full & ~is_spot)
     baseline = base[np.lexsort((tie[base], cost[base], sc["price_hour"].to_numpy()[base]))][:1]
     spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
