@@ -1,5 +1,5 @@
 """`python -m advisor`: the one entry shim allowed to reach up to the CLI package."""
 
-from cli import main
+from cli import run
 
-main()
+run()

@@ -93,7 +93,7 @@ def _process_peak(args: list[str]) -> tuple[float, float]:
     code = ("import atexit, resource, sys\n"
             "atexit.register(lambda: print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
             "file=sys.stderr))\n"
-            "from cli import main\nmain(sys.argv[1:])\n")
+            "from cli import run\nrun()\n")  # the console script's entry (exit handlers still run)
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=ENV)
     wall = time.perf_counter() - t

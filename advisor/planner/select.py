@@ -71,28 +71,40 @@ def _fmt_gb(b: float) -> str:
 
 def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: PlanRequest,
                  rejections: Rejections) -> None:
-    """Configs that fit nowhere, counted once per priced offer they would have joined."""
-    hardware = zip(cfg["gpu_model"].tolist(), cfg["gpu_count"].tolist())
-    cfg["n_priced"] = [priced_counts.get(key, 0) for key in hardware]
-    in_m = cfg["method"].isin(request.methods)
-    nofit = cfg[in_m & (cfg["micro_batch"] == 0)]
-    if not len(nofit):
+    """Configs that fit nowhere, counted once per priced offer they would have joined. A few
+    thousand configs in a hundred groups: plain lists (pandas' per-group overhead would dominate)."""
+    column = {name: cfg[name].tolist() for name in ("gpu_model", "gpu_count", "nodes", "method", "micro_batch",
+                                                   "need1", "usable", "limit", "row")}
+    n_priced = [priced_counts.get(key, 0) for key in zip(column["gpu_model"], column["gpu_count"])]
+    asked = set(request.methods)
+    nofit: dict[tuple, list[int]] = {}  # (GPU model, GPUs per node, nodes, method) -> rows, in first-seen order
+    fit_groups = set()
+    keys = zip(column["gpu_model"], column["gpu_count"], column["nodes"], column["method"])
+    for i, (key, mb) in enumerate(zip(keys, column["micro_batch"])):
+        if key[3] in asked:
+            if mb > 0:
+                fit_groups.add(key)
+            else:
+                nofit.setdefault(key, []).append(i)
+    if not nofit:
         return
-    keys = ["gpu_model", "gpu_count", "nodes", "method"]
-    fit_groups = set(map(tuple, cfg.loc[in_m & (cfg["micro_batch"] > 0), keys].itertuples(index=False)))
-    first_offer = off.drop_duplicates(["gpu_model", "gpu_count"]).set_index(["gpu_model", "gpu_count"])
-    for key, grp in nofit.groupby(keys, sort=False):
+    first_offer: dict[tuple, tuple[str, str]] = {}
+    for g, pn, provider, kind in zip(off["gpu_model"].tolist(), off["gpu_count"].tolist(), off["provider"].tolist(),
+                                     off["instance_type"].tolist()):
+        first_offer.setdefault((g, pn), (provider, kind))
+    need1 = column["need1"]
+    for key, rows in nofit.items():
         g, pn, nodes, meth = key
+        count = sum(n_priced[i] for i in rows)
         if key in fit_groups:
-            rejections.add("stack variants that need more memory than a leaner stack on the same GPU",
-                           grp["n_priced"].sum())
+            rejections.add("stack variants that need more memory than a leaner stack on the same GPU", count)
             continue
-        best = grp.loc[grp["need1"].idxmin()]
-        ex = first_offer.loc[(g, pn)]
-        where = f"{g} {best['usable'] / 2**30:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
-        rejections.add(f"{where}: {meth} fine-tuning needs {_fmt_gb(best['need1'])} per GPU even at micro-batch 1 "
-                       f"(limit {_fmt_gb(best['limit'])} with {request.headroom:.0%} headroom)", grp["n_priced"].sum(),
-                       f"{ex['provider']} {ex['instance_type']} · {configs[int(best['row'])].stack.label()}")
+        best = min(rows, key=need1.__getitem__)  # the first of the leanest
+        provider, kind = first_offer[(g, pn)]
+        where = f"{g} {column['usable'][best] / 2**30:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
+        rejections.add(f"{where}: {meth} fine-tuning needs {_fmt_gb(need1[best])} per GPU even at micro-batch 1 "
+                       f"(limit {_fmt_gb(column['limit'][best])} with {request.headroom:.0%} headroom)", count,
+                       f"{provider} {kind} · {configs[column['row'][best]].stack.label()}")
 
 
 def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections) -> Selection:

@@ -1,0 +1,88 @@
+"""The process entry (`gpu-advisor`, `python -m advisor`: cli.run) gives what cli.main gives although
+it runs without the cyclic garbage collector: the same output, the same exit codes, files written
+whole, exit handlers run and other threads finished."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SHEET = """provider,region,instance_type,gpu_model,gpu_count,ram_gb,price_hour,fetched_at,source
+acme,eu-1,acme.h100x1,H100,1,225,2.10,2026-11-20T00:00:00Z,acme-list
+acme,eu-1,acme.l4x1,L4,1,32,0.60,2026-11-20T00:00:00Z,acme-list
+"""
+
+
+def _process(*args, code: str | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "advisor", *args] if code is None else [sys.executable, "-c", code, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def _without_clock(text: str) -> dict:
+    """The plan without its clock time and the count of estimates its engine made (an engine is
+    shared within a process, so in the test session it may have made them for an earlier test)."""
+    data = json.loads(text)
+    data.pop("generated_at", None)
+    data["assumptions"].pop("memory_estimates", None)
+    return data
+
+
+def test_process_output_and_files_match_the_in_process_command(tmp_path):
+    sheet = tmp_path / "acme.csv"
+    sheet.write_text(SHEET)
+    args = ["plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "20M", "--prices", str(sheet),
+            "--providers", "acme", "--format", "json"]
+    report = tmp_path / "out" / "plan.md"
+    report.parent.mkdir()
+    r = _process(*args, "--report", str(report))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.endswith("\n")
+    here = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert _without_clock(r.stdout) == _without_clock(here.output)
+    text = report.read_text()
+    assert "acme" in text and text.endswith("\n")
+    for chart in report.parent.glob("*.svg"):  # written whole: every chart parses as XML
+        import xml.etree.ElementTree as ET
+
+        ET.fromstring(chart.read_text())
+
+
+def test_exit_codes_and_one_line_errors_survive_the_fast_exit(tmp_path):
+    bad = _process("plan", "--model", "no-such/model-anywhere", "--tokens", "1M")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: ")
+    assert bad.stdout == ""
+    unmet = _process("plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M", "--budget", "0.01",
+                     "--deadline", "0.01h", "--format", "json")
+    here = CliRunner().invoke(cli, ["plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M", "--budget",
+                                    "0.01", "--deadline", "0.01h", "--format", "json"])
+    assert unmet.returncode == here.exit_code != 0
+    assert _without_clock(unmet.stdout)["constraints_met"] is False
+
+
+def test_exit_handlers_run_and_a_live_thread_gets_the_ordinary_exit(tmp_path):
+    """The exit stays the interpreter's own (no hard exit to save time): atexit handlers run, and a
+    thread still working finishes its file."""
+    marker = tmp_path / "thread.txt"
+    code = ("import atexit, sys, threading, time\n"
+            "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+            "def work():\n"
+            "    time.sleep(0.3)\n"
+            f"    open({str(marker)!r}, 'w').write('done')\n"
+            "if '--thread' in sys.argv:\n"
+            "    sys.argv.remove('--thread')\n"
+            "    threading.Thread(target=work).start()\n"
+            "from cli import run\n"
+            "run()\n")
+    r = _process("models", code=code)
+    assert r.returncode == 0 and "handler ran" in r.stderr and r.stdout.strip()
+    r = _process("--thread", "models", "--no-such-option", code=code)
+    assert r.returncode == 2 and "handler ran" in r.stderr
+    assert marker.read_text() == "done"
