@@ -49,7 +49,9 @@ def test_process_output_and_files_match_the_in_process_command(tmp_path):
     assert _without_clock(r.stdout) == _without_clock(here.output)
     text = report.read_text()
     assert "acme" in text and text.endswith("\n")
-    for chart in report.parent.glob("*.svg"):  # written whole: every chart parses as XML
+    charts = sorted(report.parent.glob("*.svg"))
+    assert [c.name for c in charts] == ["plan-cost-time.svg", "plan-memory.svg"]
+    for chart in charts:  # written whole: every chart parses as XML
         import xml.etree.ElementTree as ET
 
         ET.fromstring(chart.read_text())
