@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from advisor import families
+from advisor.memo import Memo
 from advisor.modelspec import ModelSpec
 
 # Model types whose routed experts (3-D parameters) and router peft 0.21 wraps with LoRA
@@ -93,7 +94,7 @@ class Architecture:
     vision_linears: tuple[Linear, ...] = ()
     vision_other_params: int = 0  # patch/position embeddings, layer norms, projector
     notes: list[str] = field(default_factory=list)
-    _memo: dict = field(default_factory=dict, repr=False, compare=False)  # per-targets results (the planner asks thousands of times)
+    _memo: dict = field(default_factory=Memo, repr=False, compare=False)  # per-targets results (the planner asks thousands of times)
 
     # ---- parameter counts -------------------------------------------------------------
     @cached_property

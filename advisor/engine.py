@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Callable
 
 from advisor.architecture import Architecture, build
+from advisor.memo import Memo
 from advisor.modelspec import ModelSpec
 from advisor.results import MemoryEstimate, Throughput
 from advisor.stacks import Shape, Stack
@@ -38,12 +39,13 @@ class Engine:
         self.spec = spec
         self.arch: Architecture = build(spec)
         self._memory_fn = memory_fn  # a stand-in estimator (tests, what-if studies)
-        self._memory: dict[tuple, MemoryEstimate] = {}
-        self._checked: set[tuple] = set()
-        self._slopes: dict[tuple, int] = {}
-        self._twins: dict[tuple, Stack] = {}
-        self._answers: dict[tuple, int] = {}
-        self._checkpoints: dict[tuple, int] = {}  # by the stack's own key
+        # bounded (advisor.memo): a long-lived process asking for ever new shapes must not grow without limit
+        self._memory: dict[tuple, MemoryEstimate] = Memo()
+        self._checked: dict[tuple, bool] = Memo()
+        self._slopes: dict[tuple, int] = Memo()
+        self._twins: dict[tuple, Stack] = Memo()
+        self._answers: dict[tuple, int] = Memo()
+        self._checkpoints: dict[tuple, int] = Memo()  # by the stack's own key
 
     @classmethod
     def of(cls, model: ModelSpec | str) -> "Engine":
@@ -62,7 +64,7 @@ class Engine:
             from advisor.memory import check
 
             check(self.arch, stack)
-            self._checked.add(stack.key)
+            self._checked[stack.key] = True
 
     def memory(self, stack: Stack, shape: Shape) -> MemoryEstimate:
         """Per-GPU memory of `stack` at `shape` (shared object: copy before changing it)."""

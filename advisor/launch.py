@@ -25,8 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from advisor import families
 from advisor.activations import CHUNKED_LOSS_CHUNKS
+from advisor.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
+    DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, total_gpus)
 from advisor.errors import AdvisorError, BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Candidate
@@ -38,9 +39,6 @@ class LaunchWarning(UserWarning):
     """A bundle setting that differs from, or could not be checked against, the estimate."""
 
 
-# config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's
-# *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0; families.json decoder_layer_class).
-DECODER_LAYERS: dict[str, str] = families.decoder_layers()
 
 # The 1.15.0 wizard's neutral values; launch ignores these keys (reference §2), we keep them for parity.
 _COMMON_KEYS = {
@@ -77,21 +75,8 @@ SKY_CLOUDS = {"lambdalabs": "lambda", "google": "gcp", "lambda-labs": "lambda", 
 HEAD_NODE_PLACEHOLDER = "HEAD_NODE_IP"
 MAIN_PROCESS_PORT = 29500
 MAX_GRAD_NORM = 1.0
-DEEPSPEED = ("zero1", "zero2", "zero3")
 DS_CONFIG_FILE = "ds_config.json"  # the bundle's DeepSpeed config (deepspeed_json), next to train.py
 TEMPLATES = Path(__file__).resolve().parent / "data" / "launch"
-
-
-def total_gpus(c: Candidate) -> int:
-    return c.gpu_count * c.nodes
-
-
-def distributed_type(c: Candidate) -> str:
-    if c.sharding == "fsdp":
-        return "FSDP"
-    if c.sharding in DEEPSPEED:
-        return "DEEPSPEED"
-    return "MULTI_GPU" if total_gpus(c) > 1 else "NO"
 
 
 def mixed_precision(c: Candidate) -> str:
@@ -102,9 +87,8 @@ def mixed_precision(c: Candidate) -> str:
     return amp
 
 
-def accelerate_config(c: Candidate, model: ModelSpec) -> tuple[dict, list[str]]:
-    """The accelerate YAML as a dict (schema of reference §3-§6) and the warnings it raised."""
-    notes: list[str] = []
+def accelerate_config(c: Candidate, model: ModelSpec) -> dict:
+    """The accelerate YAML as a dict (schema of reference §3-§6); its caveats are in `caveats`."""
     dist = distributed_type(c)
     cfg: dict = {
         "compute_environment": "LOCAL_MACHINE",
@@ -121,14 +105,14 @@ def accelerate_config(c: Candidate, model: ModelSpec) -> tuple[dict, list[str]]:
         cfg["main_process_port"] = MAIN_PROCESS_PORT
     cfg.update(_COMMON_KEYS)
     if dist == "FSDP":
-        cfg["fsdp_config"] = _fsdp_config(c, model, notes)
+        cfg["fsdp_config"] = _fsdp_config(c, model)
     elif dist == "DEEPSPEED":
         cfg["deepspeed_config"] = _deepspeed_config(c)
         del cfg["mixed_precision"]  # ds_config.json's bf16/fp16 (accelerate refuses both places)
-    return cfg, notes
+    return cfg
 
 
-def _fsdp_config(c: Candidate, model: ModelSpec, notes: list[str]) -> dict:
+def _fsdp_config(c: Candidate, model: ModelSpec) -> dict:
     fsdp: dict = {"fsdp_version": 2, "fsdp_reshard_after_forward": True}
     layer = DECODER_LAYERS.get(model.family)
     if layer:
@@ -137,18 +121,7 @@ def _fsdp_config(c: Candidate, model: ModelSpec, notes: list[str]) -> dict:
     else:
         fsdp["fsdp_auto_wrap_policy"] = "SIZE_BASED_WRAP"
         fsdp["fsdp_min_num_params"] = 100_000_000
-        known = ", ".join(sorted(DECODER_LAYERS))
-        notes.append(
-            f"model family {model.family!r} has no known decoder-layer class (known: {known}); "
-            "FSDP falls back to SIZE_BASED_WRAP (100M parameters per unit), so the gathered working set "
-            "can differ from the estimate."
-        )
     fsdp["fsdp_offload_params"] = c.offload != "none"
-    if c.offload == "optimizer":
-        notes.append(
-            "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
-            "optimizer states to the CPU (less GPU memory, more host RAM than estimated)."
-        )
     fsdp["fsdp_state_dict_type"] = "SHARDED_STATE_DICT"
     fsdp["fsdp_cpu_ram_efficient_loading"] = True
     fsdp["fsdp_activation_checkpointing"] = c.grad_checkpointing
@@ -201,12 +174,20 @@ def deepspeed_json(c: Candidate) -> dict:
     }
 
 
+def save_steps(c: Candidate) -> int:
+    """Optimizer steps between checkpoints: the plan's checkpoint interval (timing.checkpoint_interval_hours,
+    the one its cost assumes) over the step time; 500 (transformers' default) when the plan has neither."""
+    t = c.timing
+    if t.checkpoint_interval_hours > 0 and t.step_seconds > 0:
+        return max(1, round(t.checkpoint_interval_hours * 3600 / t.step_seconds))
+    return 500
+
+
 def training_args(
     c: Candidate, model: ModelSpec, *, dataset: str, options: Mapping[str, object] | None = None
-) -> tuple[dict, list[str]]:
+) -> dict:
     """training_args.yaml as a dict: sections model / data / training / lora / quantization / estimate."""
     opts = dict(options or {})
-    notes: list[str] = []
     dtype, _ = PRECISIONS[c.precision]
     mp = mixed_precision(c)
     dist = distributed_type(c)
@@ -215,7 +196,9 @@ def training_args(
         "output_dir": "output",
         "per_device_train_batch_size": c.micro_batch,
         "gradient_accumulation_steps": c.grad_accum,
-        "gradient_checkpointing": c.grad_checkpointing and not fsdp_ckpt,
+        # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs); the old
+        # names warn "will be removed in v6" (transformers/training_args.py, TrainingArguments.__post_init__)
+        "activation_checkpointing": c.grad_checkpointing and not fsdp_ckpt,
         "optim": OPTIM_NAMES[c.optimizer],
         "bf16": mp == "bf16",
         "fp16": mp == "fp16",
@@ -224,13 +207,13 @@ def training_args(
         "max_grad_norm": MAX_GRAD_NORM,
         "logging_steps": 10,
         "save_strategy": "steps",
-        "save_steps": 500,
+        "save_steps": save_steps(c),
         "save_total_limit": 2,
         "report_to": "none",
         "seed": 42,
     }
-    if training["gradient_checkpointing"]:
-        training["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if training["activation_checkpointing"]:
+        training["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     if dist == "MULTI_GPU":
         training["ddp_find_unused_parameters"] = False
     lora = None
@@ -241,7 +224,7 @@ def training_args(
             "task_type": "CAUSAL_LM",
             "r": st.lora_rank,
             "lora_alpha": st.lora_alpha,
-            "lora_dropout": st.lora_dropout,
+            "lora_dropout": 0.0 if expert_lora(c, model.family, model.is_moe) else st.lora_dropout,
             "target_modules": targets if targets == "all-linear" else [t.strip() for t in targets.split(",")],
             "bias": "none",
         }
@@ -265,19 +248,6 @@ def training_args(
         }
         if c.sharding in ("fsdp", "zero3"):
             quant["bnb_4bit_quant_storage"] = compute  # so FSDP/ZeRO-3 can flatten the packed weights (§9)
-            if c.sharding == "fsdp":
-                notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
-                             "run a few steps before a long job.")
-    if c.optimizer == "adamw-fp32" and c.method == "full" and c.precision in ("bf16", "fp16") and dist != "DEEPSPEED":
-        notes.append(
-            "adamw-fp32 is written as adamw_torch_fused, whose states follow the weights' dtype: with pure "
-            f"{c.precision} weights transformers keeps 16-bit states (less memory than estimated, no fp32 master copy)."
-        )
-    if dist == "DEEPSPEED" and c.precision in ("bf16", "fp16") and c.method == "full":
-        notes.append(
-            f"DeepSpeed's {c.precision} mode keeps fp32 master weights and fp32 Adam states "
-            "(12 B per trainable parameter, ZeRO paper); check the estimate assumed that."
-        )
     cfg = {
         "model": {
             "name_or_path": model.name,
@@ -295,20 +265,25 @@ def training_args(
         "quantization": quant,
         "estimate": {
             "stack": c.stack_label,
+            "runs_as": runs_as(c),  # what actually trains (DeepSpeed's CPU Adam under ZeRO optimizer offload)
+            # what `launch.sh --benchmark` writes into measured.json as the stack it ran (advisor/measurements.py)
+            "stack_settings": c.stack.model_dump(mode="json"),
+            "gpu_model": c.gpu_model,
+            "tokens_per_sec": c.tokens_per_sec,
             "peak_memory_bytes_per_gpu": c.peak_memory_bytes,
             "gpu_memory_bytes": c.gpu_memory_bytes,
             "hours": c.hours,
             "cost_usd": c.cost_usd,
         },
     }
-    return cfg, notes
+    return cfg
 
 
 def sky_task(c: Candidate, model: ModelSpec) -> dict:
     cloud = SKY_CLOUDS.get(c.provider.lower(), c.provider.lower())
     setup = "set -e\npip install -r requirements.txt\n"
-    if c.attention == "flash":
-        setup += "pip install flash-attn --no-build-isolation\n"
+    if c.attention == "flash":  # a CUDA build; train.py falls back to SDPA without it
+        setup += f"pip install flash-attn=={pins()['flash-attn']} --no-build-isolation\n"
     return {
         "name": _slug(f"ft-{model.name}"),
         "resources": {
@@ -327,17 +302,26 @@ def sky_task(c: Candidate, model: ModelSpec) -> dict:
     }
 
 
+@functools.cache
+def pins() -> dict[str, str]:
+    """Package -> exact version the bundle pins (advisor/data/launch/versions.json, cited there)."""
+    return dict(json.loads((TEMPLATES / "versions.json").read_text(encoding="utf-8"))["packages"])
+
+
 def requirements(c: Candidate) -> list[str]:
-    reqs = ["torch>=2.6", "transformers>=4.45", "accelerate>=1.15,<2", "pyyaml"]
+    """requirements.txt: exactly the packages train.py imports for this stack, each at its pinned version.
+    flash-attn is not among them: it needs a CUDA build (sky.yaml and the README install it), and train.py
+    falls back to PyTorch SDPA, saying so, when it is missing."""
+    names = ["torch", "transformers", "accelerate", "pyyaml"]
     if c.method != "full":
-        reqs.append("peft>=0.12")
+        names.append("peft")
     if c.method == "qlora" or "8bit" in c.optimizer:
-        reqs.append("bitsandbytes>=0.43")
+        names.append("bitsandbytes")
     if c.sharding in DEEPSPEED:
-        reqs.append("deepspeed>=0.15")
+        names.append("deepspeed")
     if c.stack.liger:
-        reqs.append("liger-kernel>=0.5")
-    return reqs
+        names.append("liger-kernel")
+    return [f"{name}=={pins()[name]}" for name in names]
 
 
 def build_bundle(
@@ -354,9 +338,9 @@ def build_bundle(
             f"candidate: precision {c.precision!r}, optimizer {c.optimizer!r} or attention {c.attention!r} "
             f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(OPTIM_NAMES)}, {sorted(ATTN_NAMES)}."
         )
-    acc, notes = accelerate_config(c, model)
-    args, more = training_args(c, model, dataset=dataset, options=options)
-    notes += more
+    acc = accelerate_config(c, model)
+    args = training_args(c, model, dataset=dataset, options=options)
+    notes = caveats(c, model.family, model.is_moe)
     for note in notes:
         warnings.warn(note, LaunchWarning, stacklevel=2)
     reqs = requirements(c)
@@ -372,6 +356,9 @@ def build_bundle(
         "gb": lambda b: f"{b / 1e9:.1f} GB",
         "gib": lambda b: f"{b / 2**30:.1f} GiB",
         "money": money,
+        "runs_as": runs_as(c),
+        "save_steps": args["training"]["save_steps"],
+        "pins": pins(),
         "port": MAIN_PROCESS_PORT,
         "placeholder": HEAD_NODE_PLACEHOLDER,
     }
@@ -386,9 +373,12 @@ def build_bundle(
         "training_args.yaml": _args_header(c, acc) + _dump(args),
         "train.py": (TEMPLATES / "train.py").read_text(encoding="utf-8"),
         "launch.sh": _templates("shell").get_template("launch.sh.j2").render(ctx),
-        "README.md": _templates("markdown").get_template("README.md.j2").render(ctx),
+        "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # issue 21: whose hours
+            f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
+            "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n"),
         "sky.yaml": "# SkyPilot task: sky launch sky.yaml\n" + _dump(sky_task(c, model)),
         "requirements.txt": "\n".join(reqs) + "\n",
+        "chat_to_text.py": (TEMPLATES / "chat_to_text.py").read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
     }
 
@@ -408,7 +398,10 @@ def _args_header(c: Candidate, acc: dict) -> str:
 
 
 def write_bundle(files: Mapping[str, str], out_dir: str | os.PathLike, force: bool = False) -> Path:
-    """Write the bundle; refuse an existing non-empty folder unless `force`. Each file is atomic."""
+    """Write the bundle; refuse an existing non-empty folder unless `force`. Every file is written into a
+    hidden folder beside `out_dir` first, which is then renamed into place (or, with --force into a
+    non-empty folder, its files are): a full disk or a permission error leaves no partial bundle, so a
+    rerun needs no --force."""
     out = Path(out_dir)
     shown = plain(out)
     if out.is_symlink() and not out.exists():
@@ -416,17 +409,46 @@ def write_bundle(files: Mapping[str, str], out_dir: str | os.PathLike, force: bo
                            "remove the link or create the folder it points to.")
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out: {shown} exists and is not a folder; give a new or empty folder.")
+    staging = None
     try:
-        if out.is_dir() and any(out.iterdir()) and not force:
+        non_empty = out.is_dir() and any(out.iterdir())
+        if non_empty and not force:
             raise BadInput(f"--out: folder {shown} exists and is not empty; pass --force to overwrite its bundle files.")
-        out.mkdir(parents=True, exist_ok=True)
+        if not out.parent.exists():
+            out.parent.mkdir(parents=True)
+        staging = _staging_folder(out)
         for name, text in files.items():
-            atomic_write(out / name, text, mode=0o755 if name.endswith((".sh", ".py")) else 0o644)
+            atomic_write(staging / name, text, mode=0o755 if name.endswith((".sh", ".py")) else 0o644)
+        if non_empty or out.is_symlink():  # keep the folder (and what else it holds): move the files in
+            for name in files:
+                os.replace(staging / name, out / name)
+        else:
+            os.replace(staging, out)  # rename(2) onto a missing or empty folder: all files appear at once
+            staging = None
     except OSError as exc:  # permissions, a full disk, a parent that is a file: the environment, exit 1
-        where = plain(exc.filename) if exc.filename else shown
-        raise AdvisorError(f"--out: cannot write the bundle to {where}: {(exc.strerror or str(exc)).lower()}"
+        raise AdvisorError(f"--out: cannot write the bundle to {shown}: {(exc.strerror or str(exc)).lower()}"
                            f"{_OS_HINTS.get(exc.errno, '')}.") from None
+    finally:
+        if staging is not None:
+            import shutil
+
+            shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _staging_folder(out: Path) -> Path:
+    """A new hidden folder beside `out` (same file system, so the final rename is atomic); the umask
+    decides its permissions, as for a folder made by mkdir."""
+    import secrets
+
+    for _ in range(8):
+        path = out.parent / f".{out.name[:64]}.partial-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "cannot create a staging folder", str(out.parent))
 
 
 _OS_HINTS = {
@@ -504,5 +526,8 @@ def _dump(data: dict) -> str:
 
 
 def _slug(text: str) -> str:
-    out = "".join(ch.lower() if ch.isalnum() else "-" for ch in text)
-    return "-".join(p for p in out.split("-") if p)[:60] or "ft"
+    """A SkyPilot task name: ASCII letters and digits joined by single dashes (sky/task.py in
+    skypilot-org/skypilot: _VALID_NAME_REGEX '[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*', "ASCII characters");
+    a Cyrillic or fullwidth name, which str.isalnum accepts, would be refused by `sky launch`."""
+    out = "".join(ch.lower() if ch.isascii() and ch.isalnum() else "-" for ch in text)
+    return "-".join(p for p in out.split("-") if p)[:60].strip("-") or "ft"

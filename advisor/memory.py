@@ -24,6 +24,7 @@ from advisor.activations import (ActivationEstimate, act_bytes, adapter_bytes, d
 from advisor import families
 from advisor.architecture import Architecture, default_attention, supported_attention
 from advisor.errors import BadInput
+from advisor.memo import Memo
 from advisor.modelspec import ModelSpec
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
@@ -170,9 +171,24 @@ def _adafactor_state_elems(arch: Architecture, stack: Stack) -> int:
 
 
 def _model_states(arch: Architecture, stack: Stack) -> _States:
+    """Weights, gradients and optimizer state per GPU, and the host RAM offloaded states take: one
+    named part per kind (each cites its source)."""
+    trainable, tb = _trainable(arch, stack)
+    mags = _dora_magnitudes(arch, stack)
+    copies, cb = _saved_copies(arch, stack)
+    weights = _weights(arch, stack, trainable, tb, mags, copies, cb)
+    gradients = _gradients(arch, stack, trainable, tb, mags, copies, cb)
+    optimizer = _optimizer(arch, stack, trainable, tb, copies, cb)
+    return _States(weights, gradients, optimizer, _offloaded(arch, stack, trainable, copies))
+
+
+def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: int, copies: int,
+             cb: int) -> dict[str, Component]:
+    """Frozen and trainable weights per GPU: base (or NF4 + 16-bit rest), adapters, DoRA magnitudes,
+    modules_to_save copies, and the gathered units of sharded runs."""
     P = arch.params_total
     pb = PARAM_BYTES[stack.precision]
-    n_p, n_g, n_o = stack.shard_degree_params, stack.shard_degree_grads, stack.shard_degree_optimizer
+    n_p = stack.shard_degree_params
     weights: dict[str, Component] = {}
     compute_b = 4 if stack.precision == "fp32" else 2
     largest_layer = arch.largest_layer_params * arch.scale
@@ -198,8 +214,6 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             formula=f"{P:,} params × {pb} B ({stack.precision}){f' / {n_p} shards' if n_p > 1 else ''}",
             source="ZeRO (Rajbhandari et al. 2020) §3: Ψ parameters; stage 3 partitions them",
         )
-    trainable, tb = _trainable(arch, stack)
-    mags = _dora_magnitudes(arch, stack)
     if stack.method != "full":
         heads = arch.head_targets(stack.lora_targets)
         weights["weights.lora_adapters"] = Component(
@@ -216,7 +230,6 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             "trained: gradients and optimizer state counted with the adapters",
             source="peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.update_layer: nn.Parameter(‖W + s·BA‖ per row)",
         )
-    copies, cb = _saved_copies(arch, stack)
     if copies:
         weights["weights.modules_to_save"] = Component(
             bytes=int(copies * cb / n_p),
@@ -241,6 +254,16 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             if key in weights:
                 weights[key] = Component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
 
+    return weights
+
+
+def _gradients(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: int, copies: int,
+               cb: int) -> dict[str, Component]:
+    """Gradients per GPU: the trainable parameters', the modules_to_save copies', and the unsharded
+    buffers before reduce-scatter."""
+    n_g = stack.shard_degree_grads
+    largest_layer = arch.largest_layer_params * arch.scale
+    root = (arch.embed_params + arch.lm_head_params + arch.final_norm_params) * arch.scale
     gradients = {
         "gradients.trainable": Component(
             bytes=int(trainable * tb / n_g),
@@ -263,6 +286,13 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             source="PyTorch FSDP2 / DeepSpeed reduce-scatter per unit (root last)",
         )
 
+    return gradients
+
+
+def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies: int,
+               cb: int) -> dict[str, Component]:
+    """Optimizer state per GPU by optimizer (and DeepSpeed's fp32 partitions in its 16-bit modes)."""
+    n_o = stack.shard_degree_optimizer
     opt = stack.optimizer
     if opt == "adamw":
         per, note = 2 * tb, f"2 states (exp_avg, exp_avg_sq) × {tb} B, parameter dtype (torch.optim.AdamW default)"
@@ -314,13 +344,22 @@ def _model_states(arch: Architecture, stack: Stack) -> _States:
             source=source,
         )
 
+    return optimizer
+
+
+def _offloaded(arch: Architecture, stack: Stack, trainable: int, copies: int) -> int:
+    """Host RAM (bytes, over all GPUs) the offloaded states take."""
+    opt, P, pb = stack.optimizer, arch.params_total, PARAM_BYTES[stack.precision]
+    offload_opt = stack.offload in ("optimizer", "both")
     cpu = 0
     if offload_opt:
         # ZeRO-Offload (Ren et al. 2021) keeps fp32 master params, fp32 grads and Adam states on CPU.
         cpu += int((trainable + copies) * (16 if opt.startswith("adamw") else 8))
     if stack.offload in ("params", "both"):
         cpu += int(P * (0.5 if stack.method == "qlora" else pb))
-    return _States(weights, gradients, optimizer, cpu)
+    return cpu
+
+
 
 
 def checkpoint_bytes(arch: Architecture, stack: Stack) -> int:
@@ -382,14 +421,19 @@ def estimate_memory(
     shape: Shape | None = None,
     gpu: str | None = None,
     headroom: float = 0.10,
+    lengths=None,
+    expandable_segments: bool = True,
 ) -> MemoryEstimate:
     """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU);
-    with `gpu`, the fit on that card (advisor.fit). A fresh copy: callers may change it."""
+    with `lengths` (advisor.alloc_trace.LengthSpec) the reserved figure from the caching-allocator
+    replay; with `gpu`, the fit on that card (advisor.fit). A fresh copy: callers may change it."""
+    from advisor.alloc_trace import apply_reserved
     from advisor.engine import Engine
 
     engine = Engine.of(model)
     stack = stack or Stack(attention=default_attention(engine.spec.family))
     est = engine.memory(stack, shape or Shape()).model_copy(deep=True)
+    est = apply_reserved(engine, stack, est, lengths, expandable_segments, CUDA_CONTEXT_BYTES)
     if gpu:
         from advisor.fit import fit_check
 
@@ -421,7 +465,9 @@ def _parts(arch: Architecture):
     activations of a micro-batch do not depend on sharding, optimizer or GPU count, so the planner's
     estimates repeat most of their components. (Built by validation: in pydantic 2.13 that is ~2 µs,
     model_construct ~4 µs.)"""
-    cache = arch._memo.setdefault("components", {})
+    cache = arch._memo.get("components")
+    if cache is None:
+        cache = arch._memo["components"] = Memo()
 
     def part(bytes: int, formula: str = "", source: str = "") -> Component:
         key = (bytes, formula, source)
@@ -457,37 +503,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     O = sum(c.bytes for k, c in comps.items() if k.startswith("optimizer."))
     A = acts.saved_total + acts.recompute
 
-    tokens = shape.tokens
-    a = act_bytes(stack)
-    f = spec.moe_intermediate_size * spec.num_experts_per_tok if spec.is_moe else spec.intermediate_size
-    loss = acts.loss
-    liger_mlp = stack.liger and not spec.is_moe
-    transients = {
-        loss.name: part(bytes=loss.bytes, formula=loss.formula, source=loss.source),
-        "overhead.backward_workspace": part(
-            bytes=int((1 if liger_mlp else 2) * a * f * tokens),
-            formula="the gradient arriving at the SwiGLU product (Liger writes gate's and up's gradients into "
-            "their saved tensors)" if liger_mlp else
-            "gradients of one MLP's gate and up outputs while a layer runs backward",
-            source="liger-kernel ops/swiglu.py _swiglu_backward_kernel stores da, db over a, b" if liger_mlp else
-            "autograd: a layer's input-gradients are live while it computes backward",
-        ),
-    }
-    dora_peak = dora_transient(arch, stack)
-    if dora_peak:
-        transients["overhead.dora_weight_norm"] = part(
-            bytes=dora_peak,
-            formula="the largest adapted module's eye(in), lora_B(lora_A(eye)), W cast to the adapter dtype and "
-            "W + s·BA, built to take ‖W + s·BA‖ every forward (and again in a recomputed layer)",
-            source="peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.get_lora_weight / get_weight_norm",
-        )
-    if stack.method == "qlora":
-        largest = arch.largest_dense_linear
-        transients["overhead.dequantised_weight"] = part(
-            bytes=int(largest * 2),
-            formula="the largest linear dequantised to 16-bit for its matmul",
-            source="bitsandbytes matmul_4bit dequantises per call",
-        )
+    transients = _transients(arch, stack, shape, acts, part)
     T = sum(c.bytes for c in transients.values())
     G_peak, A_peak, phase = G, A, "backward start, gradients of earlier micro-batches resident (accumulation)"
     if shape.grad_accum == 1:
@@ -544,6 +560,71 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     overhead_total = device_total - (W + G_peak + O + A_peak)
 
     trainable = _trainable(arch, stack)[0] + _saved_copies(arch, stack)[0]
+    warnings = _warnings(arch, stack, shape)
+    assumptions = _assumptions(arch, stack, shape, phase)
+    info = arch._memo.get(("model_info", trainable))  # shared by every stack training as many parameters
+    if info is None:
+        info = arch._memo["model_info", trainable] = ModelInfo(
+            name=spec.name, family=spec.family, source=spec.source, params_total=arch.params_total,
+            params_trainable=trainable, params_active=arch.params_active)
+    return MemoryEstimate(
+        model=info,
+        stack=stack,
+        shape=shape,
+        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak, overhead=overhead_total,
+                            total=device_total),
+        components=comps,
+        peak_allocated=peak_allocated,
+        peak_reserved=peak_reserved,
+        device_total=device_total,
+        static_bytes=W + G + O,
+        cpu_ram_bytes=states.cpu_ram,
+        assumptions=assumptions,
+        warnings=warnings,
+    )
+
+
+def _transients(arch: Architecture, stack: Stack, shape: Shape, acts: ActivationEstimate, part) -> dict[str, Component]:
+    """Short-lived buffers at the peak: the loss path, a backward workspace, DoRA's weight norm, a
+    dequantised QLoRA weight."""
+    spec = arch.spec
+    tokens = shape.tokens
+    a = act_bytes(stack)
+    f = spec.moe_intermediate_size * spec.num_experts_per_tok if spec.is_moe else spec.intermediate_size
+    loss = acts.loss
+    liger_mlp = stack.liger and not spec.is_moe
+    transients = {
+        loss.name: part(bytes=loss.bytes, formula=loss.formula, source=loss.source),
+        "overhead.backward_workspace": part(
+            bytes=int((1 if liger_mlp else 2) * a * f * tokens),
+            formula="the gradient arriving at the SwiGLU product (Liger writes gate's and up's gradients into "
+            "their saved tensors)" if liger_mlp else
+            "gradients of one MLP's gate and up outputs while a layer runs backward",
+            source="liger-kernel ops/swiglu.py _swiglu_backward_kernel stores da, db over a, b" if liger_mlp else
+            "autograd: a layer's input-gradients are live while it computes backward",
+        ),
+    }
+    dora_peak = dora_transient(arch, stack)
+    if dora_peak:
+        transients["overhead.dora_weight_norm"] = part(
+            bytes=dora_peak,
+            formula="the largest adapted module's eye(in), lora_B(lora_A(eye)), W cast to the adapter dtype and "
+            "W + s·BA, built to take ‖W + s·BA‖ every forward (and again in a recomputed layer)",
+            source="peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.get_lora_weight / get_weight_norm",
+        )
+    if stack.method == "qlora":
+        largest = arch.largest_dense_linear
+        transients["overhead.dequantised_weight"] = part(
+            bytes=int(largest * 2),
+            formula="the largest linear dequantised to 16-bit for its matmul",
+            source="bitsandbytes matmul_4bit dequantises per call",
+        )
+    return transients
+
+
+def _warnings(arch: Architecture, stack: Stack, shape: Shape) -> list[str]:
+    """What the estimate cannot promise for this model and stack."""
+    spec = arch.spec
     warnings = []
     if stack.method == "qlora" and arch.expert_weight_params:
         warnings.append(
@@ -559,6 +640,12 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         warnings.append(
             f"seq_len {shape.seq_len} exceeds {spec.name}'s max_position_embeddings {spec.max_position_embeddings}."
         )
+    return warnings
+
+
+def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> dict[str, str | int | float | bool]:
+    """The settings behind the estimate, in words (shown with every estimate)."""
+    spec = arch.spec
     assumptions: dict[str, str | int | float | bool] = {
         "param_dtype": stack.precision,
         "activation_dtype": "fp32" if act_bytes(stack) == 4 else "16-bit",
@@ -596,25 +683,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         assumptions["compile"] = "torch.compile: memory as eager (no measured or derivable saving)"
     if spec.params_override:
         assumptions["architecture"] = "synthetic Llama-shaped (from --params) for activations and LoRA shapes"
-    info = arch._memo.get(("model_info", trainable))  # shared by every stack training as many parameters
-    if info is None:
-        info = arch._memo["model_info", trainable] = ModelInfo(
-            name=spec.name, family=spec.family, source=spec.source, params_total=arch.params_total,
-            params_trainable=trainable, params_active=arch.params_active)
-    return MemoryEstimate(
-        model=info,
-        stack=stack,
-        shape=shape,
-        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak, overhead=overhead_total,
-                            total=device_total),
-        components=comps,
-        peak_allocated=peak_allocated,
-        peak_reserved=peak_reserved,
-        device_total=device_total,
-        static_bytes=W + G + O,
-        cpu_ram_bytes=states.cpu_ram,
-        assumptions=assumptions,
-        warnings=warnings,
-    )
+    return assumptions
+
 
 

@@ -31,7 +31,7 @@ from pricing.files import atomic_write, cache_dir
 MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that is not one
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "models.json"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", re.ASCII)  # Hub ids are ASCII; \w alone takes Cyrillic
 DEFAULT_ENDPOINT = "https://huggingface.co"  # $HF_ENDPOINT overrides it, as in huggingface_hub
 HUB_TIMEOUT_S = 10
 
@@ -112,7 +112,8 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
         return _checked(from_hf_config(fetch_hub_config(text), name=text,
                                        source=f"{_endpoint()}/{text}/blob/main/config.json"))
     if text.endswith(".json") or os.sep in text:
-        raise BadInput(f"model: no such file '{plain(text)}'.")
+        hint = "" if text.isascii() else " (nor a Hugging Face id: those are ASCII letters, digits, '_', '.', '-')"
+        raise BadInput(f"model: no such file '{plain(text)}'{hint}.")
     raise BadInput(f"model: unknown model '{plain(text)}'; did you mean: {', '.join(close_names(text))}? Pass a "
                    "catalog name (`gpu-advisor models` lists them), a Hugging Face id or a path to a config.json.")
 
@@ -173,11 +174,12 @@ def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list
                        f"{', '.join(SUPPORTED_FAMILIES)}.")
     cfg = fam.normalise(cfg)
     if fam.text_config is not None:  # a multimodal wrapper: the text model's facts sit in text_config
-        text = dict(cfg.get("text_config") or {})
+        text = dict(_section(cfg, "text_config"))
         text["model_type"] = fam.text_config
         fields = _text_fields(text)
         tie = cfg.get("tie_word_embeddings")  # the wrapper's own value decides; text_config's is ignored
-        fields["tie_word_embeddings"] = bool(fam.defaults["tie_word_embeddings"] if tie is None else tie)
+        fields["tie_word_embeddings"] = flag("tie_word_embeddings",
+                                             fam.defaults["tie_word_embeddings"] if tie is None else tie)
         fields["vision"] = _vision_spec(cfg, fam)
         dtype = _dtype(cfg) or _dtype(text)
     else:
@@ -187,7 +189,9 @@ def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list
     fields["qk_norm"] = fam.qk_norm
     fields["norms_per_layer"] = fam.norms_per_layer
     if dtype:
-        fields["torch_dtype"] = str(dtype)
+        if not isinstance(dtype, str) or not re.fullmatch(r"[A-Za-z0-9_.]{1,40}", dtype):
+            raise BadInput(f"model: config.json torch_dtype must be a dtype name such as bfloat16 (got {_shown(dtype)}).")
+        fields["torch_dtype"] = dtype
     try:
         return ModelSpec(name=name, source=source, aliases=list(aliases), **fields)
     except ValidationError as exc:  # a value of the wrong type, or beyond a physical bound
@@ -196,6 +200,42 @@ def from_hf_config(cfg: dict[str, Any], *, name: str, source: str, aliases: list
         where = ".".join(str(p) for p in err.get("loc", ()))
         msg = str(ctx_error) if ctx_error is not None else f"{where}: {err.get('msg', 'invalid value')}"
         raise BadInput(f"model: config.json from {plain(source)}: {plain(msg)}.") from None
+
+
+def _shown(value: Any) -> str:
+    """A config value as JSON spells it (true, "4096", NaN, [4096]), short and printable."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return plain(text)[:60]
+
+
+def whole(key: str, value: Any) -> int:
+    """A whole number from a config.json (an integral float such as 32.0 too); a bool, a string, NaN,
+    1e309, 2.5, a list or an object is refused with the key named (transformers would take "8" or true
+    as they are and fail later, or compute with a truncated value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise BadInput(f"model: config.json {key} must be a whole number (got {_shown(value)}).")
+    return int(value)
+
+
+def flag(key: str, value: Any) -> bool:
+    """A true/false switch from a config.json: the string "false" is not false (bool("false") is True)."""
+    if not isinstance(value, bool):
+        raise BadInput(f"model: config.json {key} must be true or false (got {_shown(value)}).")
+    return value
+
+
+def _section(cfg: dict[str, Any], key: str) -> dict[str, Any]:
+    """A nested config (text_config, vision_config): an object, or {} when absent or null."""
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadInput(f"model: config.json {key} must be an object (got {_shown(value)}).")
+    return value
 
 
 def _dtype(cfg: dict[str, Any]) -> Any:
@@ -213,15 +253,10 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         return d.get(key) if value is None and key not in ("num_key_value_heads", "head_dim") else value
 
     def size(key: str, fallback: Any = None) -> int:
-        """A whole number from the config (an integral float such as 32.0 too; not true/false, NaN, 2.5)."""
+        """A whole number from the config; null (or absent) takes `fallback` (derived, as transformers'
+        config classes do for num_key_value_heads and head_dim), but 0 or false does not."""
         value = get(key)
-        if value is None or value == 0 and fallback is not None:
-            value = fallback
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-                isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
-            raise BadInput(f"model: config.json {key} is missing or non-numeric; expected a whole number "
-                           f"(got {plain(repr(value))[:60]}).")
-        return int(value)
+        return whole(key, fallback if value is None else value)
 
     hidden, heads = size("hidden_size"), size("num_attention_heads")
     if not 1 <= heads <= MAX_HEADS:
@@ -235,7 +270,7 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         num_key_value_heads=size("num_key_value_heads", heads),
         head_dim=size("head_dim", hidden // heads),
         max_position_embeddings=size("max_position_embeddings"),
-        tie_word_embeddings=bool(get("tie_word_embeddings")),
+        tie_word_embeddings=flag("tie_word_embeddings", get("tie_word_embeddings")),
     )
     bad = [k for k, v in out.items() if k != "tie_word_embeddings" and v < 1]
     if bad:
@@ -245,28 +280,40 @@ def _text_fields(cfg: dict[str, Any]) -> dict[str, Any]:
                        f"num_attention_heads ({heads}).")
     # q/k/v biases: a config switch (attention_bias, Qwen2-MoE's qkv_bias) or hard-wired in the modeling code.
     rule = fam.attention_bias
-    out["attention_bias"] = bool(get(rule.key)) if rule.key else rule.fixed
+    out["attention_bias"] = flag(rule.key, get(rule.key)) if rule.key else rule.fixed
     sliding = get("sliding_window")
-    if fam.sliding_window_switch and not get(fam.sliding_window_switch):
-        sliding = None
-    out["sliding_window"] = int(sliding) if sliding else None
-    if fam.moe:
-        try:
-            for spec_field, key in fam.moe.items():
-                value = get(key)
-                out[spec_field] = [int(i) for i in value or []] if spec_field == "mlp_only_layers" else int(value)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise BadInput(f"model: config.json has a missing or non-numeric expert setting ({plain(exc)}).") from None
+    # null or 0: no window (transformers' mask code skips a falsy sliding_window); anything else a whole number,
+    # checked also where a switch (Qwen2's use_sliding_window) turns it off
+    window = None if sliding is None or sliding == 0 and not isinstance(sliding, bool) else \
+        whole("sliding_window", sliding)
+    if fam.sliding_window_switch and not flag(fam.sliding_window_switch, get(fam.sliding_window_switch)):
+        window = None
+    out["sliding_window"] = window
+    for spec_field, key in (fam.moe or {}).items():
+        out[spec_field] = _expert_setting(key, get(key), spec_field == "mlp_only_layers")
     return out
+
+
+def _expert_setting(key: str, value: Any, is_list: bool) -> int | list[int]:
+    """A mixture-of-experts setting: a whole number, or (mlp_only_layers) a list of layer numbers."""
+    if not is_list:
+        return whole(key, value)
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):  # a tuple: the family's frozen default
+        raise BadInput(f"model: config.json {key} must be a list of layer numbers (got {_shown(value)}).")
+    return [whole(f"{key}[{i}]", v) for i, v in enumerate(value)]
 
 
 def _vision_spec(cfg: dict[str, Any], fam: families.Family) -> VisionSpec:
     sub = fam.vision_config
-    vision = sub.normalise(cfg.get("vision_config") or {})
-    values = {k: vision.get(k) if vision.get(k) is not None else v for k, v in sub.defaults.items()}
-    tokens = cfg.get("mm_tokens_per_image") or fam.defaults["mm_tokens_per_image"]
+    vision = sub.normalise(_section(cfg, "vision_config"))
+    values = {k: whole(f"vision_config.{k}", vision.get(k) if vision.get(k) is not None else v)
+              for k, v in sub.defaults.items()}
+    tokens = cfg.get("mm_tokens_per_image")
+    tokens = whole("mm_tokens_per_image", fam.defaults["mm_tokens_per_image"] if tokens is None else tokens)
     try:
-        return VisionSpec(**values, mm_tokens_per_image=int(tokens))
+        return VisionSpec(**values, mm_tokens_per_image=tokens)
     except (TypeError, ValueError, OverflowError) as exc:  # ValidationError is a ValueError
         errors = getattr(exc, "errors", None)
         err = errors()[0] if errors else {}
@@ -442,8 +489,7 @@ def synthetic_spec(params: int) -> ModelSpec:
 
 
 def human_count(n: int) -> str:
-    """7_241_732_096 -> '7.24B' (three significant figures)."""
-    for div, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if n >= div:
-            return f"{n / div:.3g}{unit}"
-    return str(n)
+    """7_241_732_096 -> '7.24B' (advisor.text.count, the one count formatter)."""
+    from advisor.text import count
+
+    return count(n)

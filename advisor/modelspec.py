@@ -130,6 +130,9 @@ class ModelSpec(BaseModel):
         })
         if self.sliding_window is not None:
             _check(self, {"sliding_window": (1, MAX_POSITIONS)})
+        if self.num_experts and not self.num_experts_per_tok:  # a router that picks no expert computes nothing
+            raise ValueError(f"num_experts_per_tok must be between 1 and {self.num_experts:,} (the expert count) "
+                             "for a mixture-of-experts model (got 0)")
         if len(self.mlp_only_layers) > self.num_hidden_layers or any(
                 not 0 <= i < self.num_hidden_layers for i in self.mlp_only_layers):
             raise ValueError(f"mlp_only_layers must list layer numbers from 0 to {self.num_hidden_layers - 1}")

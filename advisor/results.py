@@ -3,8 +3,8 @@
 Bytes are integers (per GPU unless the name says otherwise); GB = 1e9, GiB = 2**30.
 A plan `Candidate` carries the full `Stack` and `Shape` it was estimated with, the `Offer` it
 runs on and its memory, timing and cost as sub-models; `Candidate.flat()` is the one flat view
-(CSV, tables), and the same flat fields are written beside the nested ones in JSON, so plans
-saved before schema 2 (flat candidates) still load and scripts reading flat keys keep working.
+(CSV, tables). JSON carries each number once (schema 3, nested only); plans saved as schema 1 (flat
+candidates) and schema 2 (nested plus flat copies) still load.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ from typing import Any, Callable
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from advisor.stacks import Shape, Stack
+from pricing.managed import ManagedAlternative
 
-PLAN_SCHEMA_VERSION = 2  # 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat keys)
+# 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat copies); 3: nested only, each
+# number once, with timing.setup_hours, risk_quantile, calibrated, offer.also_named and plan.remedy
+PLAN_SCHEMA_VERSION = 3
 
 # ----------------------------------------------------------------------------- validation
 # A plan is shared (a colleague's file, a ticket attachment) and its text reaches launch scripts,
@@ -63,6 +66,50 @@ def _check_tree(value: Any, field: str, depth: int = 0) -> None:
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _check_tree(v, f"{field}[{i}]", depth + 1)
+
+
+# Plan files gpu-advisor reads: 1 (flat candidates), 2 (nested + flat copies), 3 (nested only). An unknown
+# version (a future tool's file, 0, -1, "2", true) is refused rather than guessed at.
+KNOWN_SCHEMA_VERSIONS = (1, 2, PLAN_SCHEMA_VERSION)
+
+
+def check_count(value: Any, field: str, low: int, high: int) -> None:
+    """An integer (not a bool) within [low, high]; else ValueError naming `field` and the bounds."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}: expected a whole number (got {type(value).__name__} {str(value)[:40]!r})")
+    if not low <= value <= high:
+        raise ValueError(f"{field}: must be between {low:,} and {high:,} (got {value:,})")
+
+
+def _workload_bounds() -> dict[str, tuple[type, float, float]]:
+    """workload key -> (type, low, high): the bounds PlanRequest puts on the same options (advisor.modelspec
+    MAX_*), so a hand-edited plan cannot carry what `plan` itself refuses into `launch` (num_train_epochs).
+    A low of 0.0 for a float means "more than 0" (epochs), as for --epochs."""
+    from advisor.modelspec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
+                                   MAX_USD)
+
+    return {"tokens": (float, 0.0, MAX_TOKENS), "epochs": (float, 0.0, MAX_EPOCHS),
+            "train_tokens": (float, 0.0, MAX_TOKENS * MAX_EPOCHS), "seq_len": (int, 1, MAX_SEQ_LEN),
+            "global_batch": (int, 1, MAX_BATCH), "global_batch_tokens": (int, 1, MAX_BATCH * MAX_SEQ_LEN),
+            "budget_usd": (float, 0.0, MAX_USD), "deadline_hours": (float, 0.0, MAX_HOURS),
+            "max_nodes": (int, 1, MAX_NODES), "max_gpus": (int, 1, MAX_GPUS), "spot": (bool, 0, 1),
+            "padded": (bool, 0, 1)}
+
+
+def check_workload(workload: dict) -> None:
+    """The workload keys `plan` writes (and `launch` reads) typed and within the flags' bounds; None: unset."""
+    for key, (kind, low, high) in _workload_bounds().items():
+        value = workload.get(key)
+        if value is None:
+            continue
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"workload.{key}: expected true or false (got {str(value)[:40]!r})")
+        elif kind is int:
+            check_count(value, f"workload.{key}", int(low), int(high))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
+            raise ValueError(f"workload.{key}: must be a number more than {low:g} and at most {high:,g} (got "
+                             f"{str(value)[:40]!r})")
 
 
 def check_gpu(name: str) -> str:
@@ -128,6 +175,21 @@ class Breakdown(BaseModel):
     total: int
 
 
+class Reserved(BaseModel):
+    """What the caching allocator makes of the run's allocations."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lengths: str = Field(description="'fixed' (every step at --seq-len) or the length distribution replayed")
+    expandable_segments: bool
+    steps: int
+    needed: int = Field(description="reserved bytes the run needs on the card checked: the smallest device the "
+                                    "replayed allocator does not fail on (fit check)")
+    shows: int = Field(description="what torch.cuda.max_memory_reserved shows on a larger card")
+    fixed_shape_needed: int = Field(description="needed with every step at --seq-len (same replay)")
+    alloc_retries_at_needed: int = Field(description="times the allocator released its cache and retried")
+
+
 class MemoryEstimate(BaseModel):
     """Everything `estimate` says about one model × stack × shape."""
 
@@ -150,6 +212,8 @@ class MemoryEstimate(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     fit: "FitCheck | None" = None
     throughput: "Throughput | None" = None
+    reserved: "Reserved | None" = Field(None, description="caching-allocator replay under --lengths "
+                                                         "(advisor.alloc_trace); None: fixed shapes")
 
 
 class FitCheck(BaseModel):
@@ -204,6 +268,8 @@ class Offer(BaseModel):
     interconnect: str = ""
     notes: str = ""
     also_in: list[str] = Field(default_factory=list, description="other regions with this identical offer")
+    also_named: list[str] = Field(default_factory=list, description="the same offer (provider, GPU, count, price, "
+                                                                    "network) under other instance names")
 
     @field_validator("provider", "region", "instance_type", "price_date", "interconnect")
     @classmethod
@@ -215,7 +281,7 @@ class Offer(BaseModel):
     def _text(cls, v: str, info) -> str:
         return check_text(v, info.field_name, TEXT_CHARS)
 
-    @field_validator("also_in")
+    @field_validator("also_in", "also_named")
     @classmethod
     def _regions(cls, v: list[str]) -> list[str]:
         for region in v:
@@ -261,7 +327,10 @@ class Timing(BaseModel):
     hours_low: float | None = Field(None, description="wall hours if training runs at the p90 of the time model's "
                                                       "held-out error (faster)")
     hours_high: float | None = Field(None, description="... at its p10 (slower): the band to budget with")
-    hours_at_risk: float | None = Field(None, description="wall hours at the plan's --risk quantile (ranking key)")
+    hours_at_risk: float | None = Field(None, description="wall hours at the ranking quantile (ranking key)")
+    risk_quantile: float = Field(0.5, description="the quantile the ranking used: --risk, or 0.8 for an "
+                                                  "uncalibrated segment at the default p50")
+    calibrated: bool = Field(True, description="the time model has held-out calibration rows for this segment")
     band_basis: str = Field("", description="the calibration segment and rows behind the band")
     global_batch: int = Field(0, description="sequences per optimizer step as run (micro-batch × accumulation × GPUs)")
 
@@ -275,7 +344,7 @@ class Cost(BaseModel):
     usd_per_m_tokens: float = 0.0
     usd_low: float | None = Field(None, description="cost at hours_low (same tier and billing)")
     usd_high: float | None = Field(None, description="cost at hours_high")
-    usd_at_risk: float | None = Field(None, description="cost at the plan's --risk quantile (ranking key)")
+    usd_at_risk: float | None = Field(None, description="cost at the ranking quantile (ranking key)")
 
 
 def _lora_rank(c: "Candidate") -> int | None:
@@ -332,10 +401,16 @@ class Candidate(BaseModel):
     @model_validator(mode="after")
     def _numbers(self) -> "Candidate":
         """Counts within the physical bounds; every time, cost, price and memory finite and >= 0."""
-        from advisor.modelspec import MAX_NODES
+        from advisor.modelspec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"nodes: must be between 1 and {MAX_NODES:,} (got {self.nodes})")
+        self._consistent(MAX_GPUS)
+        check_text(self.timing.band_basis, "timing.band_basis", TEXT_CHARS)
+        check_count(self.shape.seq_len, "shape.seq_len", 1, MAX_SEQ_LEN)
+        check_count(self.shape.micro_batch, "shape.micro_batch", 1, MAX_BATCH)
+        if self.shape.grad_accum is not None:
+            check_count(self.shape.grad_accum, "shape.grad_accum", 1, MAX_BATCH)
         if self.rank < 0:
             raise ValueError(f"rank: must be >= 0 (got {self.rank})")
         check_number(self.network_gbps, "network_gbps")
@@ -346,6 +421,18 @@ class Candidate(BaseModel):
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     check_number(value, name)
         return self
+
+    def _consistent(self, max_gpus: int) -> None:
+        """One run: the offer's GPUs per node × nodes are the stack's ranks (memory assumed that sharding,
+        launch writes that num_processes), and no more GPUs than any run has."""
+        gpus = self.offer.gpu_count * self.nodes
+        if gpus > max_gpus:
+            raise ValueError(f"offer.gpu_count × nodes: {self.offer.gpu_count:,} × {self.nodes:,} = {gpus:,} GPUs, "
+                             f"more than {max_gpus:,} in one run")
+        if self.stack.gpus != gpus:
+            raise ValueError(f"stack.gpus: {self.stack.gpus:,} ranks, but the offer has {self.offer.gpu_count:,} "
+                             f"GPU(s) per node × {self.nodes:,} node(s) = {gpus:,}; a candidate's memory, time and "
+                             "launch files describe one run on all of its GPUs")
 
     def __getattr__(self, name: str) -> Any:
         how = FLAT.get(name)
@@ -376,12 +463,6 @@ class Candidate(BaseModel):
     def flat(self) -> dict[str, Any]:
         """The flat view (one value per column) for CSV, tables and schema-1 readers."""
         return {"rank": self.rank, **{k: getattr(self, k) for k in FLAT}}
-
-    @model_serializer(mode="wrap")
-    def _with_flat_keys(self, handler):
-        data = handler(self)
-        data.update({k: v for k, v in self.flat().items() if k not in data})
-        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -443,17 +524,61 @@ class Plan(BaseModel):
     notice: str = Field("", description="e.g. 'No candidate meets the budget; showing the closest.'")
     constraints_met: bool = Field(True, description="false when nothing fits or nothing meets the budget/deadline "
                                                      "(the CLI exits 3)")
+    remedy: str = Field("", description="when nothing meets the budget/deadline: what scope would, and what the "
+                                        "requested job needs")
+    managed_alternatives: list[ManagedAlternative] = Field(
+        default_factory=list, description="per-token fine-tuning services that list this model and method, "
+                                          "priced for the same tokens x epochs (pricing/managed.py)")
+
+    def managed_summary(self) -> str:
+        """One sentence: the cheapest managed per-token service for the same tokens beside the self-hosted
+        top pick ("" when no service lists the model and method). The table, report and card all print it."""
+        from advisor.text import money
+
+        if not self.managed_alternatives:
+            return ""
+        m = self.managed_alternatives[0]
+        price = money(m.usd) + (f"-{money(m.usd_high)}" if m.usd_high is not None else "")
+        dated = m.observed_at or "date unknown"
+        text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
+                f"{m.billed_m_tokens:,.0f}M tokens (price dated {dated}, {m.source.split(' ')[0]})")
+        if self.candidates and self.constraints_met:
+            top = self.candidates[0].cost_usd
+            if top <= m.usd:
+                text += f"; self-hosting saves {money(m.usd - top)} or more, but you run it"
+            else:
+                text += f"; it is cheaper than self-hosting by up to {money(top - m.usd)}"
+        return text + "."
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _schema(cls, v: Any) -> int:
+        """Only the versions this code reads (a bool or a string is not a version)."""
+        if isinstance(v, bool) or not isinstance(v, int) or v not in KNOWN_SCHEMA_VERSIONS:
+            import json
+
+            shown = json.dumps(v)[:20] if isinstance(v, (bool, int, float, str)) else type(v).__name__
+            raise ValueError(f"schema_version {shown} is not one this gpu-advisor reads (known: "
+                             f"{', '.join(map(str, KNOWN_SCHEMA_VERSIONS))}); re-plan with this version")
+        return v
 
     @model_validator(mode="after")
     def _text_and_numbers(self) -> "Plan":
         """The plan's own text and numbers (candidates, offers and the model check themselves)."""
         for name in ("workload", "assumptions", "warnings"):
             _check_tree(getattr(self, name), name)
-        for name in ("command", "generated_at", "notice"):
+        check_workload(self.workload)
+        for name in ("command", "generated_at", "notice", "remedy"):
             check_text(getattr(self, name), name, TEXT_CHARS)
         for name in ("best_per_gpu", "best_per_provider"):
             for key in getattr(self, name):
                 check_text(key, f"{name} key")
+        for i, m in enumerate(self.managed_alternatives):
+            _check_tree(m.model_dump(), f"managed_alternatives[{i}]")
+            for name in ("usd", "usd_high", "usd_per_m_tokens", "billed_m_tokens", "min_charge_usd"):
+                value = getattr(m, name)
+                if value is not None and not (math.isfinite(value) and value >= 0):
+                    raise ValueError(f"managed_alternatives[{i}].{name}: must be a finite number >= 0 (got {value})")
         for i, r in enumerate(self.rejected):
             check_text(r.reason, f"rejected[{i}].reason", TEXT_CHARS)
             check_text(r.example, f"rejected[{i}].example", TEXT_CHARS)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
@@ -19,6 +21,10 @@ Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Offload = Literal["none", "optimizer", "params", "both"]
 AdapterDtype = Literal["fp32", "bf16"]
 Loss = Literal["standard", "chunked"]
+# The training framework the time model predicts for (advisor/throughput.py): "hf" is what `launch` writes
+# (transformers Trainer/TRL + peft + accelerate FSDP or DeepSpeed ZeRO + bitsandbytes, eager modules);
+# "tuned" is a torchtitan / llm-foundry-like stack (FSDP2, compile or fused kernels, a lean loop).
+Framework = Literal["hf", "tuned"]
 
 METHODS: tuple[str, ...] = Method.__args__
 PRECISIONS: tuple[str, ...] = Precision.__args__
@@ -27,8 +33,14 @@ ATTENTIONS: tuple[str, ...] = Attention.__args__
 SHARDINGS: tuple[str, ...] = Sharding.__args__
 OFFLOADS: tuple[str, ...] = Offload.__args__
 LOSSES: tuple[str, ...] = Loss.__args__
+FRAMEWORKS: tuple[str, ...] = Framework.__args__
 # Modules peft's modules_to_save can train fully beside the adapters (every supported family names them so).
 SAVABLE_MODULES: tuple[str, ...] = ("embed_tokens", "lm_head")
+# --lora-targets / --modules-to-save: module names (config attribute names: q_proj, self_attn.o_proj, w1) or
+# all-linear, comma-separated. Names only, so nothing else reaches training_args.yaml, and a length no model's
+# module list comes near (all of a family's linear names are under 200 characters), checked before any work.
+MAX_MODULE_LIST_CHARS = 4_096
+_MODULE_LIST = re.compile(r"[A-Za-z0-9_.\-, ]*")
 
 
 class StackError(ValueError):
@@ -68,6 +80,24 @@ class Stack(BaseModel):
     compile: bool = False
     dora: bool = False
     modules_to_save: str = ""
+    framework: Framework = "hf"  # time only: what runs the steps (memory is the same)
+
+    @field_validator("lora_targets", "modules_to_save", mode="before")
+    @classmethod
+    def _module_list(cls, v, info):
+        """Module names and commas only, at most MAX_MODULE_LIST_CHARS (the length first: a 3.5 MB list is
+        refused without being scanned)."""
+        option = "--" + info.field_name.replace("_", "-")
+        if not isinstance(v, str):
+            raise StackError(f"{option}: expected comma-separated module names (got {type(v).__name__}).")
+        if len(v) > MAX_MODULE_LIST_CHARS:
+            raise StackError(f"{option}: at most {MAX_MODULE_LIST_CHARS:,} characters of module names (got "
+                             f"{len(v):,}).")
+        if not _MODULE_LIST.fullmatch(v):
+            bad = next(ch for ch in v if not _MODULE_LIST.fullmatch(ch))
+            raise StackError(f"{option}: U+{ord(bad):04X} refused; give module names (letters, digits, '_', '.', "
+                             "'-') separated by commas, e.g. q_proj,v_proj, or all-linear.")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +201,8 @@ class Stack(BaseModel):
             parts.append(f"×{self.gpus}")
         if self.offload != "none":
             parts.append(f"offload-{self.offload}")
+        if self.framework != "hf":
+            parts.append(f"{self.framework} framework")
         return " · ".join(parts)
 
     def cli_args(self) -> list[str]:

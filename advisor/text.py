@@ -32,6 +32,17 @@ def money(v: float | None, digits: int = 2) -> str:
     return f"${v:,.{digits}f}"
 
 
+def count(n: float) -> str:
+    """7_241_732_096 -> '7.24B', 999_885_952 -> '1.00B' (three significant figures, never '1e+03M')."""
+    n = int(n)
+    for div, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if abs(n) >= div * 0.9995:  # rounds to at least 1.00 of this unit
+            v = n / div
+            digits = 2 if abs(v) < 9.995 else 1 if abs(v) < 99.95 else 0
+            return f"{v:,.{digits}f}{unit}"
+    return str(n)
+
+
 def gb(n: float, digits: int = 1) -> str:
     """Bytes as GB (10^9), with the unit."""
     return f"{n / GB:,.{digits}f} GB"

@@ -10,8 +10,8 @@ and the GPU work of one micro-batch is a sum of named mechanisms, each from a co
 * **matmuls** — FLOPs per token after Kaplan et al. 2020 and PaLM (Chowdhery et al. 2022, app. B):
   2 per weight forward, 2 more for input gradients, 2 more for weight gradients of trained weights
   (LoRA/QLoRA: frozen weights get none), one more forward with activation checkpointing
-  (Korthikanti et al. 2022, §4). They run at the dense peak *as the hardware sustains it* (the maximum
-  achievable matmul FLOPS measured per accelerator, mfu.json `mamf_fraction`) times one fitted
+  (Korthikanti et al. 2022, §4). They run at the dense peak *as the card sustains it* (the maximum
+  achievable matmul FLOPS measured per card, mfu.json `sustained_matmul`) times the framework's fitted
   matmul efficiency — and never faster than the weights can be read from memory (roofline: a pass
   over M tokens reads every weight once, so at small M the weight traffic, not the FLOPs, sets the
   time; for MoE every expert's weights are read while each sees only M·k/E tokens).
@@ -29,7 +29,13 @@ and the GPU work of one micro-batch is a sum of named mechanisms, each from a co
 * **MoE routing** — softmax/top-k and the gather/scatter of each token to its k experts.
 * **kernel dispatch** — eager PyTorch issues every kernel from Python; when the kernels are small
   the host, not the GPU, sets the pace (kernel counts per layer in mfu.json `kernels`; one fitted
-  dispatch time per kernel).
+  dispatch time per kernel), and the HF stack's modeling code adds one `nn.Module` call with its hooks
+  per module it runs (mfu.json `module_calls`).
+
+The training framework (`Stack.framework`: "hf", what the launch bundle runs, or "tuned", torchtitan-like
+stacks) picks the fitted matmul efficiency and per-step host cost; the sustained matmul rate is per card,
+under its power and clock limits (mfu.json `sustained_matmul`). An "hf" prediction is never faster than
+the best published run of any framework in its GPU class × method × model size (mfu.json `plausibility`).
 
 The optimizer step moves its state bytes once (fused AdamW / DeepSpeed FusedAdam); communication
 volumes follow the ZeRO paper (Rajbhandari et al. 2020, §7) over the named link (NVLink, PCIe — staged
@@ -264,13 +270,75 @@ def internode_gbps(gpu, gpus_per_node: int, interconnect: str = "") -> float:
                  else t["other"])
 
 
+def sustained_fraction(gpu) -> float:
+    """Share of the dense peak a long GEMM sustains on this card under its power and clock limits
+    (mfu.json `sustained_matmul`, measured or derived per card; the class's MAMF otherwise)."""
+    t = table()
+    entry = t["sustained_matmul"].get(gpu.name)
+    return float(entry["fraction"]) if entry else float(t["mamf_fraction"][gpu_class(gpu)])
+
+
 def matmul_rate(gpu, stack: Stack, k: dict, mfu: float | None = None) -> float:
-    """FLOP/s the training matmuls of one GPU reach: dense peak × the share of it a large GEMM sustains
-    (measured MAMF) × the fitted training-matmul efficiency; `mfu` (--mfu) replaces the last two."""
+    """FLOP/s the training matmuls of one GPU reach: dense peak × the share of it a long GEMM sustains
+    on this card × the framework's fitted training-matmul efficiency; `mfu` (--mfu) replaces the last two."""
     peak = gpu.peak_tflops(stack.precision) * 1e12
     if mfu is not None:
         return peak * mfu
-    return peak * table()["mamf_fraction"][gpu_class(gpu)] * k["matmul_efficiency"]
+    return peak * sustained_fraction(gpu) * k[f"matmul_efficiency_{stack.framework}"]
+
+
+def module_calls(c: Counts, stack: Stack) -> float:
+    """nn.Module calls of one micro-batch in the HF stack's eager modeling code (mfu.json `module_calls`):
+    every decoder layer's modules, peft's adapter modules, again under recompute; 0 for 'tuned'."""
+    if stack.framework != "hf":
+        return 0.0
+    t = table()["module_calls"]
+    per_layer = float(t["layer"])
+    if stack.method != "full" and c.adapted_linears:
+        per_layer += t["lora_per_adapted_linear"] * c.adapted_linears / max(c.layers, 1)
+    return per_layer * c.layers * (2.0 if stack.grad_checkpointing else 1.0)
+
+
+def size_bucket(params: float) -> str:
+    """The model-size bucket of the plausibility caps (mfu.json `plausibility`)."""
+    b = params / 1e9
+    return "<3B" if b < 3 else "3-15B" if b < 15 else "15-45B" if b < 45 else ">45B"
+
+
+CAP_METHODS = {"full": ("full",), "lora": ("lora", "qlora"), "qlora": ("qlora",)}
+
+
+def mfu_cap(gpu, stack: Stack, c: Counts, caps: dict | None = None) -> tuple[float, str]:
+    """(largest MFU an 'hf' prediction may claim, which measurement sets it): the best published MFU of
+    any framework for this GPU class × method × model size (mfu.json `plausibility`, written by
+    benchmarks/time_calibration.py), rescaled from the measured card's sustained rate to this card's.
+    Where that segment was not measured, the loosest of its fallbacks (the class × method over all sizes,
+    the method and size over all classes, the method over all classes); (0, "") when nothing was measured
+    for the method. `caps` replaces the table's (the calibration's folds)."""
+    value, key, entry = _best_cap(gpu, stack, c, caps)
+    if not entry:
+        return 0.0, ""
+    return value, (f"{key}: {entry['row']} ({entry['source']}, {entry['framework']}) measured MFU "
+                   f"{entry['mfu']:.3f} on {entry['gpu']}")
+
+
+def _best_cap(gpu, stack: Stack, c: Counts, caps: dict | None) -> tuple[float, str, dict | None]:
+    """(cap, its key, its entry) for mfu_cap, without formatting (step_time calls it per config)."""
+    if caps is None:
+        caps = (table().get("plausibility") or {}).get("caps") or {}
+    cls, bucket = gpu_class(gpu), size_bucket(c.params_total)
+    keys = []
+    # a QLoRA run does LoRA's FLOPs plus dequantisation: what it reached, LoRA can reach too
+    for m in CAP_METHODS[stack.method]:
+        own = f"{cls}/{m}/{bucket}"
+        keys += [own] if own in caps else [f"{cls}/{m}", f"*/{m}/{bucket}", f"*/{m}"]
+    best, best_key, best_entry = 0.0, "", None
+    scale = sustained_fraction(gpu)
+    for key in keys:
+        entry = caps.get(key)
+        if entry and entry["mfu"] * scale / entry["sustained_fraction"] > best:
+            best, best_key, best_entry = entry["mfu"] * scale / entry["sustained_fraction"], key, entry
+    return best, best_key, best_entry
 
 
 def _elementwise_bytes(c: Counts, stack: Stack, seq_len: int) -> float:
@@ -350,11 +418,47 @@ def link_gb_s(gpu, nodes: int, net_gbps: float) -> float:
 # --------------------------------------------------------------------------- the time model
 
 
+def _adapter_seconds(c: Counts, stack: Stack, T: int, rate: float, bw: float) -> tuple[float, float]:
+    """(QLoRA dequantisation, DoRA) seconds of one micro-batch of T tokens."""
+    t = table()
+    ckpt = 1.0 if stack.grad_checkpointing else 0.0
+    dequant = 0.0
+    if stack.method == "qlora":
+        dequant = c.quantised_weight_total * t["nf4_dequant_bytes_per_param"] * (2.0 + ckpt) / bw
+    dora = 0.0
+    if stack.dora and stack.method != "full":
+        # the weight norm of W + s·BA every forward, and the rescaling of every adapted output
+        dora = (c.adapted_weight_total * t["dora_bytes_per_weight"] * (1.0 + ckpt)
+                + c.adapted_out_features * t["dora_bytes_per_output_feature"] * (3.0 + ckpt) / 3.0 * T) / bw
+        if stack.lora_dropout > 0:
+            # with dropout peft cannot reuse the base output: DoRA runs the base matmul again on the
+            # dropped-out input (forward + input gradient)
+            dora += 2.0 * c.adapted_weight_total * T * (2.0 + ckpt) / rate
+    return dequant, dora
+
+
+def _attention_seconds(c: Counts, stack: Stack, shape: Shape, gpu, attn_flops: float, rate: float, bw: float,
+                       mfu: float | None) -> float:
+    """Attention of one micro-batch: fused kernels at their published utilisation — under the same power/clock
+    limit as the card's GEMMs —; eager runs its matmuls at the GEMM rate and also moves the score matrix."""
+    t = table()
+    ckpt = 1.0 if stack.grad_checkpointing else 0.0
+    if stack.attention == "eager":
+        heads = c.d_attn / max(c.head_dim, 1)
+        score = t["eager_score_bytes"]["forward"] * (1.0 + ckpt) + t["eager_score_bytes"]["backward"]
+        return attn_flops / rate + c.layers * shape.micro_batch * heads * shape.seq_len ** 2 * score / bw
+    cls = gpu_class(gpu)
+    att_eff = (t["attention_efficiency"][cls] * sustained_fraction(gpu) / t["mamf_fraction"][cls]
+               if mfu is None else mfu)
+    return attn_flops / (gpu.peak_tflops(stack.precision) * 1e12 * att_eff)
+
+
 def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1, nodes: int = 1,
               gpus_per_node: int | None = None, mfu: float | None = None, network_gbps: float | None = None,
-              fitted: dict | None = None, with_band: bool = True) -> dict[str, float]:
+              fitted: dict | None = None, with_band: bool = True, caps: dict | None = None) -> dict[str, float]:
     """Seconds per optimizer step by component, tokens/s and its band (plain floats: the planner calls
-    this per config). `fitted` overrides the fitted constants (the calibration's search only)."""
+    this per config). `fitted` overrides the fitted constants and `caps` the plausibility caps ({}: none)
+    — the calibration's search and folds only."""
     t = table()
     k = constants(fitted) if fitted else _fitted()
     n = stack.gpus
@@ -364,7 +468,6 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     peak = gpu.peak_tflops(stack.precision) * 1e12
     bw = gpu.mem_bandwidth_tb_s * 1e12 * t["bandwidth_efficiency"]
     rate = matmul_rate(gpu, stack, k, mfu)
-    cls = gpu_class(gpu)
     ckpt = 1.0 if stack.grad_checkpointing else 0.0
 
     # matmuls: FLOPs at the sustained rate, but no faster than the weights stream from memory
@@ -380,15 +483,7 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     matmul = (max((mm_flops - mm_expert) / rate, dense_bytes / bw)
               + (max(mm_expert / rate, expert_bytes / bw) if c.expert_weight_total else 0.0))
 
-    # attention: fused kernels at their published utilisation; eager also moves the score matrix
-    if stack.attention == "eager":
-        attention = attn_flops / rate
-        heads = c.d_attn / max(c.head_dim, 1)
-        score = t["eager_score_bytes"]["forward"] * (1.0 + ckpt) + t["eager_score_bytes"]["backward"]
-        attention += c.layers * shape.micro_batch * heads * shape.seq_len ** 2 * score / bw
-    else:
-        att_eff = t["attention_efficiency"][cls] if mfu is None else mfu
-        attention = attn_flops / (peak * att_eff)
+    attention = _attention_seconds(c, stack, shape, gpu, attn_flops, rate, bw, mfu)
 
     # elementwise traffic (norms, RoPE, SwiGLU, residuals, casts, LoRA inputs, loss)
     passes = 3.0 + ckpt  # forward + backward (twice the forward's bytes) + recompute
@@ -400,24 +495,15 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     elem += _loss_bytes(c, stack) * T
     elementwise = elem / bw
 
-    dequant = 0.0
-    if stack.method == "qlora":
-        dequant = c.quantised_weight_total * t["nf4_dequant_bytes_per_param"] * (2.0 + ckpt) / bw
-    dora = 0.0
-    if stack.dora and stack.method != "full":
-        # the weight norm of W + s·BA every forward, and the rescaling of every adapted output
-        dora = (c.adapted_weight_total * t["dora_bytes_per_weight"] * (1.0 + ckpt)
-                + c.adapted_out_features * t["dora_bytes_per_output_feature"] * (3.0 + ckpt) / 3.0 * T) / bw
-        if stack.lora_dropout > 0:
-            # with dropout peft cannot reuse the base output: DoRA runs the base matmul again on the
-            # dropped-out input (forward + input gradient)
-            dora += 2.0 * c.adapted_weight_total * T * (2.0 + ckpt) / rate
+    dequant, dora = _adapter_seconds(c, stack, T, rate, bw)
 
     gpu_work = matmul + attention + elementwise + dequant + dora
     launches = _kernels_per_microbatch(c, stack)
     host = launches * k["dispatch_seconds_per_kernel"]
     if stack.sharding == "zero3":
         host += c.param_tensors * (2.0 + ckpt) * k["zero3_param_fetch_s"]
+    calls = module_calls(c, stack)
+    host += calls * k["module_call_seconds_hf"]
     per_mb = max(gpu_work, host)
     compute = matmul + attention  # the FLOP-bound part (what --mfu scales)
     if nodes > 1:
@@ -453,7 +539,13 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     overlap = t["comm_overlap"].get(stack.sharding, 0.0)
     exposed = comm - min(overlap * comm, hideable)
 
-    step = grad_accum * per_mb + optimizer + exposed + k["step_overhead_s"]
+    step_overhead = k[f"step_overhead_s_{stack.framework}"]
+    step = grad_accum * per_mb + optimizer + exposed + step_overhead
+    # plausibility guard ('hf' only): never faster than the best published run of any framework in this segment
+    cap = _best_cap(gpu, stack, c, caps)[0] if stack.framework == "hf" and mfu is None else 0.0
+    capped = bool(cap) and T * grad_accum * n / step * model_fpt / (n * peak) > cap
+    if capped:
+        step = T * grad_accum * n / (cap * n * peak / model_fpt)
     tokens_per_sec = T * grad_accum * n / step
     out = {
         "tokens_per_sec": tokens_per_sec, "mfu": tokens_per_sec * model_fpt / (n * peak), "internode_gbps": net,
@@ -461,10 +553,12 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         "attention_seconds": grad_accum * attention, "elementwise_seconds": grad_accum * elementwise,
         "dequant_seconds": grad_accum * dequant, "dora_seconds": grad_accum * dora,
         "dispatch_seconds": grad_accum * host, "overhead_seconds": grad_accum * max(0.0, host - gpu_work),
-        "optimizer_seconds": optimizer, "step_overhead_seconds": k["step_overhead_s"], "comm_seconds": comm,
+        "optimizer_seconds": optimizer, "step_overhead_seconds": step_overhead, "comm_seconds": comm,
         "comm_exposed_seconds": exposed, "model_flops_per_token": model_fpt, "executed_flops_per_token": exec_fpt,
         "kernel_efficiency": rate / peak, "kernels_per_micro_batch": launches,
         "tokens_per_step": T * grad_accum * n, "peak_flops_per_gpu": peak,
+        "module_calls_per_micro_batch": calls, "sustained_fraction": sustained_fraction(gpu),
+        "mfu_cap": cap, "capped": 1.0 if capped else 0.0,
     }
     if with_band:
         low, high, rows = _band_factors(gpu, stack)
@@ -476,9 +570,15 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
 # --------------------------------------------------------------------------- uncertainty
 
 
+FRAMEWORK_BAND_ROWS = 3  # a framework's own segment band needs this many held-out rows, else all frameworks'
+
+
 def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
     bands = table().get("bands") or {}
     seg = segment(gpu, stack)
+    own = ((bands.get("frameworks") or {}).get(stack.framework) or {}).get(seg)
+    if own is not None and own["rows"] >= FRAMEWORK_BAND_ROWS:
+        return own, f"{seg}: {own['rows']} held-out calibration rows of the {stack.framework} framework"
     entry = (bands.get("segments") or {}).get(seg)
     if entry is None:
         entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
@@ -549,7 +649,10 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         "gpu_class": gpu_class(g),
         "kernel_efficiency": round(r["kernel_efficiency"], 4),
         "kernel_efficiency_source": ("--mfu" if mfu is not None
-                                     else "advisor/data/mfu.json (MAMF × fitted matmul efficiency)"),
+                                     else f"advisor/data/mfu.json (sustained rate of the card × fitted "
+                                          f"{stack.framework} matmul efficiency)"),
+        "framework": stack.framework,
+        "sustained_matmul_fraction": round(r["sustained_fraction"], 4),
         "peak_tflops_per_gpu": g.peak_tflops(stack.precision),
         "dispatch_seconds_per_kernel": k["dispatch_seconds_per_kernel"],
         "comm_overlap": t["comm_overlap"].get(stack.sharding, 0.0),
@@ -558,6 +661,10 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         "flops": "Kaplan 2020 / PaLM app. B: 6N full, 4N LoRA, +2N recompute, +attention (causal)",
         "interval": f"p10-p90 of held-out error ({basis})",
     }
+    if r["capped"]:
+        _, why = mfu_cap(g, stack, c)
+        assumptions["plausibility_cap"] = (f"capped at MFU {r['mfu_cap']:.3f}: no faster than the best published "
+                                           f"run of any framework ({why})")
     if g.interconnect == "pcie" and stack.gpus > 1 and not g.pcie_p2p:
         assumptions["pcie_p2p"] = False
     if nodes > 1:
@@ -591,5 +698,6 @@ def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu,
     return Engine.of(model).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
 
 
-__all__ = ["Counts", "band", "band_quantile", "counts", "estimate_throughput", "flops_per_token", "gpu_class", "segment", "step_time",
+__all__ = ["Counts", "band", "band_quantile", "counts", "estimate_throughput", "flops_per_token", "gpu_class",
+           "matmul_rate", "mfu_cap", "module_calls", "segment", "size_bucket", "step_time", "sustained_fraction",
            "table", "throughput"]

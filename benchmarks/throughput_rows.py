@@ -29,6 +29,15 @@ from benchmarks.calibration_rows import canonical_gpu, parse_conf
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED_CSV = REPO / "benchmarks" / "data" / "throughput" / "published_throughput.csv"
+# The training framework of each source, with why (benchmarks/data/throughput/frameworks.csv)
+FRAMEWORKS_CSV = REPO / "benchmarks" / "data" / "throughput" / "frameworks.csv"
+
+
+def frameworks() -> dict[str, tuple[str, str]]:
+    """source prefix -> (framework, why): 'hf' = transformers modeling code (+ Trainer/peft/DeepSpeed/
+    bitsandbytes), 'tuned' = a framework with its own tuned model code or compiled/fused kernels."""
+    with FRAMEWORKS_CSV.open(newline="") as f:
+        return {r["source"]: (r["framework"], r["why"]) for r in csv.DictReader(f)}
 
 
 @dataclass
@@ -47,6 +56,8 @@ class TimeRow:
     nodes: int = 1
     network_gbps: float | None = None
     tokens_per_sec: float | None = None  # total over all GPUs
+    link_gb_s: float | None = None  # GPU-to-GPU GB/s per direction where the card's differs from the table's
+    framework: str = "hf"  # hf | tuned: from the source (frameworks.csv); also set on `stack`
     excluded: str | None = None
     assumptions: list[str] = field(default_factory=list)
 
@@ -113,6 +124,7 @@ FACT_SPECS: dict[str, ModelSpec] = {
 ALIASES = {
     "NousResearch/Llama-2-7b-hf": ("meta-llama/Llama-2-7b-hf", None),
     "NousResearch/Llama-2-13b-hf": ("meta-llama/Llama-2-13b-hf", None),
+    "NousResearch/Llama-2-70b-hf": ("meta-llama/Llama-2-70b-hf", None),
     "meta-llama/Meta-Llama-3-70B": ("meta-llama/Llama-3.1-70B",
                                     "Llama 3 70B = Llama 3.1 70B's architecture (same shapes; RoPE scaling differs)"),
 }
@@ -146,7 +158,8 @@ def resolve(ref: str) -> tuple[ModelSpec | None, str | None, str | None]:
 
 
 GPUS = (  # (regex on the source's GPU text, canonical name); first match wins
-    (r"H100", "H100"), (r"H200", "H200"), (r"A100.*40", "A100"), (r"A100", "A100-80GB"),
+    (r"H100", "H100"), (r"H800", "H100"), (r"H200", "H200"), (r"A100.*40", "A100"), (r"A100", "A100-80GB"),
+    (r"A800", "A100-80GB"),
     (r"RTX 4090|GeForce RTX 4090", "RTX4090"), (r"6000 Ada|A6000 Ada", "RTX6000-Ada"), (r"A6000", "A6000"),
     (r"A5000", "A5000"), (r"L40S", "L40S"), (r"A40\b", "A40"),
     (r"T4\b", "T4"),
@@ -201,6 +214,22 @@ def _yes(text: str) -> bool:
     return text.strip().lower().startswith(("yes", "full", "selective"))
 
 
+# Export variants of A100/H100: the same compute, NVLink cut to 400 GB/s in total, 200 per direction (A100: 600,
+# https://aiwiki.ai/wiki/nvidia_a800; H100: 900, https://www.philisun.com/technical-analysis/
+# nvidia-h800-vs-h100-a-technical-deep-dive-into-politically-defined-ai-chips/)
+EXPORT_NVLINK_GB_S = 200.0
+
+
+def _gpu_assumptions(text: str, gpu: str, notes: str) -> list[str]:
+    """What mapping the source's GPU onto the table's card assumes."""
+    out = []
+    if re.search(r"[AH]800", text):
+        out.append(f"{text} modelled as {gpu} with its 400 GB/s NVLink ({EXPORT_NVLINK_GB_S:g} GB/s per direction)")
+    if "500W" in notes or "500 W" in notes or "96 GB" in text:
+        out.append("H100 96 GB at 500 W modelled as the 700 W H100 SXM (clocks lower under the cap)")
+    return out
+
+
 def parse_published(r: dict[str, str]) -> TimeRow:
     notes = r["notes"]
     rid = r["id"]
@@ -215,7 +244,10 @@ def parse_published(r: dict[str, str]) -> TimeRow:
         why = {"ttreadme": "torchtune README's 'Runnable On' column is not the GPU the time was measured on",
                "vlm": "earlier vectorlm revision ~6x slower than the later table on the same hardware "
                       "(SOURCES.md: a different software era, not to be pooled)",
-               "xtuner": "LLaMA-Factory baseline row: micro-batch, accumulation and stage not given"}.get(row.source, "")
+               "xtuner": "LLaMA-Factory baseline row: micro-batch, accumulation and stage not given",
+               "fmsacc": "Mixtral under transformers 4.45 loops over its experts in Python, each an nn.Linear "
+                         "(bitsandbytes-quantised under QLoRA); the time model follows transformers 5's grouped "
+                         "experts"}.get(row.source, "")
         return exclude("conf=low" + (f": {why}" if why else ""))
     gpus = int(r["gpus"] or 1)
     nodes = int(r["nodes"]) if r["nodes"].strip() else max(1, gpus // 8) if gpus > 8 else 1
@@ -226,8 +258,9 @@ def parse_published(r: dict[str, str]) -> TimeRow:
     m = re.search(r"(\d+)\s*Gbps", r["gpu_model"])
     if m and nodes > 1:
         row.network_gbps = float(m.group(1))
-    if "500W" in notes or "500 W" in notes or "96 GB" in r["gpu_model"]:
-        row.assumptions.append("H100 96 GB at 500 W modelled as the 700 W H100 SXM (clocks lower under the cap)")
+    row.assumptions += _gpu_assumptions(r["gpu_model"], row.gpu, notes)
+    if re.search(r"[AH]800", r["gpu_model"]):
+        row.link_gb_s = EXPORT_NVLINK_GB_S
     if "gptq" in r["quant_bits"].lower():
         return exclude("GPTQ int4 base weights are not bitsandbytes NF4 QLoRA")
     precision, why = _precision(r["precision"])
@@ -285,14 +318,13 @@ def parse_published(r: dict[str, str]) -> TimeRow:
         rank = r["lora_rank"].strip()
         stack_kw["lora_rank"] = int(rank) if rank.isdigit() else 8
         targets = r["lora_targets"].lower()
+        head = targets.split(" (")[0].strip()
         if "all linear" in targets or "all-linear" in targets:
             stack_kw["lora_targets"] = "all-linear"
-        elif "q_proj,v_proj" in targets or "peft default" in targets:
+        elif re.fullmatch(r"[a-z_]+(,[a-z_]+)+", head):  # an explicit module list, before any substring of it
+            stack_kw["lora_targets"] = head
+        elif "peft default" in targets:
             stack_kw["lora_targets"] = "q_proj,v_proj"
-        elif "q_proj,k_proj,v" in targets:
-            stack_kw["lora_targets"] = "q_proj,k_proj,v_proj"
-        elif re.fullmatch(r"[a-z_]+(,[a-z_]+)+", targets.split(" (")[0]):  # an explicit module list
-            stack_kw["lora_targets"] = targets.split(" (")[0]
         else:
             return exclude(f"LoRA targets '{r['lora_targets']}' not mapped")
         if "dora" in targets or "dora" in notes.lower():
@@ -428,4 +460,13 @@ def load_rows(published: Path | None = None, gpu_measure: list[Path] | None = No
     reason): the published set, the memory set's throughput rows and our own harness's CUDA runs."""
     with (published or PUBLISHED_CSV).open(newline="") as f:
         rows = [parse_published(r) for r in csv.DictReader(f)]
-    return rows + calibration_time_rows() + gpu_measure_rows(gpu_measure)
+    rows += calibration_time_rows() + gpu_measure_rows(gpu_measure)
+    known = frameworks()
+    for row in rows:
+        if row.source not in known:
+            row.excluded = row.excluded or f"source '{row.source}' has no framework in frameworks.csv"
+            continue
+        row.framework = known[row.source][0]
+        if row.stack is not None:
+            row.stack = row.stack.model_copy(update={"framework": row.framework})
+    return rows

@@ -9,10 +9,18 @@ deterministic: least squares on the log error (each source's rows weighted so a 
 proportion to the square root of its row count), by coordinate search on a log grid that halves
 its step each round.
 
+Every row carries its source's training framework (benchmarks/data/throughput/frameworks.csv): the
+'hf' constants (matmul efficiency, module-call host time, Trainer step overhead) are only seen by
+HF-stack rows, the 'tuned' ones by tuned-framework rows, the shared ones (kernel dispatch, ZeRO-3 fetch)
+by both. Held-out predictions of 'hf' rows are capped by the plausibility guard built from the other
+sources' rows (the best measured MFU per GPU class × method × model size, by any framework).
+
 Printed: each row's held-out prediction, the per-source held-out table (rows, median |error|, signed
-median, worst), the overall held-out figures, the constants fitted on all sources, and the error
-bands per segment (GPU class × method) that `advisor.throughput.band()` returns. `--write` (the
-default) rewrites benchmarks/results/time_calibration.md and mfu.json's `fitted`, `fit` and `bands`.
+median, worst) for all sources and for the HF-stack sources, the overall held-out figures, the
+constants fitted on all sources, and the error bands per segment (GPU class × method, and per
+framework where it has rows) that `advisor.throughput.band()` returns. `--write` (the default)
+rewrites benchmarks/results/time_calibration.md and mfu.json's `fitted`, `fit`, `bands` and
+`plausibility`.
 
 Run: python benchmarks/time_calibration.py [--no-write] [--quiet]
 """
@@ -20,6 +28,7 @@ Run: python benchmarks/time_calibration.py [--no-write] [--quiet]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -32,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from advisor.engine import Engine  # noqa: E402
-from advisor.throughput import MFU_FILE, Counts, gpu_class, segment, step_time, table  # noqa: E402
+from advisor.throughput import (MFU_FILE, Counts, flops_per_token, gpu_class, segment, size_bucket,  # noqa: E402
+                                step_time, sustained_fraction, table)
 from benchmarks.throughput_rows import TimeRow, load_rows  # noqa: E402
 from pricing.gpus import GPU, get_gpu  # noqa: E402
 
@@ -40,18 +50,23 @@ RESULTS_MD = ROOT / "benchmarks" / "results" / "time_calibration.md"
 
 # The fitted constants and the box the search stays in (physically plausible ranges).
 BOUNDS: dict[str, tuple[float, float]] = {
-    "matmul_efficiency": (0.3, 1.0),
+    "matmul_efficiency_hf": (0.3, 1.0),
+    "matmul_efficiency_tuned": (0.3, 1.0),
     "dispatch_seconds_per_kernel": (1e-6, 2e-4),
-    "step_overhead_s": (1e-3, 3.0),
+    "module_call_seconds_hf": (1e-7, 2e-4),
+    "step_overhead_s_hf": (1e-3, 3.0),
+    "step_overhead_s_tuned": (1e-3, 3.0),
     "zero3_param_fetch_s": (1e-6, 1e-2),
 }
-START = {"matmul_efficiency": 0.75, "dispatch_seconds_per_kernel": 1e-5, "step_overhead_s": 0.05,
+START = {"matmul_efficiency_hf": 0.75, "matmul_efficiency_tuned": 0.75, "dispatch_seconds_per_kernel": 1e-5,
+         "module_call_seconds_hf": 1e-5, "step_overhead_s_hf": 0.05, "step_overhead_s_tuned": 0.05,
          "zero3_param_fetch_s": 1e-4}
 ROUNDS, GRID = 12, 9
 SHRINK_ROWS = 10  # a segment with n rows trusts its own quantiles with weight n / (n + 10)
 # Pretraining-style sources (SOURCES.md: same work per token as a full fine-tune of the architecture, but
 # their own training loops); the report also gives the held-out figures without them.
 PRETRAINING = ("llmf", "titan", "ibmfsdp", "tinyllama")
+FRAMEWORK_NAMES = ("hf", "tuned")
 
 
 @dataclass
@@ -72,19 +87,50 @@ class Case:
 def cases(rows: list[TimeRow] | None = None) -> tuple[list[Case], list[TimeRow]]:
     """(cases to fit and judge, excluded rows with their reasons)."""
     rows = load_rows() if rows is None else rows
-    out = [Case(r, Engine.of(r.spec).counts(r.stack), get_gpu(r.gpu)) for r in rows if r.included]
+    out = [Case(r, Engine.of(r.spec).counts(r.stack), _gpu(r)) for r in rows if r.included]
     return out, [r for r in rows if not r.included]
 
 
-def predict(case: Case, fitted: dict[str, float] | None = None) -> float:
+def _gpu(row: TimeRow) -> GPU:
+    """The row's card from the GPU table, with its own GPU-to-GPU link where the source's card differs (A800/H800)."""
+    gpu = get_gpu(row.gpu)
+    return dataclasses.replace(gpu, link_gb_s_per_direction=row.link_gb_s) if row.link_gb_s else gpu
+
+
+def predict(case: Case, fitted: dict[str, float] | None = None, caps: dict | None = None) -> float:
+    """Predicted tokens/s; `caps` are the plausibility caps to apply ({} — the default while fitting — none)."""
     r = case.row
     return step_time(case.counts, r.stack, r.shape, case.gpu, grad_accum=r.shape.grad_accum or 1, nodes=r.nodes,
-                     network_gbps=r.network_gbps, fitted=fitted, with_band=False)["tokens_per_sec"]
+                     network_gbps=r.network_gbps, fitted=fitted, with_band=False,
+                     caps={} if caps is None else caps)["tokens_per_sec"]
 
 
-def log_error(case: Case, fitted: dict[str, float] | None = None) -> float:
+def log_error(case: Case, fitted: dict[str, float] | None = None, caps: dict | None = None) -> float:
     """log(predicted / measured): positive when the model promises more tokens/s than measured."""
-    return math.log(predict(case, fitted) / case.row.tokens_per_sec)
+    return math.log(predict(case, fitted, caps) / case.row.tokens_per_sec)
+
+
+def measured_mfu(case: Case) -> float:
+    """Model FLOPs per second over the dense peak of the row's GPUs, as measured."""
+    r = case.row
+    model_fpt, _ = flops_per_token(case.counts, r.stack, r.shape.seq_len)
+    return r.tokens_per_sec * model_fpt / (r.stack.gpus * case.gpu.peak_tflops(r.stack.precision) * 1e12)
+
+
+def plausibility_caps(group: list[Case]) -> dict[str, dict]:
+    """The best measured run per GPU class × method × model size (and the wider keys `mfu_cap` falls back
+    to), by any framework: the most an 'hf' prediction may claim. Compared as the share of the card's
+    sustained matmul rate, so a cap carries over between cards of a class."""
+    best: dict[str, tuple[float, Case]] = {}
+    for c in group:
+        share = measured_mfu(c) / sustained_fraction(c.gpu)
+        cls, method, bucket = gpu_class(c.gpu), c.row.stack.method, size_bucket(c.counts.params_total)
+        for key in (f"{cls}/{method}/{bucket}", f"{cls}/{method}", f"*/{method}/{bucket}", f"*/{method}"):
+            if key not in best or share > best[key][0]:
+                best[key] = (share, c)
+    return {key: {"mfu": round(measured_mfu(c), 4), "sustained_fraction": sustained_fraction(c.gpu), "row": c.row.id,
+                  "source": c.source, "framework": c.row.framework, "gpu": c.row.gpu}
+            for key, (_, c) in sorted(best.items())}
 
 
 def objective(group: list[Case], fitted: dict[str, float]) -> float:
@@ -187,11 +233,13 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
         train = [c for c in all_cases if c.source != s]
         k = fit(train)
         folds[s] = k
+        caps = plausibility_caps(train)  # the guard as the other sources set it
         for c in all_cases:
             if c.source == s:
-                held[c.row.id] = log_error(c, k)
+                held[c.row.id] = log_error(c, k, caps)
     final = fit(all_cases)
-    insample = {c.row.id: log_error(c, final) for c in all_cases}
+    all_caps = plausibility_caps(all_cases)
+    insample = {c.row.id: log_error(c, final, all_caps) for c in all_cases}
 
     # GPU classes held out whole: the band for a class with no calibration rows
     classes = sorted({gpu_class(c.gpu) for c in all_cases})
@@ -201,7 +249,8 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
         if not train:
             continue
         k = fit(train)
-        unseen += [log_error(c, k) for c in all_cases if gpu_class(c.gpu) == cls]
+        caps = plausibility_caps(train)
+        unseen += [log_error(c, k, caps) for c in all_cases if gpu_class(c.gpu) == cls]
 
     # the band is measured/predicted: log ratio = −log(pred/measured)
     ratios = {rid: -e for rid, e in held.items()}
@@ -237,17 +286,29 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
         side = min if q < 0.5 else max
         u[str(q)] = side([u[str(q)]] + [b["quantiles"][str(q)] for b in bands["segments"].values()])
     bands["unseen"].update(low=u["0.1"], high=u["0.9"])
+    # per framework, where its rows allow (advisor.throughput uses a framework's segment from 3 rows on)
+    bands["frameworks"] = {}
+    for fw in FRAMEWORK_NAMES:
+        fsegs: dict[str, list[float]] = {}
+        for c in all_cases:
+            if c.row.framework == fw:
+                fsegs.setdefault(c.segment, []).append(ratios[c.row.id])
+        bands["frameworks"][fw] = {seg: entry(errs, len(errs)) for seg, errs in sorted(fsegs.items())}
 
     per_source = {s: summary([held[c.row.id] for c in all_cases if c.source == s]) for s in sources}
     overall = summary(list(held.values()))
     overall["source_median_of_medians"] = statistics.median(v["median_abs"] for v in per_source.values())
     finetune = summary([held[c.row.id] for c in all_cases if c.source not in PRETRAINING])
+    by_framework = {fw: summary([held[c.row.id] for c in all_cases if c.row.framework == fw])
+                    for fw in FRAMEWORK_NAMES}
+    framework_of = {c.source: c.row.framework for c in all_cases}
     result = {
         "date": dt.date.today().isoformat(), "rows": len(all_cases), "sources": sources, "per_source": per_source,
         "overall": overall, "finetune": finetune, "in_sample": summary(list(insample.values())), "fitted": final,
         "folds": folds,
         "bands": bands, "held": held, "excluded": [(r.id, r.excluded) for r in excluded],
-        "unseen_rows": len(unseen),
+        "unseen_rows": len(unseen), "by_framework": by_framework, "framework_of": framework_of,
+        "caps": all_caps,
     }
     if not quiet:
         print_report(all_cases, result)
@@ -263,13 +324,20 @@ def _f(x: float) -> str:
     return f"{x:+.1%}"
 
 
-def source_table(result: dict) -> list[str]:
-    lines = ["| source | rows | median \\|error\\| | signed median | worst |", "|---|---:|---:|---:|---:|"]
+def source_table(result: dict, framework: str | None = None) -> list[str]:
+    """Per-source held-out table (every source, or one framework's), with its total row."""
+    lines = ["| source | framework | rows | median \\|error\\| | signed median | worst |",
+             "|---|---|---:|---:|---:|---:|"]
     for s in result["sources"]:
+        fw = result["framework_of"][s]
+        if framework and fw != framework:
+            continue
         v = result["per_source"][s]
-        lines.append(f"| {s} | {v['rows']} | {v['median_abs']:.1%} | {_f(v['signed_median'])} | {_f(v['worst'])} |")
-    o = result["overall"]
-    lines.append(f"| **all sources** | **{o['rows']}** | **{o['median_abs']:.1%}** | **{_f(o['signed_median'])}** | "
+        lines.append(f"| {s} | {fw} | {v['rows']} | {v['median_abs']:.1%} | {_f(v['signed_median'])} | "
+                     f"{_f(v['worst'])} |")
+    o = result["by_framework"][framework] if framework else result["overall"]
+    label = f"all {framework} sources" if framework else "all sources"
+    lines.append(f"| **{label}** | | **{o['rows']}** | **{o['median_abs']:.1%}** | **{_f(o['signed_median'])}** | "
                  f"{_f(o['worst'])} |")
     return lines
 
@@ -288,9 +356,15 @@ def print_report(all_cases: list[Case], result: dict) -> None:
     print("\nleave-one-source-out (each source predicted by constants fitted on the others):")
     for line in source_table(result):
         print(line)
+    print("\nHF-stack sources only (the default prediction, what `launch` runs):")
+    for line in source_table(result, "hf"):
+        print(line)
     o, i = result["overall"], result["in_sample"]
     print(f"\nheld-out: {o['rows']} rows, {len(result['sources'])} sources: median |error| {o['median_abs']:.1%}, "
           f"signed median {_f(o['signed_median'])}, p90 |error| {o['p90_abs']:.1%} (goal: ≤ 20 %, |signed| ≤ 10 %)")
+    h = result["by_framework"]["hf"]
+    print(f"held-out, HF-stack sources ({h['rows']} rows): median |error| {h['median_abs']:.1%}, signed median "
+          f"{_f(h['signed_median'])} (goal: ≤ 15 %, |signed| ≤ 10 %)")
     ft = result["finetune"]
     print(f"held-out, fine-tuning sources only ({ft['rows']} rows): median |error| {ft['median_abs']:.1%}, "
           f"signed median {_f(ft['signed_median'])}")
@@ -305,6 +379,7 @@ def print_report(all_cases: list[Case], result: dict) -> None:
 
 def markdown(all_cases: list[Case], result: dict) -> str:
     o, i = result["overall"], result["in_sample"]
+    hf, tuned = result["by_framework"]["hf"], result["by_framework"]["tuned"]
     out = [
         "# Time model: leave-one-source-out calibration",
         "",
@@ -312,6 +387,17 @@ def markdown(all_cases: list[Case], result: dict) -> str:
         "(advisor/data/mfu.json `fitted`) is refitted on all sources but one and the held-out source is "
         "predicted with it; the table is the error on rows the constants never saw. Error = (predicted − "
         "measured) / measured tokens/s; positive means the model promises more speed than was measured.",
+        "",
+        "## HF-stack sources (the default `--framework hf`: what `gpu-advisor launch` runs)",
+        "",
+        *source_table(result, "hf"),
+        "",
+        f"HF-stack held out: {hf['rows']} rows, median |error| **{hf['median_abs']:.1%}**, signed median "
+        f"**{_f(hf['signed_median'])}** (tuned sources: median |error| {tuned['median_abs']:.1%}, signed "
+        f"{_f(tuned['signed_median'])}). "
+        "Predictions of held-out rows are capped by the plausibility guard built from the other sources.",
+        "",
+        "## All sources",
         "",
         *source_table(result),
         "",
@@ -349,13 +435,20 @@ def markdown(all_cases: list[Case], result: dict) -> str:
     g, u = result["bands"]["global"], result["bands"]["unseen"]
     out.append(f"| all rows | {g['rows']} | ×{g['low']:.2f} | ×{g['high']:.2f} | | |")
     out.append(f"| GPU class not calibrated | 0 | ×{u['low']:.2f} | ×{u['high']:.2f} | | |")
+    out += ["", "## Plausibility caps (mfu.json `plausibility`)", "",
+            "The best measured MFU per GPU class × method × model size, by any framework: an `hf` prediction is "
+            "never faster (rescaled from the measured card's sustained matmul rate to the predicted card's).", "",
+            "| key | MFU | row | source | framework | GPU |", "|---|---:|---|---|---|---|"]
+    for key, cap in result["caps"].items():
+        out.append(f"| {key} | {cap['mfu']:.3f} | {cap['row']} | {cap['source']} | {cap['framework']} | {cap['gpu']} |")
     out += ["", "## Rows (held-out prediction)", "",
-            "| row | GPU | stack | micro-batch × seq | accum | nodes | predicted | measured | error |",
-            "|---|---|---|---|---:|---:|---:|---:|---:|"]
+            "| row | framework | GPU | stack | micro-batch × seq | accum | nodes | predicted | measured | error |",
+            "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
     for c in all_cases:
         r = c.row
         e = result["held"][r.id]
-        out.append(f"| {r.id} | {r.gpu} | {r.stack.label()} | {r.shape.micro_batch} × {r.shape.seq_len} | "
+        out.append(f"| {r.id} | {r.framework} | {r.gpu} | {r.stack.label()} | "
+                   f"{r.shape.micro_batch} × {r.shape.seq_len} | "
                    f"{r.shape.grad_accum} | {r.nodes} | {r.tokens_per_sec * math.exp(e):,.0f} | "
                    f"{r.tokens_per_sec:,.0f} | {_f(pct(e))} |")
     out += ["", "## Excluded rows", "", "| row | why |", "|---|---|"]
@@ -376,7 +469,9 @@ def write_outputs(all_cases: list[Case], result: dict) -> None:
     fitted["_about"] = (f"Fitted by benchmarks/time_calibration.py on {result['date']} over {result['rows']} rows of "
                         f"{len(result['sources'])} sources (least squares on log error, each source weighted by "
                         "√rows, deterministic coordinate search on a log grid). Leave-one-source-out held-out "
-                        f"median |error| {o['median_abs']:.1%}, signed median {o['signed_median']:+.1%}; "
+                        f"median |error| {o['median_abs']:.1%}, signed median {o['signed_median']:+.1%} (HF-stack "
+                        f"sources: {result['by_framework']['hf']['median_abs']:.1%}, "
+                        f"{result['by_framework']['hf']['signed_median']:+.1%}); "
                         "per-source figures in `fit` and benchmarks/results/time_calibration.md.")
     data["fit"] = {
         "date": result["date"], "method": "leave-one-source-out; least squares on log(predicted/measured), source "
@@ -391,7 +486,18 @@ def write_outputs(all_cases: list[Case], result: dict) -> None:
                                 for s, d in result["per_source"].items()},
         "in_sample": {"median_abs_error": round(result["in_sample"]["median_abs"], 4),
                       "signed_median": round(result["in_sample"]["signed_median"], 4)},
+        "held_out_by_framework": {fw: {"rows": v["rows"], "median_abs_error": round(v["median_abs"], 4),
+                                       "signed_median": round(v["signed_median"], 4)}
+                                  for fw, v in result["by_framework"].items()},
+        "source_frameworks": result["framework_of"],
     }
+    data["_plausibility"] = ("Plausibility guard: the best measured MFU (model FLOPs / dense peak) per GPU class × "
+                             "method × model size bucket (<3B, 3-15B, 15-45B, >45B), by any framework, with the row "
+                             "that set it; keys without a size, and '*' classes, are the fallbacks. An 'hf' "
+                             "prediction is capped at it, rescaled by the card's sustained matmul fraction over the "
+                             "measured card's (advisor.throughput.mfu_cap). Written by benchmarks/time_calibration.py "
+                             "from the calibration rows.")
+    data["plausibility"] = {"caps": result["caps"]}
     data["_bands"] = ("Held-out error bands per segment (GPU class/method): tokens/s × low .. × high is the p10-p90 "
                       "of measured/predicted on rows whose source was held out, pulled toward the wider of the "
                       "segment's and the global band with weight 10/(rows+10) and widened by the global half-width "

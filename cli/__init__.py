@@ -29,6 +29,8 @@ COMMANDS = {
     "report": "cli.report:report",
     "launch": "cli.launch:launch",
     "models": "cli.models:models",
+    "tokens": "cli.tokens:tokens",
+    "calibrate": "cli.calibrate:calibrate",
 }
 
 

@@ -12,8 +12,8 @@ import click
 
 from advisor.modelspec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import METHODS
-from advisor.text import gb, md, plain
-from cli.options import FIELDS, stack_options
+from advisor.text import count, gb, md, plain
+from cli.options import FIELDS, choice, stack_options
 
 GB = 1e9
 GiB = 2**30
@@ -45,7 +45,7 @@ def build_stack(family: str = "llama", **kw):
 @click.command()
 @click.argument("model", required=False)
 @click.option("--params", "params", default=None, help="only a parameter count: 4B, 4e9, 4000M (simple mode)")
-@click.option("--method", type=click.Choice(METHODS), default="full", show_default=True)
+@click.option("--method", type=choice(METHODS), default="full", show_default=True)
 @stack_options
 @click.option("--gpus", type=click.IntRange(min=1, max=MAX_GPUS), default=1, show_default=True, help="data-parallel ranks in total")
 @click.option("--batch-size", type=click.IntRange(min=1, max=MAX_BATCH), default=1, show_default=True, help="micro-batch per GPU")
@@ -64,9 +64,15 @@ def build_stack(family: str = "llama", **kw):
               help="kernel efficiency instead of the calibrated table (advisor/data/mfu.json)")
 @click.option("--headroom", type=Finite(0, 1, max_open=True), default=0.10, show_default=True,
               help="share of usable memory kept free")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md"]), default="table", show_default=True)
-def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, fmt,
-             **stack_kw):
+@click.option("--lengths", default=None, metavar="MEAN,STD,MAX|FILE",
+              help="row lengths in tokens (or a `tokens --format json` file): replay the caching allocator over "
+                   "batches padded to their longest row, cut at --seq-len (default: fixed shapes)")
+@click.option("--expandable-segments/--no-expandable-segments", "expandable_segments", default=True, show_default=True,
+              help="with --lengths: model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as the launch bundle sets) "
+                   "or the default allocator")
+@click.option("--format", "fmt", type=choice(["table", "json", "md"]), default="table", show_default=True)
+def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, lengths,
+             expandable_segments, fmt, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     from advisor.errors import BadInput
     from advisor.memory import estimate_memory
@@ -80,7 +86,12 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
     if nodes > 1 and stack.gpus % nodes:
         raise BadInput(f"--nodes: {stack.gpus} GPUs do not split evenly over {nodes} nodes.")
-    est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom)
+    if lengths is not None:
+        from advisor.alloc_trace import parse_lengths
+
+        lengths = parse_lengths(lengths)
+    est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom, lengths=lengths,
+                          expandable_segments=expandable_segments)
     if gpu:
         from advisor.engine import Engine
 
@@ -93,7 +104,7 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     elif fmt == "md":
         click.echo(render_markdown(est))
     else:
-        click.echo(render_table(est))
+        click.echo(render_table(est, headroom))
 
 
 def _rows(est) -> list[tuple[str, int, str]]:
@@ -115,36 +126,43 @@ def _rows(est) -> list[tuple[str, int, str]]:
     return rows
 
 
-def render_table(est) -> str:
+def render_table(est, headroom: float = 0.10) -> str:
     m, b = est.model, est.breakdown
     lines = [
-        f"{plain(m.name)}  ({plain(m.family)}; {m.params_total / 1e9:.2f}B params, {m.params_trainable:,} trainable)",
+        f"{plain(m.name)}  ({plain(m.family)}; {count(m.params_total)} params, {count(m.params_trainable)} trainable)",
         f"stack: {est.stack.label()}  ·  micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
         "",
-        f"{'per GPU':<34}{'bytes':>16}{'':>3}{'GB':>10}{'GiB':>10}",
+        f"{'per GPU':<34}{'bytes':>16}{'':>3}{'GB':>10}",
     ]
     for name, n, _ in _rows(est):
-        lines.append(f"{name:<34}{n:>16,}{'':>3}{n / GB:>10.2f}{n / GiB:>10.2f}")
-    lines.append(f"{'total (as nvidia-smi shows it)':<34}{b.total:>16,}{'':>3}{b.total / GB:>10.2f}{b.total / GiB:>10.2f}")
+        lines.append(f"{name:<34}{n:>16,}{'':>3}{n / GB:>10.2f}")
+    lines.append(f"{'total':<34}{b.total:>16,}{'':>3}{b.total / GB:>10.2f}")
     lines += [
+        f"(GB = 10^9 bytes; nvidia-smi counts MiB: this total shows there as {b.total / 2**20:,.0f} MiB, "
+        f"{b.total / GiB:.2f} GiB)",
         "",
         f"static (weights+grads+optimizer): {gb(est.static_bytes, 2)}   "
         f"peak allocated: {gb(est.peak_allocated, 2)}   peak reserved: {gb(est.peak_reserved, 2)}",
     ]
+    if est.reserved:
+        r = est.reserved
+        lines.append(f"reserved ({plain(r.lengths)}): needs {gb(r.needed, 2)} on the card checked "
+                     f"({gb(r.fixed_shape_needed, 2)} at fixed shapes); max_memory_reserved shows {gb(r.shows, 2)} "
+                     f"on a larger card; expandable segments {'on' if r.expandable_segments else 'off'}")
     if est.cpu_ram_bytes:
         lines.append(f"CPU RAM for offloaded states: {gb(est.cpu_ram_bytes, 2)}")
     if est.fit:
         f = est.fit
         verdict = "fits" if f.fits else "does NOT fit"
         lines.append(
-            f"{f.gpu} ({f.usable_bytes / GiB:.1f} GiB usable, {f.headroom_fraction:.0%} headroom): {verdict}; "
-            f"largest micro-batch at seq {est.shape.seq_len}: {f.max_micro_batch}; "
-            f"longest seq at micro-batch {est.shape.micro_batch}: {f.max_seq_len}"
+            f"{f.gpu} ({gb(f.usable_bytes, 2)} usable, {f.headroom_fraction:.0%} headroom): {verdict}; "
+            f"largest micro-batch at seq {est.shape.seq_len}: {_limit(f.max_micro_batch)}; "
+            f"longest seq at micro-batch {est.shape.micro_batch}: {_limit(f.max_seq_len)}"
         )
         if f.suggestions:
             lines.append("  makes it fit: " + "; ".join(plain(x) for x in f.suggestions))
     if not est.fit:
-        lines.append(fits_line(est))
+        lines.append(fits_line(est, headroom))
     if est.throughput:
         t = est.throughput
         band = ""
@@ -158,12 +176,19 @@ def render_table(est) -> str:
     return "\n".join(lines)
 
 
+def _limit(n: int) -> str:
+    """A fit limit as people read it: 0 means nothing fits, not a size of zero."""
+    return "none (even 1 does not fit)" if n <= 0 else f"{n:,}"
+
+
 # A spread of common training cards, smallest first, for the one-line "fits on" summary.
 COMMON_GPUS = ("T4", "A10G", "L4", "RTX4090", "A100", "L40S", "A100-80GB", "H100", "H200", "B200")
 
 
 def fits_line(est, headroom: float = 0.10) -> str:
-    """Which common GPUs hold this estimate with headroom (without --gpu)."""
+    """Which common GPUs hold this estimate with `headroom` kept free (without --gpu): the one limit
+    rule, advisor.engine.usable_limit."""
+    from advisor.engine import usable_limit
     from pricing.gpus import get_gpu
 
     yes, no, emulated = [], [], False
@@ -172,7 +197,7 @@ def fits_line(est, headroom: float = 0.10) -> str:
         label = f"{name} {gpu.memory_gb:g}GB"
         if "bf16" in est.stack.precision and not gpu.supports_bf16:
             label, emulated = label + "*", True
-        (yes if est.device_total <= gpu.usable_bytes * (1 - headroom) else no).append(label)
+        (yes if est.device_total <= usable_limit(gpu, headroom) else no).append(label)
     return (f"fits with {headroom:.0%} headroom on: {', '.join(yes) or 'none of the common cards'}"
             + (f"; not on: {', '.join(no)}" if no else "")
             + ("  (* no native bf16: use --precision fp16 there)" if emulated else "")
@@ -193,10 +218,16 @@ def render_markdown(est) -> str:
         label = name.strip() if not name.startswith("  ") else f"↳ {name.strip()}"
         lines.append(f"| {md(label)} | {n:,} | {n / GB:.2f} | {md(how)} |")
     lines.append(f"| **total** | {b.total:,} | {b.total / GB:.2f} | peak reserved + CUDA context |")
+    if est.reserved:
+        r = est.reserved
+        lines += ["", f"Reserved ({md(r.lengths)}): needs {r.needed / GB:.2f} GB on the card checked "
+                      f"({r.fixed_shape_needed / GB:.2f} GB at fixed shapes); `max_memory_reserved` shows "
+                      f"{r.shows / GB:.2f} GB on a larger card."]
     if est.fit:
         f = est.fit
-        lines += ["", f"**{md(f.gpu)}**: {'fits' if f.fits else 'does not fit'} with {f.headroom_fraction:.0%} headroom; "
-                      f"max micro-batch {f.max_micro_batch}, max sequence {f.max_seq_len}."]
+        lines += ["", f"**{md(f.gpu)}** ({gb(f.usable_bytes, 2)} usable): {'fits' if f.fits else 'does not fit'} "
+                      f"with {f.headroom_fraction:.0%} headroom; max micro-batch {_limit(f.max_micro_batch)}, "
+                      f"max sequence {_limit(f.max_seq_len)}."]
         if f.suggestions:
             lines += ["", "What makes it fit (one change each):",
                       *[f"- `{plain(s.split(':')[0]).replace('`', '')}`: {md(s.split(': ', 1)[-1])}"

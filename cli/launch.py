@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import warnings
 from pathlib import Path
@@ -84,7 +85,10 @@ def model_spec(plan):
     try:
         return load_model(plan.model.name)
     except Exception as exc:  # noqa: BLE001 - offline / unknown name: the bundle needs only name + family
-        click.echo(f"warning: could not load model {plain(plan.model.name)!r} ({plain(exc)}); using the plan's "
+        # A shared plan may name any local file: its reason would quote that file's values, so say only that.
+        local = os.path.exists(os.path.expanduser(plan.model.name))  # never raises (too long, NUL, ...)
+        reason = "a local file that is not a usable config.json" if local else plain(exc)
+        click.echo(f"warning: could not load model {plain(plan.model.name)!r} ({reason}); using the plan's "
                    "family only.", err=True)
     # Only name and family reach the bundle; the shape fields are placeholders.
     return ModelSpec(name=plan.model.name, family=plan.model.family, source=plan.model.source,

@@ -8,7 +8,8 @@ import click
 
 from advisor.models import human_count
 from advisor.modelspec import SUPPORTED_FAMILIES
-from cli.output import render_rows
+from cli.options import choice
+from cli.output import render_rows, render_table
 
 
 def _rows(family: str | None) -> list[dict]:
@@ -30,8 +31,8 @@ def _rows(family: str | None) -> list[dict]:
 
 
 @click.command("models")
-@click.option("--family", type=click.Choice(SUPPORTED_FAMILIES), help="Only this config.json model_type.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "csv"]), default="table",
+@click.option("--family", type=choice(SUPPORTED_FAMILIES), help="Only this config.json model_type.")
+@click.option("--format", "fmt", type=choice(["table", "json", "md", "csv"]), default="table",
               show_default=True, help="Output format.")
 def models(family: str | None, fmt: str) -> None:
     """List the built-in models: Hugging Face id, short aliases, family and parameter count.
@@ -47,4 +48,10 @@ def models(family: str | None, fmt: str) -> None:
     count = str if fmt == "csv" else human_count  # csv keeps exact integers for spreadsheets
     table = [[r["name"], ", ".join(r["aliases"]), r["family"], count(r["params"]), count(r["params_active"]),
               str(r["max_position_embeddings"])] for r in rows]
+    if fmt == "table":  # fits the terminal: aliases fold or are left out first, then max_pos
+        left_out: list[str] = []
+        click.echo(render_table(header, table, right=[3, 4, 5], drop=[1, 5], left_out=left_out))
+        if left_out:
+            click.echo(f"\n({', '.join(left_out)} left out to fit; --format md shows all)")
+        return
     click.echo(render_rows(header, table, fmt))

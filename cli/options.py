@@ -10,7 +10,12 @@ from typing import Any
 
 import click
 
-from advisor.stacks import ATTENTIONS, LOSSES, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
+from advisor.stacks import ATTENTIONS, FRAMEWORKS, LOSSES, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
+
+def choice(values) -> click.Choice:
+    """A click choice that takes any case ('LoRA', 'BF16') and passes on the canonical value."""
+    return click.Choice(list(values), case_sensitive=False)
+
 
 # (option declaration, field, click type or None for a boolean flag pair, estimate default, help)
 _SPECS: list[tuple[str, str, Any, Any, str]] = [
@@ -19,7 +24,7 @@ _SPECS: list[tuple[str, str, Any, Any, str]] = [
     ("--lora-dropout", "lora_dropout", click.FloatRange(0, 1, max_open=True), 0.05, "LoRA dropout"),
     ("--lora-targets", "lora_targets", str, "all-linear",
      "all-linear or module names, e.g. q_proj,v_proj (lm_head and embed_tokens where peft supports them)"),
-    ("--adapter-dtype", "adapter_dtype", click.Choice(["fp32", "bf16"]), "fp32",
+    ("--adapter-dtype", "adapter_dtype", choice(["fp32", "bf16"]), "fp32",
      "peft keeps adapters in fp32 by default; torchtune/older peft in bf16"),
     ("--dora/--no-dora", "dora", None, False, "DoRA (peft use_dora=True): LoRA plus a learned magnitude per output"),
     ("--modules-to-save", "modules_to_save", str, "",
@@ -27,18 +32,21 @@ _SPECS: list[tuple[str, str, Any, Any, str]] = [
     ("--double-quant/--no-double-quant", "double_quant", None, True, "QLoRA double quantisation"),
     ("--bnb-legacy/--no-bnb-legacy", "bnb_saves_inputs", None, False,
      "bitsandbytes 0.41-0.42, which kept every 4-bit linear's input for backward"),
-    ("--precision", "precision", click.Choice(PRECISIONS), "bf16",
+    ("--precision", "precision", choice(PRECISIONS), "bf16",
      "bf16/fp16/fp32: weights held in that dtype; amp-*: fp32 master weights + autocast (mixed precision)"),
-    ("--optimizer", "optimizer", click.Choice(OPTIMIZERS), "adamw", "optimizer"),
+    ("--optimizer", "optimizer", choice(OPTIMIZERS), "adamw", "optimizer"),
     ("--grad-checkpointing/--no-grad-checkpointing", "grad_checkpointing", None, False, "activation checkpointing"),
-    ("--attention", "attention", click.Choice(ATTENTIONS), None,
+    ("--attention", "attention", choice(ATTENTIONS), None,
      "default: sdpa, or eager where transformers has no SDPA for the model (Gemma 2)"),
     ("--liger/--no-liger", "liger", None, False,
      "Liger Kernel (use_liger_kernel): fused linear cross-entropy, RMSNorm, SwiGLU, RoPE"),
-    ("--loss", "loss", click.Choice(LOSSES), "standard", "cross-entropy: standard, or chunked (no full fp32 logits)"),
+    ("--loss", "loss", choice(LOSSES), "standard", "cross-entropy: standard, or chunked (no full fp32 logits)"),
     ("--compile/--no-compile", "compile", None, False, "torch.compile (TrainingArguments torch_compile)"),
-    ("--sharding", "sharding", click.Choice(SHARDINGS), None, "default: none on 1 GPU, fsdp on more"),
-    ("--offload", "offload", click.Choice(OFFLOADS), "none", "CPU offload (needs fsdp/zero)"),
+    ("--sharding", "sharding", choice(SHARDINGS), None, "default: none on 1 GPU, fsdp on more"),
+    ("--offload", "offload", choice(OFFLOADS), "none", "CPU offload (needs fsdp/zero)"),
+    ("--framework", "framework", choice(FRAMEWORKS), "hf",
+     "what runs the training steps (time only): hf = transformers Trainer/TRL + peft + accelerate/DeepSpeed, "
+     "as the launch bundle writes; tuned = torchtitan/llm-foundry-like FSDP2/compile stacks"),
 ]
 FIELDS = [spec[1] for spec in _SPECS]
 

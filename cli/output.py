@@ -1,6 +1,8 @@
 """The one place results become text tables, Markdown tables and CSV, with escaping done here.
 
-Every command that prints rows (plan, prices list, models) calls `render_rows`; cells that came
+Every command that prints rows calls `render_rows` (aligned text, Markdown, CSV) or, for the wide
+tables people read in a terminal (plan, models), `render_table`: rich, fitted to the terminal
+width, colour only on a TTY. Cells that came
 from files or servers are made safe for their format once: `advisor.text.plain` for the
 terminal (no escape sequences, no line breaks), `advisor.text.md` for Markdown, and
 `pricing.files.csv_safe` for CSV (no spreadsheet formulas).
@@ -10,11 +12,15 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import shutil
+import sys
 from typing import Iterable, Sequence
 
 from advisor.text import md, plain
 
 FORMATS = ("table", "md", "csv")
+FOLD = 22  # the narrowest a text column is folded to before columns are left out
 
 
 def render_rows(headers: Sequence[str], rows: Iterable[Sequence[object]], fmt: str = "table",
@@ -36,6 +42,82 @@ def render_rows(headers: Sequence[str], rows: Iterable[Sequence[object]], fmt: s
         return "  ".join(v.rjust(w) if i in align else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths))).rstrip()
 
     return "\n".join([line(heads)] + [line(r) for r in cells])
+
+
+def terminal_width() -> int | None:
+    """Columns the table may use: COLUMNS when set (also in a pipe), the terminal's width on a TTY,
+    else None (a pipe or file keeps one line per row, for grep and scripts)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if _is_tty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: Iterable[int] = (),
+                 drop: Sequence[int] = (), width: int | None = None, left_out: list[str] | None = None) -> str:
+    """A text table (rich) that fits `width` (default: `terminal_width()`): columns in `drop` are
+    left out, first one first, while the natural widths do not fit (their headers appended to
+    `left_out`); the rest fold long cells.
+    Colour only on a TTY without NO_COLOR; in a pipe or file, plain text."""
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    cells = [[plain("" if x is None else x) for x in r] for r in rows]
+    heads = [plain(h) for h in headers]
+    width = terminal_width() if width is None else width
+    keep = list(range(len(heads)))
+    natural = [max([cell_len(h)] + [cell_len(r[i]) for r in cells]) for i, h in enumerate(heads)]  # CJK: 2 cells
+    gap = 2
+    align = set(right)
+    # A text column may fold to FOLD characters; numbers never fold.
+    least = [n if i in align else max(cell_len(heads[i]), min(n, FOLD)) for i, n in enumerate(natural)]
+
+    def needed(cols: list[int], g: int) -> int:
+        return sum(least[i] for i in cols) + g * len(cols)  # rich pads the last column too
+
+    def narrower() -> bool:
+        """Fold the widest text column one character more (never below its header); False when none can."""
+        text = [i for i in keep if i not in align and least[i] > cell_len(heads[i])]
+        if not text:
+            return False
+        widest = max(text, key=lambda i: least[i])
+        least[widest] -= 1
+        return True
+
+    for i in drop:
+        if width is None or needed(keep, gap) <= width:
+            break
+        keep.remove(i)
+        if left_out is not None:
+            left_out.append(heads[i])
+    while width is not None and needed(keep, gap) > width and narrower():
+        pass
+    held = width is None or needed(keep, gap) <= width  # else (a very narrow terminal) rich folds headers too
+    colour = _is_tty() and not os.environ.get("NO_COLOR")
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, gap, 0, 0), collapse_padding=True,
+                  header_style="bold" if colour else "", expand=False)
+    for i in keep:
+        table.add_column(Text(heads[i]), justify="right" if i in align else "left", overflow="fold",
+                         min_width=least[i] if held else None)
+    for r in cells:
+        table.add_row(*(Text(r[i]) for i in keep))
+    buf = io.StringIO()
+    total = width if width is not None else sum(natural[i] for i in keep) + gap * len(keep)
+    console = Console(file=buf, width=total, force_terminal=colour, color_system="auto" if colour else None,
+                      no_color=not colour, highlight=False, emoji=False, markup=False, soft_wrap=False)
+    console.print(table)
+    return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
 
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

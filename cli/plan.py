@@ -12,9 +12,10 @@ from pathlib import Path
 
 import click
 
-from advisor.text import money, plain
-from cli.options import FIELDS, as_args, stack_options
-from cli.output import render_rows
+from advisor.text import GB, money, plain
+from cli.options import FIELDS, as_args, choice, stack_options
+from cli.output import render_rows, render_table, terminal_width
+from cli.workload_sources import apply as apply_sources, source_options
 
 FORMATS = ("table", "json", "md", "csv")
 
@@ -43,7 +44,7 @@ def plan_options(f):
                      help="also price spot capacity: the best spot option is shown beside the on-demand ranking, "
                           "its saving against the same instance on demand [--no-spot]"),
         click.option("--allow-stale", is_flag=True, default=None,
-                     help="rank stale prices (old catalog generation or older than GPU_ADVISOR_STALE_DAYS) even "
+                     help="rank stale prices (undated, or older than GPU_ADVISOR_STALE_DAYS) even "
                           "when fresh offers exist"),
         click.option("--checkpoint-every", type=click.FloatRange(0, min_open=True), default=None,
                      help="hours between training checkpoints [Young's optimum for the run's failure rate]"),
@@ -59,13 +60,21 @@ def plan_options(f):
         click.option("--prices", multiple=True, type=click.Path(exists=True, dir_okay=False),
                      help="extra price sheet (CSV/JSON/YAML); repeatable; wins over the bundled one"),
         click.option("--discount", multiple=True, help="provider=fraction, e.g. aws=0.3; repeatable"),
-        click.option("--sort", type=click.Choice(["cost", "time"]), default=None, help="rank by [cost] or time"),
-        click.option("--risk", type=click.Choice(["p50", "p80", "p90"]), default=None,
+        click.option("--skip-bad-rows", is_flag=True, default=None,
+                     help="leave out rows of a --prices sheet that cannot be read (default: refuse the sheet, "
+                          "naming the row)"),
+        click.option("--sort", type=choice(["cost", "time"]), default=None, help="rank by [cost] or time"),
+        click.option("--risk", type=choice(["p50", "p80", "p90"]), default=None,
                      help="rank by hours and cost at this quantile of the time model's held-out error: p80 for "
                           "budgets you must not overrun [p50]"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
-                     help="rank every stack variant, not just each instance × method's best"),
+                     help="rank every stack variant, not just each offer's best"),
+        click.option("--measured", multiple=True, type=click.Path(dir_okay=False),
+                     help="measured.json from `launch.sh --benchmark`: its rate and spread replace the time model's "
+                          "for matching candidates (same model, GPU, nodes, stack); repeatable"),
+        click.option("--no-measured", is_flag=True, default=None,
+                     help="ignore the measurement store (runs stored by `gpu-advisor calibrate`)"),
     ]
     f = stack_options(f, pins=True)  # listed after the workload options
     for option in reversed(options):
@@ -117,25 +126,44 @@ def command_line(options: dict, **extra) -> str:
 
 # --------------------------------------------------------------------------- formatting
 
-HEADER = ["#", "provider region (+ more regions)", "instance", "GPUs", "stack", "mb×acc", "peak/usable",
-          "hours (p10-p90)", "cost",
-          "on-demand", "spot", "$/M tok", "price source, date"]
+# Table columns, most important first; `_DROP` says which leave first when the terminal is narrow.
+HEADER = ["#", "cost", "hours p10-p90", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
+          "GB peak/limit", "$/M tok", "price source, date"]
+_RIGHT = {"cost", "hours p10-p90", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
+_DROP = ["$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
 
-def _rows(plan) -> list[list[str]]:
-    out = []
-    for c in plan.candidates:
-        out.append([
-            str(c.rank), f"{c.provider} {c.region}" + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
-            c.instance_type + (" (spot)" if c.spot else "") + (" TIGHT" if c.fit.tight else ""),
-            f"{c.gpu_count * c.nodes}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
-            c.stack_label, f"{c.micro_batch}×{c.grad_accum}",
-            f"{c.peak_memory_bytes / 1e9:.1f}/{c.gpu_memory_bytes / 1e9:.1f} GB",
-            _band(c.hours, c.timing.hours_low, c.timing.hours_high), money(c.cost_usd),
-            money(c.cost_on_demand_usd), money(c.cost_spot_usd),
-            f"{c.usd_per_m_tokens:.3f}", f"{c.price_source[:28]} {c.price_date}" + (" STALE" if c.price_stale else ""),
-        ])
-    return out
+def _columns(plan) -> list[str]:
+    """HEADER, plus on-demand where some row's cost is not the on-demand cost (a spot row) and
+    spot where spot was asked for and found (--spot): never a column that repeats `cost`."""
+    cols = list(HEADER)
+    extra = []
+    if any(c.cost.on_demand_usd is not None and c.cost.on_demand_usd != c.cost.usd for c in plan.candidates):
+        extra.append("on-demand")
+    if plan.spot_alternative is not None and any(c.cost.spot_usd is not None for c in plan.candidates):
+        extra.append("spot")
+    return cols[:4] + extra + cols[4:]
+
+
+def _cells(c) -> dict[str, str]:
+    """One candidate's table cells by column (numbers from the planner, formatted here only)."""
+    return {
+        "#": str(c.rank), "cost": money(c.cost_usd), "hours p10-p90": _band(c.hours, c.timing.hours_low, c.timing.hours_high),
+        "$/h": money(c.cost.price_hour), "on-demand": money(c.cost_on_demand_usd), "spot": money(c.cost_spot_usd),
+        "GPUs": f"{c.gpu_count * c.nodes}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
+        "instance": f"{c.provider} {c.instance_type}"
+        + (f" (+{len(c.offer.also_named)} names)" if c.offer.also_named else "")
+        + (" (spot)" if c.spot else "") + (" TIGHT" if c.fit.tight else ""),
+        "region": c.region + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
+        "stack": c.stack_label, "mb×acc": f"{c.micro_batch}×{c.grad_accum}",
+        "GB peak/limit": f"{c.fit.peak_bytes / GB:.1f}" + (f"/{c.fit.limit_bytes / GB:.1f}" if c.fit.limit_bytes else ""),
+        "$/M tok": f"{c.usd_per_m_tokens:.3f}",
+        "price source, date": f"{c.price_source[:28]} {c.price_date}" + (" STALE" if c.price_stale else ""),
+    }
+
+
+def _rows(plan, columns: list[str]) -> list[list[str]]:
+    return [[cells[k] for k in columns] for cells in map(_cells, plan.candidates)]
 
 
 def _band(value: float, low: float | None, high: float | None) -> str:
@@ -158,16 +186,27 @@ def _summary(plan) -> list[str]:
                  "candidates scored.")
     if plan.baseline is not None:
         b = plan.baseline
-        line = (f"Naive baseline (full fine-tuning on the cheapest instance where it fits): {b.provider} "
+        method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"
+        line = (f"Naive baseline ({method} on the cheapest instance where it fits): {b.provider} "
                 f"{b.instance_type}, {b.hours:,.1f} h, {money(b.cost_usd)}")
-        if plan.saving_vs_baseline_usd is not None:
-            line += f"; the top pick saves {money(plan.saving_vs_baseline_usd)}"
+        saving = plan.saving_vs_baseline_usd
+        if saving is not None:
+            line += (f"; the top pick saves {money(saving)}" if saving >= 0 else
+                     f"; the top pick costs {money(-saving)} more (ranked on its risk-adjusted cost, or a safer fit)")
         lines.append(line + ".")
     s = plan.spot_alternative
     if s is not None:
         lines.append(f"On spot: {s.provider} {s.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
                      + f", {s.hours:,.1f} h (expected interruptions included), {money(s.cost_usd)} against "
                        f"{money(s.cost.on_demand_usd)} for the same instance on demand.")
+    if plan.managed_summary():
+        lines.append(plan.managed_summary())
+    from advisor.measurements import is_measured  # measured run: say which rows follow one
+
+    measured = [c for c in plan.candidates if is_measured(c.timing.band_basis)]
+    if measured:
+        lines.append("Measured: " + "; ".join(f"#{c.rank} {c.timing.tokens_per_sec:,.0f} tokens/s, "
+                                               f"{c.timing.band_basis}" for c in measured[:6]) + ".")
     if plan.pareto:
         lines.append("Pareto front (cost vs time): " + "; ".join(
             f"{money(c.cost_usd)} / {c.hours:,.1f} h ({c.gpu_count * c.nodes}× {c.gpu_model} {c.provider})"
@@ -178,33 +217,75 @@ def _summary(plan) -> list[str]:
 
 
 def render(plan, fmt: str) -> str:
-    """The plan as JSON, CSV (the candidates' flat view), a Markdown table or a text table."""
+    """The plan as JSON, CSV (the candidates' flat view), a Markdown table or a text table that
+    fits the terminal (cli.output.render_table)."""
     from advisor.text import md
 
     if fmt == "json":
         return plan.model_dump_json(indent=2)
     if fmt == "csv":
-        flat = [c.flat() for c in plan.candidates]
-        columns = list(flat[0]) if flat else list(_flat_columns())
-        return render_rows(columns, ([row[k] for k in columns] for row in flat), "csv")
-    rows = _rows(plan)
+        columns = list(_flat_columns())
+        return render_rows(columns, ([_csv_value(k, row[k]) for k in columns] for row in map(_csv_row, plan.candidates)),
+                           "csv")
+    columns = _columns(plan)
+    rows = _rows(plan, columns)
     summary = _summary(plan)
     if not rows:  # nothing to rank: the summary says why (notice and rejections)
-        return "\n".join(plain(x) for x in summary)
+        return "\n".join(_wrap(plain(x)) for x in summary)
     if fmt == "md":
-        return render_rows(HEADER, rows, "md") + "\n\n" + "\n".join(f"- {md(x)}" for x in summary)
-    return render_rows(HEADER, rows, "table") + "\n\n" + "\n".join(plain(x) for x in summary)
+        return render_rows(columns, rows, "md") + "\n\n" + "\n".join(f"- {md(x)}" for x in summary)
+    left_out: list[str] = []
+    table = render_table(columns, rows, right=[i for i, h in enumerate(columns) if h in _RIGHT],
+                         drop=[columns.index(h) for h in _DROP if h in columns], left_out=left_out)
+    if left_out:
+        summary.append(f"Columns left out to fit {terminal_width()} columns: {', '.join(left_out)} "
+                       "(a wider terminal, COLUMNS=200, or --format csv/md/json shows them).")
+    return table + "\n\n" + "\n".join(_wrap(plain(x)) for x in summary)
+
+
+def _wrap(line: str) -> str:
+    """A summary line folded to the terminal width (left whole in a pipe or file without COLUMNS)."""
+    import textwrap
+
+    width = terminal_width()
+    return line if width is None else textwrap.fill(line, width=max(width, 20), subsequent_indent="  ")
+
+
+# CSV: money in cents, hours and rates at a precision people can use; the p10-p90 band beside
+# the value it bounds.
+_CSV_BANDS = {"hours": ("hours_low", "hours_high"), "cost_usd": ("cost_low", "cost_high")}
+_CSV_DIGITS = {"cost_usd": 2, "cost_on_demand_usd": 2, "cost_spot_usd": 2, "price_hour": 2, "cost_low": 2,
+               "cost_high": 2, "usd_per_m_tokens": 4, "hours": 3, "train_hours": 3, "hours_low": 3,
+               "hours_high": 3, "tokens_per_sec": 0, "mfu": 4}
+
+
+def _csv_row(c) -> dict:
+    row = c.flat()
+    row.update(hours_low=c.timing.hours_low, hours_high=c.timing.hours_high, cost_low=c.cost.usd_low,
+               cost_high=c.cost.usd_high)
+    return row
+
+
+def _csv_value(key: str, value):
+    if isinstance(value, float) and not isinstance(value, bool):
+        digits = _CSV_DIGITS.get(key, 4)
+        return round(value) if digits == 0 else round(value, digits)
+    return value
 
 
 def _flat_columns():
     from advisor.results import FLAT
 
-    return ("rank", *FLAT)
+    out = ["rank"]
+    for key in FLAT:
+        out += [key, *_CSV_BANDS.get(key, ())]
+    return tuple(out)
 
 
 @click.command()
 @plan_options
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@source_options
+@click.option("--format", "fmt", type=choice(FORMATS), default="table", show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="also write an HTML/Markdown report")
 def plan(fmt: str, report: str | None, **options) -> None:
     """Rank cloud instances × technique stacks by the cost (or time) of the whole fine-tuning run.
@@ -216,7 +297,9 @@ def plan(fmt: str, report: str | None, **options) -> None:
     meets --budget / --deadline (the closest are still printed, with how far each misses).
     """
     options["command"] = command_line(options, fmt=fmt)
+    record = apply_sources(options)  # --dataset / --from-config -> tokens, seq_len, pins (flags win)
     result = build_plan(**options)
+    result = record(result) if record else result
     click.echo(render(result, fmt))
     if report:
         import reports

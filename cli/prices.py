@@ -46,12 +46,15 @@ def prices() -> None:
               help="Your price sheet (CSV/YAML/JSON); overrides list prices. Repeatable.")
 @click.option("--discount", multiple=True, metavar="PROVIDER=FRACTION",
               help="Negotiated discount, e.g. aws=0.3 (30% off). Repeatable.")
+@click.option("--skip-bad-rows", is_flag=True,
+              help="Leave out rows of your --prices sheets that cannot be read (default: refuse the sheet, "
+                   "naming the row).")
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="Show at most N rows (0 = all).")
-def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, limit) -> None:
+def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, skip_bad_rows, limit) -> None:
     """List GPU instance offers with their source and date."""
     from pricing.loader import load
 
-    df, problems = load(user_sheets=sheets, discounts=list(discount))
+    df, problems = load(user_sheets=sheets, discounts=list(discount), skip_bad_rows=skip_bad_rows)
     _warn([str(p) for p in problems])
     df = _filter(df, gpu, provider, region, min_gpus, spot)
     price = "spot_price_hour" if spot else "price_hour"
@@ -104,18 +107,30 @@ def _table(df, spot: bool) -> None:
     if not len(df):
         click.echo("no offers match", err=True)
         return
-    head = ["provider", "region", "instance_type", "gpu", "n", "$/h", "$/gpu-h", "spot $/h", "origin", "date"]
-    rows = [[r.provider, r.region, r.instance_type, r.gpu_model, f"{r.gpu_count:g}", money(r.price_hour, 3),
-             money(r.price_per_gpu_hour, 3), money(r.spot_price_hour, 3), r.price_origin,
-             r.fetched_at[:10] + (" STALE" if r.stale else "")] for r in df.itertuples(index=False)]
-    out = [render_rows(head, rows, "table", right={4, 5, 6, 7})]
+    head = ["provider", "region", "instance_type", "gpu", "n", "GB/gpu", "vCPUs", "RAM GB", "$/h", "$/gpu-h",
+            "spot $/h", "origin", "observed"]
+    rows = [[r.provider, r.region, r.instance_type, r.gpu_model, f"{r.gpu_count:g}", _num(r.gpu_memory_gb),
+             _num(r.vcpus), _num(r.ram_gb), money(r.price_hour, 3), money(r.price_per_gpu_hour, 3),
+             money(r.spot_price_hour, 3), r.price_origin, observed_label(r.observed_at, r.stale)]
+            for r in df.itertuples(index=False)]
+    out = [render_rows(head, rows, "table", right={4, 5, 6, 7, 8, 9, 10})]
     sources = sorted(set(df["source"]))
     out.append(f"{len(rows)} offers; USD per hour, whole instance (on-demand unless noted). "
                f"Sources: {plain(', '.join(sources[:4]))}{' ...' if len(sources) > 4 else ''}")
     if df["stale"].any():
-        out.append(f"STALE: older than {stale_days():g} days (GPU_ADVISOR_STALE_DAYS) or from an old "
-                   "catalog generation; run `gpu-advisor prices refresh`.")
+        out.append(f"STALE: observed more than {stale_days():g} days ago (GPU_ADVISOR_STALE_DAYS), or the source "
+                   "gives no date; run `gpu-advisor prices refresh`.")
     click.echo("\n".join(out))
+
+
+def _num(value) -> str:
+    return "?" if value is None or value != value else f"{value:,.4g}"
+
+
+def observed_label(observed_at, stale: bool) -> str:
+    """The date shown beside a price: when its source observed it, or that nobody knows."""
+    day = observed_at[:10] if isinstance(observed_at, str) and observed_at else "date unknown"
+    return day + (" STALE" if stale else "")
 
 
 @prices.command()
@@ -145,23 +160,33 @@ def refresh(sources, regions, endpoint, offline) -> None:
 @prices.command("import")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--name", help="Cache name for the imported sheet (default: from PATH).")
-def import_(path, name) -> None:
-    """Import SkyPilot vms.csv files (a file or folder) or a sheet in our schema into the cache."""
+@click.option("--observed-at", metavar="DATE",
+              help="When the imported catalog was collected (ISO date), if you know it; otherwise its rows "
+                   "are dated by what the file states, or shown as 'date unknown' (stale).")
+def import_(path, name, observed_at) -> None:
+    """Import SkyPilot vms.csv files, a gpuhunt catalog (file, catalog.zip or folder) or a sheet in our
+    schema into the cache."""
     from pathlib import Path
 
-    from pricing import cache
+    from pricing import cache, files
     from pricing.errors import PriceInputError
     from pricing.loader import read_sheet
     from pricing.schema import validate
-    from pricing.sources import skypilot
+    from pricing.sources import gpuhunt, skypilot
 
     p = Path(path)
-    ours = p.is_file() and p.suffix.lower() in (".yaml", ".yml", ".json") or (
-        p.is_file() and "gpu_model" in p.open(encoding="utf-8", errors="replace").readline())
+    stamp = _iso_date(observed_at)
+    if not p.is_dir():  # a FIFO, a device or a missing path is refused before anything reads it
+        with files.open_regular(p, f"prices import: {p}", 1 << 30) as f:
+            first = f.readline(65_536).decode("utf-8", "replace")
+    ours = p.is_file() and (p.suffix.lower() in (".yaml", ".yml", ".json") or "gpu_model" in first)
     if ours:
         good, problems = read_sheet(p)
+        if stamp:
+            good["observed_at"] = good["observed_at"].where(good["observed_at"].notna(), _stamp(stamp))
     else:
-        df, problems = skypilot.import_path(p)
+        module = gpuhunt if gpuhunt.is_catalog(p) else skypilot
+        df, problems = module.import_path(p, observed_at=stamp)
         good, more = validate(df, str(p)) if len(df) else (df, [])
         problems += more
     _warn([str(x) for x in problems])
@@ -171,7 +196,34 @@ def import_(path, name) -> None:
                              url=None, kind="import")
     from advisor.text import plain
 
-    click.echo(plain(f"imported {meta['rows']} offers from {p} into {cache.sheet_path(meta['name'])}"))
+    undated = int(good["observed_at"].isna().sum()) if "observed_at" in good else len(good)
+    click.echo(plain(f"imported {meta['rows']} offers from {p} into {cache.sheet_path(meta['name'])}"
+                     + (f"; {undated} have no observation date (stale; --observed-at DATE if you know it)"
+                        if undated else "")))
+
+
+def _iso_date(text: str | None) -> str | None:
+    if text is None:
+        return None
+    import datetime as dt
+
+    from pricing.errors import PriceInputError
+
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise PriceInputError(f"--observed-at: expected an ISO date like 2026-11-30 (got '{text}')") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    if when > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
+        raise PriceInputError(f"--observed-at: {text} is in the future")
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stamp(iso: str):
+    import pandas as pd
+
+    return pd.Timestamp(iso)
 
 
 @prices.command()
@@ -183,11 +235,12 @@ def sources(fmt) -> None:
     import os
 
     from pricing.loader import sources_status
+    from pricing.http import redact
     from pricing.refresh import base_url
     from pricing.sources import SOURCES
 
     status = sources_status()
-    fetchers = [{"name": n, "url": base_url(n),
+    fetchers = [{"name": n, "url": redact(base_url(n)),
                  "key": (k and ("set" if os.environ.get(k) else f"missing ({k})")) or "not needed"}
                 for n, (_, k) in SOURCES.items()]
     if fmt == "json":

@@ -13,7 +13,7 @@ import click
 from advisor.errors import BadInput
 
 
-MAX_PLAN_BYTES = 50_000_000  # a 10,000-candidate plan is ~20 MB of JSON
+MAX_PLAN_BYTES = 5_000_000  # the README's limit: ~1,600 candidates at ~3 KB each (the default --top 10 is ~40 KB)
 
 
 def load_plan(path: Path, what: str = "PLAN_FILE"):
@@ -42,7 +42,7 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
         raise BadInput(f"{what}: {name} is not a plan from `gpu-advisor plan --format json` (expected a JSON "
                        "object).")
     try:
-        return Plan.model_validate(data)
+        return Plan.model_validate(data, strict=True)  # a file: no "2" or true where a number goes
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"

@@ -1,4 +1,5 @@
-"""Price sheets: one schema for every provider, a bundled dated snapshot, user sheets,
+"""Price sheets: one schema for every provider, a bundled snapshot (each row dated only as its source
+dates it), cluster and managed fine-tuning sheets, user sheets,
 importers, live fetchers and an atomic cache. Knows nothing of `advisor` or `reports`.
 
 `load_offers(...)` -> validated pandas DataFrame (see pricing.loader); imports are lazy so

@@ -59,8 +59,9 @@ def write_sheet(name: str, df, *, source: str, url: str | None, kind: str = "fet
 
     cols = [c for c in COLUMNS if c in df.columns]
     frame = df[cols].copy()
-    if "fetched_at" in frame and hasattr(frame["fetched_at"], "dt"):
-        frame["fetched_at"] = frame["fetched_at"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for col in ("fetched_at", "observed_at"):
+        if col in frame and hasattr(frame[col], "dt"):
+            frame[col] = frame[col].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     data = frame.to_csv(index=False, float_format="%.6g").encode()
     meta = {
         "name": safe_name(name), "source": source, "url": url, "kind": kind,
@@ -74,7 +75,8 @@ def write_sheet(name: str, df, *, source: str, url: str | None, kind: str = "fet
 
 def read_meta(name: str) -> dict | None:
     try:
-        meta = files.load_json(meta_path(name).read_bytes(), str(meta_path(name)), max_bytes=1_000_000)
+        meta = files.load_json(files.read_regular_file(meta_path(name), 1_000_000, str(meta_path(name))),
+                              str(meta_path(name)), max_bytes=1_000_000)
     except (OSError, ValueError):  # PriceInputError is a ValueError
         return None
     return meta if isinstance(meta, dict) else None

@@ -9,15 +9,19 @@ the limit, instead of eating minutes, memory or the stack:
 limit                      default                          applies to
 =========================  ===============================  ==========================
 ``MAX_DOC_BYTES``          5 MB (5,000,000 bytes)           load_yaml / load_json text
-``MAX_SHEET_BYTES``        50 MB                            read_text (CSV price sheets)
+``MAX_SHEET_BYTES``        50 MB                            read_text, open_text (CSV sheets)
 ``MAX_DEPTH``              100 levels of nesting            load_yaml / load_json
 ``MAX_YAML_NODES``         2,000,000 nodes, aliases         load_yaml (billion laughs)
                            expanded
 ``MAX_CSV_FIELD``          65,536 characters per field      csv_field_limit()
 =========================  ===============================  ==========================
 
-Each function takes its limit as a keyword (None = the module default, read at call time), so
-a caller with other needs passes its own.
+Every file is opened through `open_regular` (read_regular_file, read_text, open_text): only a
+regular file is read (a FIFO, a device, a symlink to /dev/zero or a folder is refused before a
+byte is read, and the non-blocking open never waits on a FIFO), its size is checked on the open
+descriptor before reading, and every byte read is counted in `BYTES_READ` (so tests can show a
+refusal came at the first limit). Each function takes its limit as a keyword (None = the module
+default, read at call time), so a caller with other needs passes its own.
 A byte-order mark (UTF-8 as Excel writes it, or UTF-16) is accepted everywhere.
 
 CSV cells meant for spreadsheets go through `csv_safe` / `to_csv`, which neutralise formula
@@ -31,6 +35,7 @@ import csv
 import io
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -97,23 +102,97 @@ def decode(data: bytes, what: str, errors: str = "strict") -> str:
                               "save it as UTF-8") from None
 
 
-def read_text(path, what: str | None = None, max_bytes: int | None = None,
-              errors: str = "strict") -> str:
-    """A text file, size-checked before it is read, BOM removed; PriceInputError otherwise
-    (not found, unreadable, over `max_bytes`, not UTF-8 unless `errors="replace"`)."""
-    path = Path(path)
-    what = what or str(path)
-    max_bytes = MAX_SHEET_BYTES if max_bytes is None else max_bytes
+class _Counted(io.RawIOBase):
+    """A file object over an open descriptor that adds every byte it hands out to `BYTES_READ`,
+    so tests can see that a refusal came before the rest of the file was read."""
+
+    def __init__(self, fd: int):
+        self._f = os.fdopen(fd, "rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        BYTES_READ[0] += n or 0
+        return n
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
+BYTES_READ = [0]  # every byte read through open_regular, process-wide (a counter, for tests)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path, what: str, max_bytes: int):
+    """An open binary file (buffered, counting its bytes) if `path` is a regular file no larger
+    than `max_bytes`; PriceInputError otherwise. Opened non-blocking, so a FIFO with no writer
+    cannot hang the open, and checked with fstat on the descriptor itself (a symlink to
+    /dev/zero is a character device, refused before one byte is read)."""
     try:
-        with path.open("rb") as f:
-            data = f.read(max_bytes + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise PriceInputError(f"{what}: file not found") from None
+    except IsADirectoryError:
+        raise PriceInputError(f"{what}: is a folder, not a file") from None
     except OSError as exc:
         raise PriceInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PriceInputError(f"{what}: is {_kind(st.st_mode)}, not a regular file; refused")
+        if st.st_size > max_bytes:
+            raise PriceInputError(f"{what}: file is larger than the {_size(max_bytes)} limit "
+                                  f"({_size(st.st_size)})")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.BufferedReader(_Counted(fd), buffer_size=65_536)
+
+
+def read_regular_file(path, max_bytes: int, what: str) -> bytes:
+    """The bytes of a regular file of at most `max_bytes` (checked before and while reading: a
+    file that grows is cut at the limit and refused); PriceInputError otherwise."""
+    with open_regular(path, what, max_bytes) as f:
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise PriceInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
         raise PriceInputError(f"{what}: file is larger than the {_size(max_bytes)} limit")
-    return decode(data, what, errors)
+    return data
+
+
+def read_text(path, what: str | None = None, max_bytes: int | None = None,
+              errors: str = "strict") -> str:
+    """A regular text file, size-checked before it is read, BOM removed; PriceInputError
+    otherwise (not found, a folder/FIFO/device, unreadable, over `max_bytes`, not UTF-8 unless
+    `errors="replace"`)."""
+    what = what or str(path)
+    max_bytes = MAX_SHEET_BYTES if max_bytes is None else max_bytes
+    return decode(read_regular_file(path, max_bytes, what), what, errors)
+
+
+def open_text(path, what: str, max_bytes: int | None = None):
+    """A regular file as a streaming text file (UTF-8 with or without BOM, UTF-16 with its BOM;
+    newline="" as the csv module wants), so a parser can stop at its first limit without the
+    rest of the file ever being read."""
+    f = open_regular(path, what, MAX_SHEET_BYTES if max_bytes is None else max_bytes)
+    head = f.peek(2)[:2]
+    encoding = "utf-16" if head in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+    return io.TextIOWrapper(f, encoding=encoding, newline="")
 
 
 def _text(text: str | bytes, what: str, max_bytes: int) -> str:
@@ -143,6 +222,24 @@ def _yaml_error(exc, what: str) -> PriceInputError:
     return PriceInputError(f"{what}: not valid YAML: {msg}")
 
 
+# The tags SafeLoader builds plain values from (YAML 1.1 types); anything else would name a
+# constructor, and the project refuses it in its own words before the library is asked.
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in (
+    "null", "bool", "int", "float", "binary", "timestamp", "omap", "pairs", "set", "str", "seq", "map",
+    "merge", "value"))
+_PRINTABLE = re.compile(r"[^!-~]")
+
+
+def _check_tag(ev, what: str) -> None:
+    tag = getattr(ev, "tag", None)
+    if tag is None or tag in _PLAIN_TAGS or tag == "!":
+        return
+    shown = _PRINTABLE.sub("?", tag.replace("tag:yaml.org,2002:", "!!"))[:80]
+    mark = ev.start_mark
+    raise PriceInputError(f"{what}: not valid YAML: tag {shown} at line {mark.line + 1}, column {mark.column + 1} "
+                          "is not allowed (plain data only: no tags that build objects)")
+
+
 def _check_yaml_events(text: str, what: str, max_nodes: int, max_depth: int) -> None:
     """Walk the event stream (no objects built) and refuse a document whose nesting is deeper
     than `max_depth` or that would expand, aliases followed, into more than `max_nodes` nodes.
@@ -155,6 +252,10 @@ def _check_yaml_events(text: str, what: str, max_nodes: int, max_depth: int) -> 
     stack: list[list] = []  # open collections: [expanded size so far, anchor]
     open_anchors: set[str] = set()
     total = 0
+    last_end = 0  # where the last event the parser handed over ended
+
+    def too_deep() -> PriceInputError:
+        return PriceInputError(f"{what}: YAML is nested more than {max_depth} levels deep; refused")
 
     def too_big() -> PriceInputError:
         return PriceInputError(f"{what}: YAML expands to more than {max_nodes:,} values once its "
@@ -176,6 +277,8 @@ def _check_yaml_events(text: str, what: str, max_nodes: int, max_depth: int) -> 
     try:
         while loader.check_event():
             ev = loader.get_event()
+            last_end = getattr(ev.end_mark, "index", last_end)
+            _check_tag(ev, what)
             if isinstance(ev, yaml.ScalarEvent):
                 add(1, ev.anchor)
             elif isinstance(ev, yaml.AliasEvent):
@@ -188,14 +291,52 @@ def _check_yaml_events(text: str, what: str, max_nodes: int, max_depth: int) -> 
                 if ev.anchor:
                     open_anchors.add(ev.anchor)
                 if len(stack) > max_depth:
-                    raise PriceInputError(f"{what}: YAML is nested more than {max_depth} levels deep; "
-                                          "refused")
+                    raise too_deep()
             elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 n, anchor = stack.pop()
                 open_anchors.discard(anchor)
                 add(n, anchor)
+    except yaml.MarkedYAMLError as exc:
+        # libyaml scans up to ~1,000 characters ahead of the events it hands over, so a line of
+        # brackets can hit its own nesting limit (1,000 in libyaml 0.2.5, worded as it likes)
+        # before our depth check sees level 101; the project words that case itself.
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None and _opens_deeper_than(text, last_end, mark.index, max_depth - len(stack)):
+            raise too_deep() from None
+        raise
     finally:
         loader.dispose()
+
+
+def _opens_deeper_than(text: str, start: int, end: int, room: int) -> bool:
+    """Whether the text the parser had scanned past its last event, text[start:end], opens flow
+    collections nested more than `room` levels. Judged by PyYAML's pure-Python parser (no
+    nesting limit) on that window alone (about 1 kB, read up to 64 kB: bounded work), and only when
+    the window starts a flow collection right after the last event (after at most one ':', '-', '?'
+    or ','), so a bracket inside a plain scalar is never taken for nesting."""
+    import yaml
+
+    window = text[start:min(end + 1, start + 65_536)].lstrip(" \t\r\n")
+    if window[:1] in (":", "-", "?", ","):
+        window = window[1:].lstrip(" \t\r\n")
+    if room < 0 or window[:1] not in ("[", "{"):
+        return False
+    loader = yaml.SafeLoader(window)
+    depth = 0
+    try:
+        while loader.check_event():
+            ev = loader.get_event()
+            if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > room:
+                    return True
+            elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return False
+    finally:
+        loader.dispose()
+    return False
 
 
 def load_yaml(text: str | bytes, what: str, *, max_bytes: int | None = None,
@@ -204,8 +345,9 @@ def load_yaml(text: str | bytes, what: str, *, max_bytes: int | None = None,
 
     Refuses, with a one-line `PriceInputError` naming `what` and the limit: text over
     `max_bytes`, nesting deeper than `max_depth`, more than `max_nodes` values once aliases are
-    expanded (billion laughs fails in milliseconds), recursive aliases, and syntax errors
-    (with line and column). A leading byte-order mark is ignored.
+    expanded (billion laughs fails in milliseconds), recursive aliases, tags other than YAML's
+    plain types, and syntax errors (with line and column). Every refusal but a syntax error's
+    detail is worded here, whatever PyYAML or libyaml would say. A leading byte-order mark is ignored.
     """
     import yaml
 

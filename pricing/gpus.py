@@ -126,6 +126,20 @@ def canonical_name(name: str) -> str | None:
     return _index().get(normalise(name))
 
 
+def family(canon: str | None) -> str | None:
+    """A canonical GPU's family without memory or form factor: 'H100-PCIE' -> 'H100', 'A100-80GB' -> 'A100'."""
+    return re.split(r"[-_ ]", canon, maxsplit=1)[0].upper() if canon else None
+
+
+def named_family(text: str) -> str | None:
+    """The one GPU family a description or instance name names ('H100 (80 GB SXM5)', 'gpu_8x_h100_sxm5',
+    'Standard_NC24ads_A100_v4'), judged token by token (tokens with a letter and a digit only);
+    None when it names none, or several."""
+    found = {family(canonical_name(t)) for t in re.split(r"[^A-Za-z0-9]+", str(text))
+             if t and not t.isalpha() and not t.isdigit()} - {None}
+    return found.pop() if len(found) == 1 else None
+
+
 def suggestions(name: str, n: int = 3) -> list[str]:
     keys = difflib.get_close_matches(normalise(name), list(_index()), n=n * 3, cutoff=0.5)
     seen: list[str] = []

@@ -16,6 +16,12 @@ GPU_ADVISOR_HTTP_SOURCE_BUDGET      900 s     everything one source's refresh do
                                               waits (`budget()`, used by `refresh`)
 GPU_ADVISOR_HTTP_RETRIES            4         retries after a connection error, a timeout, a
                                               truncated body, 429 or 5xx
+GPU_ADVISOR_HTTP_CONNECT_RETRIES    1         retries when the host cannot be reached at all
+                                              (connection refused, DNS failure): a host that is
+                                              not there now will not be there in 30 s either
+GPU_ADVISOR_HTTP_MIN_RATE           1024 B/s  a body that arrives slower than this on average ...
+GPU_ADVISOR_HTTP_MIN_RATE_TIME      30 s      ... over this long is abandoned (curl's
+                                              --speed-limit / --speed-time), not retried
 GPU_ADVISOR_HTTP_BACKOFF            1 s       first retry wait (doubles each time)
 GPU_ADVISOR_HTTP_MAX_WAIT           60 s      the longest `Retry-After` honoured; a server that
                                               asks for longer is not waited for: the fetch
@@ -39,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import socket
 import sys
 import threading
@@ -67,6 +74,9 @@ def settings() -> dict:
         "deadline": _env("GPU_ADVISOR_HTTP_DEADLINE", 300.0),
         "budget": _env("GPU_ADVISOR_HTTP_SOURCE_BUDGET", 900.0),
         "retries": int(_env("GPU_ADVISOR_HTTP_RETRIES", 4)),
+        "connect_retries": int(_env("GPU_ADVISOR_HTTP_CONNECT_RETRIES", 1)),
+        "min_rate": _env("GPU_ADVISOR_HTTP_MIN_RATE", 1024.0),
+        "min_rate_time": _env("GPU_ADVISOR_HTTP_MIN_RATE_TIME", 30.0),
         "backoff": _env("GPU_ADVISOR_HTTP_BACKOFF", 1.0),
         "max_wait": _env("GPU_ADVISOR_HTTP_MAX_WAIT", 60.0),
         "max_bytes": int(_env("GPU_ADVISOR_HTTP_MAX_BYTES", 64 * MIB)),
@@ -218,7 +228,21 @@ def session():
             manager.pool_classes_by_scheme = dict(_pool_classes())
             return manager
 
-    s = requests.Session()
+    class Session(requests.Session):
+        def get_redirect_target(self, resp):
+            """Redirects stay on the host that was asked (as next-page links do): a price server
+            that sends us elsewhere is refused, naming both ends (credentials masked)."""
+            target = super().get_redirect_target(resp)
+            if target:
+                from urllib.parse import urljoin
+
+                where = urljoin(resp.url, target)
+                if not same_origin(resp.url, where):
+                    raise FetchError(redact(resp.url), f"redirected to another host ({redact(where)}); refused "
+                                                       "(redirects are followed on the same host only)")
+            return target
+
+    s = Session()
     s.max_redirects = 5  # requests allows 30; a price API needs one at most
     s.mount("http://", Adapter())
     s.mount("https://", Adapter())
@@ -280,16 +304,66 @@ def _limit_env(max_bytes: int) -> str:
             and max_bytes != cfg["max_bytes"] else "GPU_ADVISOR_HTTP_MAX_BYTES")
 
 
+class _Rate:
+    """curl's --speed-limit/--speed-time: over every `seconds`-long window the body must bring at
+    least `limit` bytes per second on average (raw bytes, before decoding)."""
+
+    def __init__(self, cfg: dict):
+        self.limit, self.seconds = cfg["min_rate"], cfg["min_rate_time"]
+        self.start, self.got = time.monotonic(), 0
+
+    def check(self, n: int, url: str) -> None:
+        self.got += n
+        elapsed = time.monotonic() - self.start
+        if self.limit <= 0 or elapsed < self.seconds:
+            return
+        if self.got / elapsed < self.limit:
+            raise FetchError(url, f"body arrived at {self.got / elapsed:,.0f} bytes/s over {elapsed:.0f} s, below "
+                                  f"the {self.limit:,.0f} bytes/s minimum (GPU_ADVISOR_HTTP_MIN_RATE over "
+                                  "GPU_ADVISOR_HTTP_MIN_RATE_TIME); abandoned")
+        self.start, self.got = time.monotonic(), 0
+
+
+def _pieces(resp):
+    """Decoded body pieces as soon as any bytes arrive (urllib3's read1: at most one socket read
+    each, so a trickle is seen while it trickles instead of blocking to fill a 64 KiB chunk),
+    with each piece's raw byte count; urllib3's errors turned into requests' (as iter_content does)."""
+    import requests
+    from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError
+
+    raw = resp.raw
+    if not hasattr(raw, "read1"):  # urllib3 < 2.3: whole chunks only (the deadline still ends a trickle)
+        for chunk in resp.iter_content(CHUNK):
+            yield chunk, len(chunk)
+        return
+    try:
+        while True:
+            before = raw.tell()
+            piece = raw.read1(CHUNK, decode_content=True)
+            if not piece:  # read1 blocks until a byte or the end: empty is the end
+                return
+            yield piece, raw.tell() - before
+    except ProtocolError as exc:
+        raise requests.exceptions.ChunkedEncodingError(exc) from exc
+    except DecodeError as exc:
+        raise requests.exceptions.ContentDecodingError(exc) from exc
+    except ReadTimeoutError as exc:
+        raise requests.exceptions.ConnectionError(exc) from exc
+
+
 def _chunks(resp, url: str, watch: _Watch, max_bytes: int):
-    """Decoded body chunks, with the deadline checked and the decoded size counted."""
+    """Decoded body chunks, with the deadline and the minimum rate checked and the decoded size counted."""
     total = 0
-    for chunk in resp.iter_content(CHUNK):
+    rate = _Rate(settings())
+    for chunk, raw_bytes in _pieces(resp):
         total += len(chunk)
         if total > max_bytes:
             raise FetchError(url, f"response is larger than the {_size(max_bytes)} limit "
                                   f"({_limit_env(max_bytes)}) once decoded; stopped reading")
         watch.check(url)
-        yield chunk
+        rate.check(raw_bytes, url)
+        if chunk:
+            yield chunk
     watch.check(url)
     declared = resp.headers.get("Content-Length", "")
     if declared.isdigit() and "Content-Encoding" not in resp.headers and total != int(declared):
@@ -310,7 +384,10 @@ def request(method: str, url: str, *, session=None, stream: bool = False, max_by
     s = session or globals()["session"]()
     kw.setdefault("timeout", cfg["timeout"])
     last = "no attempt made"
+    unreachable = 0  # attempts that found no host to talk to
+    attempts = 0
     for attempt in range(cfg["retries"] + 1):
+        attempts += 1
         resp = None
         watch = _new_watch(cfg, url)
         _state.watch = watch
@@ -339,8 +416,11 @@ def request(method: str, url: str, *, session=None, stream: bool = False, max_by
                 last = f"timed out after {kw['timeout']} s"
             elif isinstance(exc, requests.exceptions.ChunkedEncodingError):
                 last = "body truncated (chunked encoding broken)"
+            elif isinstance(exc, requests.ConnectionError) and _unreachable(exc):
+                unreachable += 1
+                last = f"cannot reach the host ({_unreachable(exc)})"
             elif isinstance(exc, requests.ConnectionError):  # includes truncated bodies
-                last = f"connection failed or body truncated ({type(exc).__name__})"
+                last = "connection failed or body truncated"
             elif isinstance(exc, requests.exceptions.ContentDecodingError):
                 raise FetchError(url, "compressed body could not be decoded") from None
             elif isinstance(exc, requests.RequestException):
@@ -353,9 +433,31 @@ def request(method: str, url: str, *, session=None, stream: bool = False, max_by
                 watch.cancel()
                 if resp is not None:
                     resp.close()  # after a full read this only returns the connection
+        if unreachable > cfg["connect_retries"]:
+            break  # refused or unresolvable after its retry: the source ends now
         if attempt < cfg["retries"]:
             _sleep(_wait(resp, attempt, cfg, url), url)
-    raise FetchError(url, f"gave up after {cfg['retries'] + 1} attempt(s); last: {last}")
+    raise FetchError(url, f"gave up after {attempts} attempt(s); last: {last}")
+
+
+def _unreachable(exc) -> str | None:
+    """'connection refused' / 'name not resolved' when `exc` (a requests ConnectionError) says no
+    connection could be made at all, else None (a reset or a cut body may be worth a retry)."""
+    from urllib3.exceptions import NameResolutionError, NewConnectionError
+
+    seen, cur = set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, NameResolutionError):
+            return "name not resolved"
+        if isinstance(cur, NewConnectionError):
+            return "connection refused" if isinstance(getattr(cur, "__cause__", None) or cur.__context__,
+                                                       ConnectionRefusedError) else "no connection"
+        reason = getattr(cur, "reason", None)
+        nxt = reason if isinstance(reason, BaseException) else (cur.args[0] if cur.args and
+                                                                 isinstance(cur.args[0], BaseException) else None)
+        cur = nxt or cur.__cause__ or cur.__context__
+    return None
 
 
 def iter_body(resp, url: str):
@@ -415,6 +517,17 @@ def get_text(url: str, *, session=None, **kw) -> str:
     return text
 
 
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
+
+
+def redact(text: str) -> str:
+    """Text with the credentials of every URL in it masked: `http://user:pw@host/p` ->
+    `http://***@host/p`. Applied to whatever is stored or printed from a URL (cached sheets and
+    their metadata, messages), so a password in GPU_ADVISOR_<SOURCE>_URL or --endpoint stays in
+    the request alone."""
+    return _USERINFO.sub(r"\1***@", text) if isinstance(text, str) and "@" in text else text
+
+
 def same_origin(url: str, other: str) -> bool:
     """Same scheme, host and port (default ports filled in)."""
     from urllib.parse import urlsplit
@@ -439,19 +552,32 @@ def field(obj, path: str, url: str, kind=None):
         if not isinstance(cur, dict) or part not in cur:
             raise FetchError(url, f"response has no field '{path}'")
         cur = cur[part]
-    if kind is not None and not isinstance(cur, kind):
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if kind is not None and (not isinstance(cur, kind) or (isinstance(cur, bool) and bool not in kinds)):
+        # JSON true is a Python int: never read as 1 where a number goes
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise FetchError(url, f"field '{path}' is {type(cur).__name__}, expected {names}")
     return cur
 
 
-def progress(total: int | None, label: str):
-    """A rich progress bar on stderr (hidden when stderr is not a terminal); returns (bar, advance)."""
+def progress(total: int | None, label: str, plain=None):
+    """Progress on stderr: a rich bar on a terminal; elsewhere (a log, CI, a pipe) one plain line
+    per step through `plain(text)` when given. Returns (bar, advance)."""
+    import contextlib
     import sys
 
+    if not sys.stderr.isatty():
+        steps = [0]
+
+        def advance(step=None, *_):
+            steps[0] += 1
+            if plain is not None:
+                plain(f"{label}: {step if step else 'step'} done ({steps[0]}{f'/{total}' if total else ''})")
+
+        return contextlib.nullcontext(), advance
     from rich.console import Console
     from rich.progress import Progress
 
-    bar = Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty())
+    bar = Progress(console=Console(stderr=True), transient=True)
     task = bar.add_task(label, total=total)
     return bar, (lambda *_: bar.advance(task))

@@ -1,13 +1,18 @@
 """Load every price sheet into one validated DataFrame, with precedence and discounts.
 
-Precedence, per (provider, region, instance_type): user sheet > fetch cache (newest first)
-> bundled snapshot (`data/snapshot.csv`). Within one sheet the first row for a key is kept and
-every later one is reported (naming both rows); between several user sheets the first file
-given wins and the rows it overrides are reported too. Every row keeps `source` and
-`fetched_at` and gains `price_origin` ("user" | "cache:<name>" | "bundled"),
-`price_per_gpu_hour`, `age_days` and `stale`. Rows that fail validation are dropped with a
+Precedence, per (provider, region, instance_type): a user sheet wins; among the fetch cache and
+the bundled sheets (`data/snapshot.csv`, `data/clusters.csv`) the newest `observed_at` wins, an
+undated row losing to any dated one, ties by sheet (cache newest first, then bundled); prices more
+than a tolerance apart are flagged (pricing.agreement). Within one sheet the first row for a key is
+kept and every later one is reported (naming both rows); between several user sheets the first
+file given wins and the rows it overrides are reported too. Every row keeps `source`,
+`fetched_at` (when copied) and `observed_at` (when its source observed the price; None: unknown)
+and gains `price_origin` ("user" | "cache:<name>" | "bundled"), `price_per_gpu_hour`, `age_days`
+(since observed_at) and `stale` (`stale_mask`, the one rule). Rows that fail validation are dropped with a
 reason; the reasons are returned by `load()` and kept in `df.attrs["problems"]` by
-`load_offers()` so the CLI can warn. Files are read through `pricing.files` (size, nesting and
+`load_offers()` so the CLI can warn; in a user sheet such a row refuses the sheet instead, naming it,
+unless `skip_bad_rows` (pricing.spreadsheet: money cells, owned hardware, billing terms, discounts).
+CSV rows are numbered as a spreadsheet numbers them (the header is row 1). Files are read through `pricing.files` (size, nesting and
 alias limits, CSV field limit, byte-order marks accepted). Nothing here touches the network:
 `refresh` fills the cache, loading only reads it.
 """
@@ -16,16 +21,17 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import io
 import itertools
-import operator
+import math
 from pathlib import Path
 
-from pricing import cache, files
+from pricing import agreement, cache, files, spreadsheet
 from pricing.errors import PriceInputError
-from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, mentions, validate
+from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, validate
 
 SNAPSHOT = Path(__file__).parent / "data" / "snapshot.csv"
+# cluster and multi-GPU sellers outside the SkyPilot catalog, cited row by row (data/CLUSTERS_SOURCES.md)
+CLUSTERS = Path(__file__).parent / "data" / "clusters.csv"
 KEY = ["provider", "region", "instance_type"]
 
 
@@ -66,54 +72,19 @@ def _sheet_frame(path: Path):
         df = pd.DataFrame.from_records(recs).astype(object)
         return df.where(df.notna(), None), numbers, problems  # keys a row lacks: None, not NaN
 
-    text = files.read_text(path, what)
-    fast = _fast_csv(text)
-    if fast is not None:
-        return fast
-    problems: list[Problem] = []
-    with files.csv_field_limit() as limit:
-        reader = csv.reader(io.StringIO(text))
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            return None, [], [Problem(sheet, 0, "*", "sheet is empty")]
-        except csv.Error as exc:
-            return None, [], [Problem(sheet, 0, "*", f"unreadable CSV header: {_csv_error(exc, limit)}")]
-        seen: set[str] = set()
-        for j, h in enumerate(header):
-            if h in seen:
-                problems.append(Problem(sheet, 0, h, "column appears more than once in the header; "
-                                        "the first one is used"))
-                header[j] = f"{h}#{j + 1}"  # kept apart, ignored by validation
-            seen.add(h)
-        width = len(header)
-        try:
-            recs = list(reader)  # the whole sheet at C speed; a broken line -> slow path below
-        except csv.Error:
-            reader = csv.reader(io.StringIO(text))
-            next(reader)
-            recs = None
-        if recs is None:  # record by record, so each unreadable line is reported on its own
-            recs, i = [], 0
-            while True:
-                i += 1
-                try:
-                    recs.append(next(reader))
-                except StopIteration:
-                    break
-                except csv.Error as exc:
-                    problems.append(Problem(sheet, i, "*", f"unreadable CSV line: {_csv_error(exc, limit)}"))
-                    recs.append([])  # keeps the row numbers right; skipped as blank below
-    del text
+    header, recs, problems = _stream_csv(path, sheet, what)
+    if header is None:
+        return None, [], problems
     import numpy as np
 
+    width = len(header)
     # blank lines (or only empty cells) are skipped quietly; ragged ones are reported
     filled = np.fromiter(map(bool, map(str.strip, map("".join, recs))), dtype=bool, count=len(recs))
     sizes = np.fromiter(map(len, recs), dtype=np.int64, count=len(recs))
     for j in np.flatnonzero(filled & (sizes != width)):  # only the ragged lines
-        problems.append(Problem(sheet, int(j) + 1, "*", f"has {sizes[j]} fields, header has {width}"))
+        problems.append(Problem(sheet, int(j) + 2, "*", f"has {sizes[j]} fields, header has {width}"))
     keep = filled & (sizes == width)
-    numbers = (np.flatnonzero(keep) + 1).tolist()
+    numbers = (np.flatnonzero(keep) + 2).tolist()  # spreadsheet rows: the header is row 1
     if not numbers:
         return None, numbers, problems
     if not keep.all():
@@ -125,64 +96,51 @@ def _sheet_frame(path: Path):
     return pd.DataFrame(cells, columns=header, dtype=object), numbers, problems
 
 
-def _fast_csv(text: str):
-    """The common case at C speed (pandas' parser): a rectangular CSV with a unique header and no
-    blank line. Anything else returns None and takes the careful path, which names each bad line."""
-    import numpy as np
-    import pandas as pd
-
-    if _field_counts(text) != 1:  # ragged or blank lines, or a field over the limit
-        return None
-    try:
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False,
-                         skip_blank_lines=False, engine="c")
-    except (ValueError, csv.Error, pd.errors.ParserError):
-        return None
-    header = [str(h).strip() for h in df.columns]
-    first = next(csv.reader(io.StringIO(text.partition("\n")[0])), [])
-    if not len(df) or len(set(header)) != len(header) or [h.strip() for h in first] != header:
-        return None  # duplicate or mangled header names: the careful path reports them
-    if _may_need_strip(text):
-        cells = np.frompyfunc(str.strip, 1, 1)(df.to_numpy(dtype=object))  # C-level loop
-    else:
-        cells = df.to_numpy(dtype=object, copy=True)  # writable (pandas may hand out a read-only view)
-    cells[cells == ""] = None
-    if (cells == None).all(axis=1).any():  # noqa: E711 - blank rows: the careful path skips them quietly
-        return None
-    return pd.DataFrame(cells, columns=header, dtype=object), list(range(1, len(df) + 1)), []
+MAX_HEADER_CHARS = 65_536  # a header line longer than this is not a price sheet (ours is 300 characters)
 
 
-_EDGE_SPACE = (" ,", ", ", " \n", "\n ", " \r", "\t", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
-
-
-def _may_need_strip(text: str) -> bool:
-    """False only when no cell can start or end with whitespace: ASCII text without quotes, with no
-    space beside a comma or a line break and no other whitespace character (str.strip's set) at all,
-    found by substring search at C speed. True sends every cell through str.strip."""
-    if not text.isascii() or '"' in text or text[:1].isspace() or text[-1:] == " ":
-        return True
-    return any(s in text for s in _EDGE_SPACE)
-
-
-def _field_counts(text: str) -> int:
-    """How many different field counts the lines have (1: rectangular; 0: unreadable or maybe a
-    field over the CSV limit). Without quotes or lone carriage returns a line's fields are its
-    commas + 1, counted at C speed; otherwise the csv module reads the whole text once."""
-    if '"' not in text and text.count("\r") == text.count("\r\n"):
-        lines = text.split("\n")
-        if lines and not lines[-1]:
-            lines.pop()  # the final newline
-        if max(map(len, lines), default=0) > files.MAX_CSV_FIELD:
-            return 0  # maybe one huge field: the careful path names it
-        blank = "" in lines or "\r" in lines  # a blank line has no fields at all (not one empty field)
-        if blank:
-            lines = [line for line in lines if line and line != "\r"]
-        return len(set(map(operator.methodcaller("count", ","), lines))) + blank
-    try:
-        with files.csv_field_limit():
-            return len(set(map(len, csv.reader(io.StringIO(text)))))
-    except csv.Error:
-        return 0
+def _stream_csv(path: Path, sheet: str, what: str):
+    """(header, records, problems) of a CSV sheet, parsed while it is read (csv module, C speed),
+    so the first limit stops the reading: a header line over MAX_HEADER_CHARS or a field over
+    MAX_CSV_FIELD refuses the whole file (PriceInputError) without the rest being read. Other
+    unreadable records are reported by spreadsheet row (header = row 1) and kept as blanks."""
+    problems: list[Problem] = []
+    with files.open_text(path, what) as f, files.csv_field_limit() as limit:
+        try:
+            line = f.readline(MAX_HEADER_CHARS + 1)
+            if len(line) > MAX_HEADER_CHARS and not line.endswith(("\n", "\r")):
+                raise PriceInputError(f"{what}: the header line is longer than {MAX_HEADER_CHARS:,} characters "
+                                      "(limit); refused")
+            try:
+                header = [h.strip() for h in next(csv.reader([line]))]
+            except StopIteration:
+                return None, [], [Problem(sheet, 0, "*", "sheet is empty")]
+            except csv.Error as exc:
+                return None, [], [Problem(sheet, 1, "*", f"unreadable CSV header: {_csv_error(exc, limit)}")]
+            seen: set[str] = set()
+            for j, h in enumerate(header):
+                if h in seen:
+                    problems.append(Problem(sheet, 1, h, "column appears more than once in the header; "
+                                            "the first one is used", kind="duplicate"))
+                    header[j] = f"{h}#{j + 1}"  # kept apart, ignored by validation
+                seen.add(h)
+            reader = csv.reader(f)
+            recs: list[list[str]] = []
+            while True:
+                try:
+                    recs.extend(reader)  # C speed; stops at the end or at an unreadable record
+                    break
+                except csv.Error as exc:
+                    if files.is_field_limit_error(exc):
+                        raise PriceInputError(f"{what}: row {len(recs) + 2}: a field is longer than {limit:,} "
+                                              "characters (limit); refused") from None
+                    problems.append(Problem(sheet, len(recs) + 2, "*", f"unreadable CSV line: {exc}"))
+                    recs.append([])  # keeps the row numbers right; skipped as blank
+        except UnicodeDecodeError as exc:
+            raise PriceInputError(f"{what}: not UTF-8 text ({exc.reason}); save it as UTF-8") from None
+        except OSError as exc:
+            raise PriceInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    return header, recs, problems
 
 
 def _csv_error(exc, limit: int) -> str:
@@ -251,6 +209,8 @@ def _derive(df, path: Path, mtime: str):
         filled = has(name)
         if not filled.all():
             df.loc[~filled, name] = default
+    if "observed_at" not in df.columns:  # the author's date for their own prices: fetched_at, else the file's
+        df["observed_at"] = df["fetched_at"]  # mtime; with an observed_at column, an empty cell means unknown
     return df
 
 
@@ -271,9 +231,15 @@ def read_sheet(path, derive: bool = True):
             problems.append(Problem(str(path), 0, "*", "sheet has no rows"))
         return empty_frame(), problems
     if derive:
-        df = _derive(df, path, mtime)
-    good, probs = validate(df, str(path), numbers, stripped=True)  # _sheet_frame and _derive clean every cell
-    return good, problems + probs
+        df = _derive(spreadsheet.plain_numbers(df), path, mtime)
+    flags, more = spreadsheet.discount_flags(df, str(path), numbers)
+    # _sheet_frame and _derive clean every cell; a user sheet may price hardware it owns at 0
+    good, probs = validate(df, str(path), numbers, stripped=True, user=True)
+    rows = good.attrs.get("rows", [])
+    good = spreadsheet.owned_and_billed(good)
+    good["_discount"] = [flags.get(r, False) for r in rows]
+    good.attrs["rows"] = rows
+    return good, problems + more + probs
 
 
 def _read_trusted(path: Path, sheet: str):
@@ -281,10 +247,34 @@ def _read_trusted(path: Path, sheet: str):
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+        with files.open_regular(path, sheet, files.MAX_SHEET_BYTES) as f:  # not a FIFO, device or huge file
+            df = pd.read_csv(f, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except PriceInputError as exc:
+        return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {str(exc).removeprefix(sheet + ': ')}")]
     except Exception as exc:  # noqa: BLE001 - a damaged cache file is reported, not fatal
         return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {exc}")]
     return validate(df, sheet)
+
+
+def _read_bundled():
+    """The snapshot and the cluster sheet (same header, our own files) validated in one pass (a
+    validation costs about the same for 6 rows as for 1,500); the snapshot ranks first."""
+    import numpy as np
+    import pandas as pd
+
+    parts = []
+    for path in (SNAPSHOT, CLUSTERS):
+        if path.exists():
+            try:
+                parts.append(pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig"))
+            except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                return empty_frame(), [Problem(str(path), 0, "*", f"unreadable sheet: {exc}")]
+    if not parts:
+        return empty_frame(), []
+    sizes = [len(p) for p in parts]
+    df, probs = validate(pd.concat(parts, ignore_index=True), "bundled sheets (pricing/data)")
+    rank = np.repeat(10**6 + np.arange(len(parts)), sizes)[np.asarray(df.attrs.pop("rows"), dtype=int) - 1]
+    return df.assign(**{ORIGIN: "bundled", "_rank": rank}), probs
 
 
 def _iso(stamps):
@@ -295,6 +285,25 @@ def _iso(stamps):
     naive = stamps.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[s]")
     text = pd.Series(np.datetime_as_string(naive, unit="s"), index=stamps.index, dtype="object") + "Z"
     return text.where(stamps.notna(), None)
+
+
+def age_days(observed, now=None):
+    """Days since each row's observation date (NaN where the source gives none), one decimal."""
+    import pandas as pd
+
+    now = pd.Timestamp(now or dt.datetime.now(dt.UTC))
+    return ((now - observed).dt.total_seconds() / 86400).round(1)
+
+
+def stale_mask(ages, stale_days: float | None = None):
+    """THE staleness rule, for every sheet: a price is stale when its source gives no observation
+    date, or that date is more than `stale_days` (GPU_ADVISOR_STALE_DAYS, 30) old. Nothing else
+    decides it: not the provider, the sheet it came from or the catalog generation."""
+    import numpy as np
+
+    limit = cache.stale_days() if stale_days is None else stale_days
+    ages = np.asarray(ages, dtype=float)
+    return np.isnan(ages) | (ages > limit)
 
 
 def parse_discounts(items) -> dict[str, float]:
@@ -340,15 +349,17 @@ def _across_sheets(users) -> list[Problem]:
         out.append(Problem(r["_sheet"], int(r["_row"]), "instance_type",
                            f"same provider, region and instance_type as {first_sheet[j]} row "
                            f"{first_row[j]}, which is kept (the first --prices file wins); "
-                           "this row is dropped", f"{r['provider']}/{r['region']}/{r['instance_type']}"))
+                           "this row is dropped", f"{r['provider']}/{r['region']}/{r['instance_type']}",
+                           kind="duplicate"))
     return out
 
 
 def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
-         include_bundled: bool = True, stale_days: float | None = None, now=None):
+         include_bundled: bool = True, stale_days: float | None = None, now=None, skip_bad_rows: bool = False):
     """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
-    touches the network."""
-    import numpy as np
+    touches the network. A user sheet with a row that cannot be used is refused (PriceInputError
+    naming the first such row, as a spreadsheet numbers it) unless `skip_bad_rows`: the plan would
+    otherwise run without a price the user meant to give."""
     import pandas as pd
 
     del offline
@@ -360,6 +371,11 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
             # a sheet the user named that yields nothing is a mistake, not something to skip quietly
             first = str(probs[0]) if probs else "no rows"
             raise PriceInputError(f"--prices: {p} has no usable price row ({first}).")
+        bad = [q for q in probs if q.kind == "bad"]
+        if bad and not skip_bad_rows:
+            more = f" (and {len(bad) - 1} more bad row(s))" if len(bad) > 1 else ""
+            raise PriceInputError(f"--prices: {bad[0]}{more}; fix it, or pass --skip-bad-rows to leave such "
+                                  "rows out")
         rows = df.attrs.pop("rows", None) or list(range(1, len(df) + 1))
         users.append((str(p), df, rows))
         frames.append(df.assign(**{ORIGIN: "user", "_rank": 0}))
@@ -374,10 +390,9 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
             df.attrs.pop("rows", None)
             frames.append(df.assign(**{ORIGIN: f"cache:{name}", "_rank": rank}))
             problems += probs
-    if include_bundled and SNAPSHOT.exists():
-        df, probs = _read_trusted(SNAPSHOT, str(SNAPSHOT))
-        df.attrs.pop("rows", None)
-        frames.append(df.assign(**{ORIGIN: "bundled", "_rank": 10**6}))
+    if include_bundled:
+        df, probs = _read_bundled()
+        frames.append(df)
         problems += probs
     frames = [f for f in frames if len(f)]
     if not frames:
@@ -385,8 +400,11 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
         for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale"):
             out[c] = pd.Series(dtype="object")
         return out, problems
-    df = pd.concat(frames, ignore_index=True).sort_values("_rank", kind="stable")
-    df = df.drop_duplicates(KEY, keep="first").drop(columns="_rank").reset_index(drop=True)
+    df = pd.concat(frames, ignore_index=True)
+    df, disagreements = agreement.choose(df, KEY, ORIGIN)  # the newer dated row per key; user rows first
+    if "_discount" not in df.columns:
+        df["_discount"] = False
+    df = df.drop(columns="_rank").reset_index(drop=True)
 
     found = sorted(df["provider"].unique())
     for prov, frac in parse_discounts(discounts or {}).items():
@@ -394,24 +412,27 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
             from pricing.errors import unknown
 
             raise unknown("--discount", prov, found)
-        mask = df["provider"] == prov
+        # public sheets only: a user's row is discounted only when its apply_discount says yes
+        own = df[ORIGIN].eq("user").to_numpy() & ~df["_discount"].fillna(False).astype(bool).to_numpy()
+        mask = (df["provider"] == prov).to_numpy() & ~own
         df.loc[mask, "price_hour"] *= 1 - frac
         df.loc[mask, "spot_price_hour"] *= 1 - frac
         tag = f"discount {frac:.0%}"
         df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n: f"{n};{tag}" if n else tag)
 
-    now = now or dt.datetime.now(dt.UTC)
-    limit = cache.stale_days() if stale_days is None else stale_days
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]
-    df["age_days"] = ((pd.Timestamp(now) - df["fetched_at"]).dt.total_seconds() / 86400).round(1)
-    df["stale"] = np.asarray((df["age_days"] > limit).to_numpy() | mentions(df["notes"], "stale"))
+    df["age_days"] = age_days(df["observed_at"], now)
+    df["stale"] = stale_mask(df["age_days"], stale_days)
     df["fetched_at"] = _iso(df["fetched_at"])
+    df["observed_at"] = _iso(df["observed_at"])
     cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"]
-    return df[cols], problems
+    out = df[cols]
+    out.attrs["disagreements"] = disagreements  # pricing.agreement.Disagreement, one per pair of sheets
+    return out, problems
 
 
 def load_offers(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
-                **kw):
+                **kw):  # kw: include_bundled, stale_days, now, skip_bad_rows (see load)
     """Validated offers DataFrame (schema columns + price_origin, price_per_gpu_hour, age_days,
     stale); rejected rows are listed as strings in `df.attrs["problems"]`."""
     df, problems = load(user_sheets, discounts, offline, include_cache, **kw)
@@ -428,19 +449,28 @@ def sources_status() -> list[dict]:
         age = cache.age_days(fetched)
         out.append({"name": name, "kind": kind, "rows": rows, "fetched_at": fetched,
                     "age_days": None if age is None else round(age, 1),
-                    "stale": age is not None and age > limit, "path": str(path)})
+                    "stale": bool(stale_mask([math.nan if age is None else age], limit)[0]),
+                    "path": str(path)})
 
     for name, path, meta in cache.cached_sheets():
         meta = meta or {}
         rows = meta.get("rows")
         if rows is None:
-            with path.open() as f:
-                rows = max(sum(1 for _ in f) - 1, 0)
+            try:
+                rows = max(files.read_regular_file(path, files.MAX_SHEET_BYTES, str(path)).count(b"\n") - 1, 0)
+            except PriceInputError:
+                rows = 0
         entry(name, f"cache ({meta.get('kind', 'fetch')})", path, rows, meta.get("fetched_at"))
     if SNAPSHOT.exists():
         with SNAPSHOT.open(newline="") as f:
             reader = csv.DictReader(f)
             rows = list(reader)
-        stamp = max((r["fetched_at"] for r in rows), default=None)
-        entry("bundled", "bundled snapshot", SNAPSHOT, len(rows), stamp)
+        dated = [r["observed_at"] for r in rows if r.get("observed_at")]
+        entry("bundled", f"bundled snapshot ({len(rows) - len(dated)} undated)", SNAPSHOT, len(rows),
+              max(dated, default=None))
+    if CLUSTERS.exists():
+        with CLUSTERS.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        dated = [r["observed_at"] for r in rows if r.get("observed_at")]
+        entry("clusters", "bundled cluster sheet", CLUSTERS, len(rows), max(dated, default=None))
     return out

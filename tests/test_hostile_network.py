@@ -1,7 +1,8 @@
 """Hostile price servers (issue 14): a local server that stalls, trickles, loops, lies about
-sizes and sends compression bombs. Every case must end within seconds with one clear line
-that names the limit and says the last good sheet was kept, and the cache must be byte for
-byte what it was before."""
+sizes and sends compression bombs. Every case must end with one clear line that names the
+limit and says the last good sheet was kept, and the cache must be byte for byte what it was
+before. Bounded work is counted (requests the server saw, pages, the waits the client slept),
+not timed: a loaded CI machine only makes a trickle slower; wall time lives in benchmarks/."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ AWS_CSV = (
 SKY_PATH = "/catalogs/v9/nebius/vms.csv"
 SKY_CSV = ("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n"
            "gpu-h100-sxm_1gpu-16vcpu-200gb,H100,1,16,200,2.95,eu-north1,H100,1.25\n")
-LIMIT_S = 5.0  # every case, start to finish
+CEILING_S = 60  # only an unbounded loop or an ignored deadline gets near it (the trickles stop at 15 s)
 
 
 def az_item(sku="Standard_NC24ads_A100_v4", price=3.673):
@@ -76,7 +77,8 @@ class Hostile:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # a short poll so that shutdown() at teardown returns at once instead of after 0.5 s
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
         self.thread.start()
 
     def url(self, path: str = "", port: int | None = None) -> str:
@@ -113,6 +115,22 @@ def trickle(h, data: bytes, step: int = 3, every: float = 0.1, stop=None):
 
 def chunked(parts) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+@pytest.fixture()
+def waits(monkeypatch) -> list:
+    """The seconds the client (the test's own thread) slept between attempts; the server's
+    threads sleep too, to trickle, and are not counted."""
+    real = time.sleep
+    slept: list = []
+
+    def sleep(seconds):
+        if threading.current_thread() is threading.main_thread():
+            slept.append(seconds)
+        real(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    return slept
 
 
 @pytest.fixture()
@@ -164,12 +182,11 @@ def run(source: str, endpoint: str):
 
 
 def hostile_refresh(server, source: str, endpoint: str, *expect: str):
-    """Refresh against the hostile endpoint; check time, message and an untouched cache."""
+    """Refresh against the hostile endpoint; check the message and an untouched cache."""
     before = good_sheet(server, source)
     t0 = time.monotonic()
     [out] = run(source, endpoint)
-    elapsed = time.monotonic() - t0
-    assert elapsed < LIMIT_S, f"took {elapsed:.1f} s: {out.message}"
+    assert time.monotonic() - t0 < CEILING_S, out.message
     assert out.status == "failed", out.message
     assert "\n" not in out.message and out.message.endswith("(kept the last good sheet)")
     assert server.url() in out.message  # names the URL
@@ -177,30 +194,28 @@ def hostile_refresh(server, source: str, endpoint: str, *expect: str):
         assert text in out.message, out.message
     assert (cache.sheet_path(source).read_bytes(), cache.meta_path(source).read_bytes()) == before
     assert [p.name for p in cache.sheets_dir().iterdir() if p.name.endswith(".tmp")] == []
-    return out, elapsed
+    return out
 
 
 # --------------------------------------------------------------------------- Retry-After
 @pytest.mark.parametrize("header", ["99999", "1e12", "inf",
                                     "Fri, 31 Dec 2100 23:59:59 GMT"])
 @pytest.mark.parametrize("status", [429, 503])
-def test_huge_retry_after_is_not_honoured_and_the_cap_is_reported(server, header, status):
+def test_huge_retry_after_is_not_honoured_and_the_cap_is_reported(server, waits, header, status):
     server.routes["/bad"] = lambda h: respond(h, status, b"slow down", {"Retry-After": header})
-    out, elapsed = hostile_refresh(server, "azure", server.url("/bad"), "Retry-After",
-                                   "1 s cap (GPU_ADVISOR_HTTP_MAX_WAIT)", f"HTTP {status}")
-    assert elapsed < 1.0  # not waited for at all
-    assert server.hits["/bad"] == 1
+    hostile_refresh(server, "azure", server.url("/bad"), "Retry-After",
+                    "1 s cap (GPU_ADVISOR_HTTP_MAX_WAIT)", f"HTTP {status}")
+    assert waits == [] and server.hits["/bad"] == 1  # not waited for at all, not retried
 
 
 @pytest.mark.parametrize("header", ["-5", "nan", "soon", "", "0.2"])
-def test_odd_or_small_retry_after_is_bounded_and_the_fetch_gives_up(server, header):
+def test_odd_or_small_retry_after_is_bounded_and_the_fetch_gives_up(server, waits, header):
     server.routes["/bad"] = lambda h: respond(h, 503, b"busy", {"Retry-After": header})
-    out, elapsed = hostile_refresh(server, "azure", server.url("/bad"), "gave up after 2 attempt(s)",
-                                   "HTTP 503")
-    assert server.hits["/bad"] == 2 and elapsed < 1.5
+    hostile_refresh(server, "azure", server.url("/bad"), "gave up after 2 attempt(s)", "HTTP 503")
+    assert server.hits["/bad"] == 2 and len(waits) == 1 and 0 <= waits[0] <= 1.0  # one wait, within the cap
 
 
-def test_retry_after_within_the_cap_is_still_honoured(server):
+def test_retry_after_within_the_cap_is_still_honoured(server, waits):
     good_sheet(server, "azure")
     state = {"n": 0}
 
@@ -212,9 +227,8 @@ def test_retry_after_within_the_cap_is_still_honoured(server):
             respond(h, 200, json.dumps(az_page([az_item(price=2.5)])).encode())
 
     server.routes["/flaky"] = flaky
-    t0 = time.monotonic()
     [out] = run("azure", server.url("/flaky"))
-    assert out.status == "ok" and 0.3 <= time.monotonic() - t0 < LIMIT_S
+    assert out.status == "ok" and waits == [pytest.approx(0.3)] and state["n"] == 2
     assert ",2.5," in cache.sheet_path("azure").read_text()
 
 
@@ -229,9 +243,8 @@ def test_body_trickled_with_content_length_hits_the_request_deadline(server):
         trickle(h, body, 3, 0.1, server.stop)
 
     server.routes["/slow"] = slow
-    out, elapsed = hostile_refresh(server, "azure", server.url("/slow"),
-                                   "1 s limit for one request (GPU_ADVISOR_HTTP_DEADLINE)")
-    assert elapsed < 2.0
+    hostile_refresh(server, "azure", server.url("/slow"), "1 s limit for one request (GPU_ADVISOR_HTTP_DEADLINE)")
+    assert server.hits["/slow"] == 1  # a deadline is not retried
 
 
 def test_chunked_body_trickled_hits_the_request_deadline(server):
@@ -268,7 +281,7 @@ def test_aws_streamed_file_trickled_hits_the_request_deadline(server):
 
 def test_a_server_that_never_answers_times_out_per_read(server):
     server.routes["/mute"] = lambda h: server.stop.wait(6)
-    out, _ = hostile_refresh(server, "azure", server.url("/mute"))
+    out = hostile_refresh(server, "azure", server.url("/mute"))
     assert "timed out" in out.message or "GPU_ADVISOR_HTTP_DEADLINE" in out.message
 
 
@@ -283,18 +296,19 @@ def test_many_slow_pages_stop_at_the_source_budget(server):
         respond(h, 200, json.dumps(az_page([az_item()], nxt)).encode())
 
     server.routes["/p1"] = page
-    out, elapsed = hostile_refresh(server, "azure", server.url("/p1"),
-                                   "2.5 s budget (GPU_ADVISOR_HTTP_SOURCE_BUDGET)")
-    assert elapsed > 2.0 and count["n"] < 20  # ... not the 20-page limit: the budget stops it
+    hostile_refresh(server, "azure", server.url("/p1"), "2.5 s budget (GPU_ADVISOR_HTTP_SOURCE_BUDGET)")
+    # ... not the 20-page limit: the budget stops it; at 0.4 s or more a page, at most 7 fit in 2.5 s
+    assert 1 <= count["n"] <= 7
 
 
-def test_budget_covers_retry_waits(server, monkeypatch):
+def test_budget_covers_retry_waits(server, waits, monkeypatch):
     monkeypatch.setenv("GPU_ADVISOR_HTTP_RETRIES", "10")
     monkeypatch.setenv("GPU_ADVISOR_HTTP_BACKOFF", "0.5")
     server.routes["/bad"] = lambda h: respond(h, 502, b"bad gateway")
-    out, elapsed = hostile_refresh(server, "azure", server.url("/bad"), "GPU_ADVISOR_HTTP_SOURCE_BUDGET",
-                                   "next retry would pass it")
-    assert elapsed < LIMIT_S  # the 2.5 s budget, not 10 retries with waits growing to 256 s
+    hostile_refresh(server, "azure", server.url("/bad"), "GPU_ADVISOR_HTTP_SOURCE_BUDGET",
+                    "next retry would pass it")
+    # the 2.5 s budget, not 10 retries: waits 0.5 s then 1 s (the cap); the next 1 s would pass it
+    assert waits == [0.5, 1.0][:len(waits)] and server.hits["/bad"] == len(waits) + 1 <= 3
 
 
 # --------------------------------------------------------------------------- pagination
@@ -405,7 +419,7 @@ def test_compression_bomb_stops_at_the_decoded_byte_limit(server, encoding):
 
     tracemalloc.start()
     try:
-        out, _ = hostile_refresh(server, "azure", server.url("/bomb"), "once decoded", "stopped reading")
+        hostile_refresh(server, "azure", server.url("/bomb"), "once decoded", "stopped reading")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -510,7 +524,7 @@ def test_html_page_and_empty_body_are_named(server):
 
 def test_a_message_from_the_server_cannot_add_lines(server):
     server.routes["/p1"] = lambda h: respond(h, 200, json.dumps(az_page([az_item()], "http://x/\n\nINJECTED")).encode())
-    out, _ = hostile_refresh(server, "azure", server.url("/p1"), "leaves the price server")
+    out = hostile_refresh(server, "azure", server.url("/p1"), "leaves the price server")
     assert out.message.count("\n") == 0
 
 
@@ -525,19 +539,17 @@ def test_first_refresh_failure_says_nothing_was_cached(server):
 def test_request_deadline_holds_for_a_direct_call_too(server):
     server.routes["/slow"] = lambda h: (h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"),
                                         trickle(h, b"a" * 100000, 5, 0.05, server.stop))
-    t0 = time.monotonic()
     with pytest.raises(FetchError, match="GPU_ADVISOR_HTTP_DEADLINE"):
         http.get_text(server.url("/slow"))
-    assert time.monotonic() - t0 < 2.0
+    assert server.hits["/slow"] == 1
 
 
 def test_budget_context_limits_direct_calls(server):
     server.routes["/ok"] = lambda h: (time.sleep(0.3), respond(h, 200, b"{}"))
-    t0 = time.monotonic()
     with http.budget("test", 1.0), pytest.raises(FetchError, match="1 s budget"):
         for _ in range(10):
             http.get_json(server.url("/ok"))
-    assert time.monotonic() - t0 < 2.0
+    assert 1 <= server.hits["/ok"] <= 4  # 0.3 s or more each: at most 4 start within the 1 s budget
 
 
 def test_same_origin_rules():

@@ -6,8 +6,8 @@ line, exit 2, nothing written) or stays text: the Markdown report parses (Common
 headings, fences and table shapes as a benign plan's, with no raw HTML, no link and no image
 but the charts the tool wrote beside it; the HTML report has no script, handler or external
 reference; the SVG charts stay well-formed whatever the labels hold. `plan --format md|table`,
-`estimate --format md|table` and `cli.output.render_rows` escape the same way. Every case ends
-in under 5 s.
+`estimate --format md|table` and `cli.output.render_rows` escape the same way. A deep plan file
+is refused before it is parsed (counted, not timed).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import copy
 import json
 import os
 import sys
-import time
 import warnings
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -28,7 +27,6 @@ from cli_run import gpu_advisor, one_line_error  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 import plan_factory as pf  # noqa: E402
 
-LIMIT_S = 5.0
 HOSTILE_TEXT = [
     "<script>alert(1)</script>",
     '<img src=x onerror="alert(1)">',
@@ -51,17 +49,6 @@ HOSTILE_TEXT = [
 ]
 CONTROL_TEXT = [("a\nb", "U+000A"), ("a\r\n# H", "U+000D"), ("\x1b[2J\x1b]0;t\x07", "U+001B"), ("a\x00", "U+0000"),
                 ("a\u2029b", "U+2029"), ("a\u202eb", "U+202E"), ("a\x9bb", "U+009B")]
-
-
-@pytest.fixture(autouse=True)
-def quick():
-    t0 = time.monotonic()
-    yield
-    assert time.monotonic() - t0 < LIMIT_S
-
-
-
-
 
 
 def base_plan() -> dict:
@@ -139,8 +126,7 @@ def assert_inert(text: str, allowed_images: set[str] = frozenset()) -> None:
 
 @pytest.fixture(scope="module")
 def benign_md(tmp_path_factory):
-    """The report of the same plan with plain words in every field (also pays matplotlib's import
-    before the timed cases)."""
+    """The report of the same plan with plain words in every field, rendered once."""
     import reports
     from advisor.results import Plan
 
@@ -230,12 +216,12 @@ def test_impossible_values_in_a_plan_are_refused(tmp_path, capsys, mutate, expec
     assert not (tmp_path / "r.html").exists()
 
 
-def test_deeply_nested_plan_json_is_refused_in_milliseconds(tmp_path, capsys):
+def test_deeply_nested_plan_json_is_refused_before_parsing(tmp_path, capsys, builds):
     path = tmp_path / "plan.json"
     path.write_text('{"model": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    t0 = time.monotonic()
     code, _, err = gpu_advisor(capsys, "report", path, "-o", tmp_path / "r.html")
-    assert "nested more than" in one_line_error(code, err) and time.monotonic() - t0 < 1.0
+    assert "nested more than" in one_line_error(code, err) and str(path) in err
+    assert builds.of(path.read_text()) == [] and not (tmp_path / "r.html").exists()
 
 
 # --------------------------------------------------------------------------- charts take any label

@@ -1,6 +1,7 @@
 """Hostile and Excel-made price sheets (issue 14): byte-order marks, duplicate keys, absurd
 values, alias bombs, deep nesting, giant fields, and formula cells on the way out. Every
-case ends quickly with a correct result or one clear line naming the file, row and column."""
+case ends with a correct result or one clear line naming the file, row and column; bombs and
+deep documents are refused before any object is built (counted by the `builds` fixture)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import io
 import json
 import os
 import stat
-import time
 
 import pytest
 
@@ -22,19 +22,11 @@ GOOD = {"provider": "aws", "region": "us-east-1", "instance_type": "p5.48xlarge"
         "gpu_count": "8", "gpu_memory_gb": "80", "vcpus": "192", "ram_gb": "2048", "price_hour": "55.04",
         "spot_price_hour": "", "currency": "USD", "source": "test", "fetched_at": "2026-11-30T00:00:00Z",
         "interconnect": "nvlink", "notes": ""}
-LIMIT_S = 5.0
 
 
 @pytest.fixture(autouse=True)
 def empty_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture(autouse=True)
-def quick():
-    t0 = time.monotonic()
-    yield
-    assert time.monotonic() - t0 < LIMIT_S
 
 
 def csv_text(rows, columns=None, newline="\n") -> str:
@@ -101,9 +93,9 @@ def test_duplicate_key_in_one_sheet_keeps_the_first_and_names_both_rows(tmp_path
     good, problems = read_sheet(path)
     assert len(good) == 2 and good.set_index("instance_type").price_hour["p5.48xlarge"] == 55.04
     [p] = problems
-    assert (p.row, p.column) == (3, "instance_type")
+    assert (p.row, p.column) == (4, "instance_type")  # spreadsheet rows: the header is row 1
     text = str(p)
-    assert "row 3" in text and "row 1, which is kept" in text and "aws/us-east-1/p5.48xlarge" in text
+    assert "row 4" in text and "row 2, which is kept" in text and "aws/us-east-1/p5.48xlarge" in text
 
 
 def test_duplicates_match_after_normalising_case_and_spaces(tmp_path):
@@ -111,8 +103,8 @@ def test_duplicates_match_after_normalising_case_and_spaces(tmp_path):
     path.write_text(csv_text([GOOD, dict(GOOD, provider=" AWS ", instance_type=" p5.48xlarge"),
                               dict(GOOD, price_hour="1")]))
     good, problems = read_sheet(path)
-    assert len(good) == 1 and [p.row for p in problems] == [2, 3]
-    assert all("row 1, which is kept" in str(p) for p in problems)
+    assert len(good) == 1 and [p.row for p in problems] == [3, 4]
+    assert all("row 2, which is kept" in str(p) for p in problems)
 
 
 def test_duplicates_in_yaml_and_json_are_reported_too(tmp_path):
@@ -131,7 +123,7 @@ def test_a_bad_first_row_does_not_make_the_second_a_duplicate(tmp_path):
     path = tmp_path / "dup.csv"
     path.write_text(csv_text([dict(GOOD, price_hour="-1"), GOOD]))
     good, problems = read_sheet(path)
-    assert len(good) == 1 and [(p.row, p.column) for p in problems] == [(1, "price_hour")]
+    assert len(good) == 1 and [(p.row, p.column) for p in problems] == [(2, "price_hour")]
 
 
 def test_same_key_in_two_user_sheets_first_file_wins_and_it_is_reported(tmp_path):
@@ -142,7 +134,7 @@ def test_same_key_in_two_user_sheets_first_file_wins_and_it_is_reported(tmp_path
     df = load_offers([a, b], include_cache=False, include_bundled=False)
     assert df.set_index("instance_type").price_hour["p5.48xlarge"] == 40
     [msg] = df.attrs["problems"]
-    assert msg.startswith(f"{b}: row 2, column 'instance_type'") and f"{a} row 1, which is kept" in msg
+    assert msg.startswith(f"{b}: row 3, column 'instance_type'") and f"{a} row 2, which is kept" in msg
 
 
 def test_user_sheet_still_overrides_bundled_rows_without_complaint(tmp_path):
@@ -169,14 +161,14 @@ ABSURD = [
     ("ram_gb", "1e9", "GB of RAM per GPU"),
     ("price_hour", "1e12", "1,000 USD/hour per GPU"),
     ("price_hour", "8001", "1,000 USD/hour per GPU"),
-    ("price_hour", "-0.5", "must be > 0"),
-    ("price_hour", "-0", "must be > 0"),
+    ("price_hour", "-0.5", "must be >= 0"),
+    ("price_hour", "-0", "must be >= 0"),
     ("price_hour", "NaN", "is not a number"),
     ("price_hour", "Infinity", "is not finite"),
     ("price_hour", "-inf", "is not finite"),
     ("price_hour", "1e400", "is not finite"),
     ("spot_price_hour", "1e12", "per GPU"),
-    ("spot_price_hour", "-3", "must be > 0"),
+    ("spot_price_hour", "-3", "must be >= 0"),
     ("instance_type", "p5\x1b[2J", "control character"),
     ("notes", "line one\nline two", "control character"),
     ("region", "r" * 1001, "longer than 1,000 characters"),
@@ -190,8 +182,8 @@ def test_absurd_values_are_refused_with_row_and_column(tmp_path, column, value, 
     good, problems = read_sheet(path)
     assert list(good.instance_type) == ["ok"]
     [p] = problems
-    assert (p.row, p.column) == (2, column) and message in p.message, str(p)
-    assert f"row 2, column '{column}'" in one_line(p)
+    assert (p.row, p.column) == (3, column) and message in p.message, str(p)  # header = row 1
+    assert f"row 3, column '{column}'" in one_line(p)
 
 
 def test_largest_real_offers_are_accepted(tmp_path):
@@ -209,7 +201,7 @@ def test_largest_real_offers_are_accepted(tmp_path):
 
 @pytest.mark.parametrize("literal, message", [("NaN", "is not a number"), ("Infinity", "is not finite"),
                                               ("-Infinity", "is not finite"), ("1e999", "is not finite"),
-                                              ("-1", "must be > 0"), ("1e12", "per GPU"),
+                                              ("-1", "must be >= 0"), ("1e12", "per GPU"),
                                               ('[1, 2]', "is not a number"), ('{"a": 1}', "is not a number")])
 def test_json_special_numbers_and_nested_values_are_refused(tmp_path, literal, message):
     path = tmp_path / "s.json"
@@ -274,29 +266,52 @@ offers: *i
     ("offers: &a [*a]\n", "recursive structure"),
     ("offers: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 100 levels"),
     ("offers: " + "{a: " * 500 + "1" + "}" * 500 + "\n", "nested more than 100 levels"),
-    ("!!python/object/apply:os.system ['touch /tmp/pwned']\n", "could not determine a constructor"),
-    ("offers: !!python/name:os.system\n", "could not determine a constructor"),
+    ("!!python/object/apply:os.system ['touch /tmp/pwned']\n", "tag !!python/object/apply:os.system at line 1"),
+    ("offers: !!python/name:os.system\n", "tag !!python/name:os.system at line 1, column 9 is not allowed"),
     ("offers:\n  - provider: [unclosed\n", "not valid YAML"),
     ("offers: 1\n---\noffers: 2\n", "not valid YAML"),
 ])
-def test_hostile_yaml_is_one_line_in_milliseconds(tmp_path, text, message):
+def test_hostile_yaml_is_one_line_before_any_object_is_built(tmp_path, builds, text, message):
     path = tmp_path / "bomb.yaml"
     path.write_text(text)
-    t0 = time.monotonic()
     with pytest.raises(PriceInputError) as err:
         load(user_sheets=[path], include_cache=False, include_bundled=False)
-    assert time.monotonic() - t0 < LIMIT_S  # a bomb would run for minutes or exhaust memory
     msg = one_line(err.value)
     assert message in msg and str(path) in msg and err.value.exit_code == 2
+    if message != "not valid YAML":  # bombs, depth, tags: refused by the event walk, nothing built
+        assert builds.of(text) == []
 
 
-def test_billion_laughs_fails_fast_for_every_entry_point():
-    t0 = time.monotonic()
+def test_billion_laughs_is_refused_before_expanding_for_every_entry_point(builds):
     with pytest.raises(PriceInputError, match="alias bomb"):
         files.load_yaml(BILLION_LAUGHS, "plan.yaml")
     with pytest.raises(PriceInputError, match="alias bomb"):
         files.load_yaml(BILLION_LAUGHS.encode(), "plan.yaml")
-    assert time.monotonic() - t0 < LIMIT_S  # expanding it would take minutes and gigabytes
+    assert builds.of(BILLION_LAUGHS) == []  # expanding it would take minutes and gigabytes
+
+
+@pytest.mark.parametrize("depth", [101, 999, 1_001, 5_000, 100_000])
+@pytest.mark.parametrize("shape", ["[", "{a: ", "- ["])
+def test_yaml_nesting_is_refused_in_the_projects_words_at_any_depth(builds, depth, shape):
+    """libyaml has its own nesting limit (1,000 levels in 0.2.5), reached before the event walk
+    sees level 101 when the brackets share a line; the message is the project's either way."""
+    text = {"[": "offers: " + "[" * depth + "]" * depth,
+            "{a: ": "offers: " + "{a: " * depth + "1" + "}" * depth,
+            "- [": "- " + "[" * depth + "]" * depth}[shape]
+    with pytest.raises(PriceInputError) as err:
+        files.load_yaml(text, "deep.yaml")
+    assert one_line(err.value) == "deep.yaml: YAML is nested more than 100 levels deep; refused"
+    assert builds.of(text) == []
+
+
+def test_yaml_at_the_nesting_limit_and_brackets_in_plain_text_still_load(builds):
+    at_limit = "a: " + "[" * 99 + "]" * 99
+    assert files.load_yaml(at_limit, "x")["a"] is not None
+    assert builds.of(at_limit) == ["yaml.load"]  # the counter sees what is built
+    assert files.load_yaml("a: x" + "[" * 3000 + "\nb: 1\n", "x") == {"a": "x" + "[" * 3000, "b": 1}
+    with pytest.raises(PriceInputError) as err:  # a real syntax error after a bracket-heavy scalar
+        files.load_yaml("a: x" + "[" * 3000 + "\nb: [", "x")
+    assert "nested" not in one_line(err.value) and "not valid YAML" in str(err.value)
 
 
 def test_yaml_with_ordinary_anchors_and_merge_keys_loads(tmp_path):
@@ -325,14 +340,13 @@ def test_yaml_and_json_over_the_size_limit_are_refused_before_parsing(tmp_path, 
 # --------------------------------------------------------------------------- JSON depth
 @pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000,
                                   "[" * 100_000, '{"offers": ' + "[" * 1000 + "]" * 1000 + "}"])
-def test_deeply_nested_json_is_refused_without_recursion_error(tmp_path, text):
+def test_deeply_nested_json_is_refused_before_parsing(tmp_path, builds, text):
     path = tmp_path / "deep.json"
     path.write_text(text)
-    t0 = time.monotonic()
     with pytest.raises(PriceInputError) as err:
         read_sheet(path)
-    assert time.monotonic() - t0 < LIMIT_S  # a bomb would run for minutes or exhaust memory
     assert "nested more than 100 levels" in one_line(err.value) and str(path) in str(err.value)
+    assert builds.of(text) == []  # refused by the linear depth scan: no recursion at all
 
 
 def test_json_depth_ignores_brackets_inside_strings():
@@ -358,15 +372,14 @@ def test_broken_json_is_one_line(text, message):
 
 
 # --------------------------------------------------------------------------- CSV structure
-def test_giant_csv_field_is_one_problem_and_the_rest_loads(tmp_path):
+def test_giant_csv_field_refuses_the_sheet_naming_its_row(tmp_path):
     limit = csv.field_size_limit()
     path = tmp_path / "giant.csv"
     path.write_text(csv_text([GOOD, dict(GOOD, instance_type="big", notes="x" * 200_000),
                               dict(GOOD, instance_type="after")]))
-    good, problems = read_sheet(path)
-    assert set(good.instance_type) == {"p5.48xlarge", "after"}
-    [p] = problems
-    assert p.row == 2 and "longer than 65,536 characters" in str(p)
+    with pytest.raises(PriceInputError) as err:
+        read_sheet(path)
+    assert "row 3: a field is longer than 65,536 characters" in one_line(err.value) and err.value.exit_code == 2
     assert csv.field_size_limit() == limit  # restored
 
 
@@ -384,14 +397,14 @@ def test_duplicate_header_columns_are_reported_and_the_first_is_used(tmp_path):
     path.write_text("provider,gpu_model,gpu_count,price_hour,price_hour\nprivate,H100,8,20,999999\n")
     good, problems = read_sheet(path)
     assert good.price_hour[0] == 20
-    assert [(p.row, p.column) for p in problems] == [(0, "price_hour")]
+    assert [(p.row, p.column) for p in problems] == [(1, "price_hour")]  # the header is row 1
 
 
 @pytest.mark.parametrize("text, kept, rows", [
     ("provider,gpu_model,gpu_count,price_hour\n\n,,,\n  , , ,\nprivate,H100,8,20\n", 1, []),
-    ("provider,gpu_model,gpu_count,price_hour\nprivate,H100,8\nprivate,H100,8,20,1\nprivate,L4,1,1\n", 1, [1, 2]),
-    ('provider,gpu_model,gpu_count,price_hour\n"private,H100,8,20\n', 0, [1]),
-    ("provider,gpu_model,gpu_count,price_hour\nprivate,H100,8,2\x000\n", 0, [1]),
+    ("provider,gpu_model,gpu_count,price_hour\nprivate,H100,8\nprivate,H100,8,20,1\nprivate,L4,1,1\n", 1, [2, 3]),
+    ('provider,gpu_model,gpu_count,price_hour\n"private,H100,8,20\n', 0, [2]),
+    ("provider,gpu_model,gpu_count,price_hour\nprivate,H100,8,2\x000\n", 0, [2]),
 ])
 def test_ragged_blank_and_broken_lines(tmp_path, text, kept, rows):
     path = tmp_path / "r.csv"
@@ -504,18 +517,19 @@ def _write(path, rows):
     return path
 
 
-# --------------------------------------------------------------------------- speed
-def test_a_20000_row_sheet_loads_in_bounded_time(tmp_path):
+# --------------------------------------------------------------------------- size
+def test_a_20000_row_sheet_loads_with_each_bad_row_named(tmp_path):
     rows = [dict(GOOD, instance_type=f"t{i}", region=f"r{i % 40}", price_hour=f"{1 + i % 97}.5")
             for i in range(20_000)]
     rows[123]["price_hour"] = "1e12"
     rows[456]["instance_type"] = "t455"
     rows[456]["region"] = "r15"
     path = _write(tmp_path / "big.csv", rows)
-    t0 = time.monotonic()
-    df, problems = load(user_sheets=[path], include_cache=False, include_bundled=False)
-    assert time.monotonic() - t0 < LIMIT_S
-    assert len(df) == 19_998 and sorted(p.row for p in problems) == [124, 457]
+    with pytest.raises(PriceInputError) as err:  # a bad row refuses the sheet, naming the first one
+        load(user_sheets=[path], include_cache=False, include_bundled=False)
+    assert "row 125, column 'price_hour'" in one_line(err.value) and "more bad row" not in str(err.value)
+    df, problems = load(user_sheets=[path], include_cache=False, include_bundled=False, skip_bad_rows=True)
+    assert len(df) == 19_998 and sorted(p.row for p in problems) == [125, 458]
 
 
 def test_to_csv_matches_plain_to_csv_when_no_cell_needs_neutralising():

@@ -170,7 +170,7 @@ def test_technique_switches_load_into_transformers_and_peft():
     lora = LoraConfig(**args["lora"])
     assert lora.use_dora is True and list(lora.modules_to_save) == ["embed_tokens"]
     assert args["loss"] is None  # Liger's fused loss, not train.py's chunked one
-    assert "liger-kernel>=0.5" in files["requirements.txt"].split()
+    assert "liger-kernel==0.8.5" in files["requirements.txt"].split()
 
 
 def test_lm_head_target_and_chunked_loss_reach_peft_and_train_py():
@@ -225,7 +225,7 @@ def test_training_args_match_the_estimate_and_load_into_transformers_and_peft():
     ta = TrainingArguments(**args["training"], use_cpu=True)
     assert (ta.per_device_train_batch_size, ta.gradient_accumulation_steps) == (3, 5)
     assert ta.optim.value == "paged_adamw_8bit"
-    assert ta.gradient_checkpointing is False  # FSDP does it: transformers refuses both
+    assert ta.activation_checkpointing is False  # FSDP does it: transformers refuses both
     acc = yaml.safe_load(bundle(c)["accelerate_config.yaml"])
     assert acc["fsdp_config"]["fsdp_activation_checkpointing"] is True
     lora = LoraConfig(**args["lora"])
@@ -249,7 +249,7 @@ def test_every_optimizer_maps_to_a_valid_transformers_name(ours, hf):
     c = candidate(optimizer=ours, sharding="none", gpu_count=1, grad_checkpointing=True)
     args = yaml.safe_load(bundle(c)["training_args.yaml"])
     ta = TrainingArguments(**args["training"], use_cpu=True)
-    assert ta.optim.value == hf and ta.gradient_checkpointing is True
+    assert ta.optim.value == hf and ta.activation_checkpointing is True
 
 
 def test_lora_target_list_and_options_from_the_plan():
@@ -398,7 +398,7 @@ def test_cli_plans_inline_from_plan_options_and_bundles_exactly_that_candidate(t
     args = yaml.safe_load((tmp_path / "b" / "training_args.yaml").read_text())
     assert args["training"]["per_device_train_batch_size"] == expected.micro_batch
     assert args["training"]["gradient_accumulation_steps"] == expected.grad_accum
-    assert args["training"]["gradient_checkpointing"] == expected.grad_checkpointing or expected.sharding == "fsdp"
+    assert args["training"]["activation_checkpointing"] == expected.grad_checkpointing or expected.sharding == "fsdp"
 
 
 def test_launch_without_a_plan_or_plan_options_is_one_line_exit_2(tmp_path):
@@ -434,3 +434,252 @@ def test_cli_warns_about_unknown_family_on_stderr(tmp_path):
                            str(tmp_path / "b")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "SIZE_BASED_WRAP" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- bundles of real plan candidates
+PLANS = {  # plans on the bundled sheet whose candidates cover every stack the planner picks (methods, sharding,
+    # ZeRO offload, 8-bit AdamW, Liger on/off, MoE expert LoRA)
+    "8b-any": dict(model="llama-3.1-8b", tokens="100M", methods="full,lora,qlora", all_stacks=True, top=200),
+    "moe-lora": dict(model="qwen3-30b-a3b", tokens="50M", methods="lora", top=20),
+    "70b-full": dict(model="llama-3.1-70b", tokens="100M", methods="full", max_nodes=2, all_stacks=True, top=100),
+}
+VERSIONS = Path(__file__).parents[1] / "advisor" / "data" / "launch" / "versions.json"
+
+
+@pytest.fixture(scope="module")
+def planned() -> dict:
+    """Each plan once; per plan one candidate per distinct stack (method, sharding, offload, optimizer,
+    attention, Liger)."""
+    from advisor.models import load_model
+    from cli.plan import build_plan
+
+    out = {}
+    for name, kw in PLANS.items():
+        plan = build_plan(**kw)
+        sample: dict = {}
+        for c in plan.candidates:
+            key = (c.method, c.sharding, c.offload, c.optimizer, c.attention, c.stack.liger, c.nodes > 1)
+            sample.setdefault(key, c)
+        out[name] = (load_model(kw["model"]), list(sample.values()))
+    return out
+
+
+def _needed(files: dict[str, str]) -> set[str]:
+    """The packages the bundle's own configs make train.py import (transformers imports bitsandbytes for a
+    4-bit load or a bnb optimizer, liger-kernel for use_liger_kernel; accelerate imports deepspeed)."""
+    args = yaml.safe_load(files["training_args.yaml"])
+    acc = yaml.safe_load(files["accelerate_config.yaml"])
+    needed = {"torch", "transformers", "accelerate", "pyyaml"} | ({"peft"} if args["lora"] else set())
+    if args["quantization"] or "bnb" in args["training"]["optim"] or "8bit" in args["training"]["optim"]:
+        needed.add("bitsandbytes")
+    if args["training"].get("use_liger_kernel"):
+        needed.add("liger-kernel")
+    if acc["distributed_type"] == "DEEPSPEED":
+        needed.add("deepspeed")
+    return needed
+
+
+def test_every_planned_stack_pins_exactly_the_packages_its_train_py_imports(planned):
+    import json
+
+    table = json.loads(VERSIONS.read_text())["packages"]
+    seen_stacks = 0
+    for spec_, sample in planned.values():
+        for c in sample:
+            files = bundle_of(c, spec_)
+            pins = dict(line.split("==") for line in files["requirements.txt"].split())
+            assert set(pins) == _needed(files), (c.label, pins)
+            assert all(pins[p] == table[p] for p in pins), pins
+            setup = yaml.safe_load(files["sky.yaml"])["setup"]
+            assert ("flash-attn" in setup) == (c.attention == "flash")
+            if c.attention == "flash":  # a CUDA build: sky.yaml installs it pinned, train.py falls back to SDPA
+                assert f"flash-attn=={table['flash-attn']} " in setup and "flash-attn" not in pins
+            seen_stacks += 1
+    assert seen_stacks >= 15  # the sample really spans the planner's stacks
+
+
+def test_the_pins_are_the_versions_installed_here_for_every_package_the_cpu_tests_run():
+    import json
+    from importlib import metadata
+
+    table = json.loads(VERSIONS.read_text())
+    for package in table["tested_on_cpu"]:
+        assert metadata.version(package).split("+")[0] == table["packages"][package], package
+
+
+def bundle_of(c, spec_) -> dict[str, str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LaunchWarning)
+        return build_bundle(c, spec_)
+
+
+def test_save_steps_follow_the_checkpoint_interval_the_plans_cost_assumes(planned):
+    from transformers import TrainingArguments
+
+    checked = 0
+    for spec_, sample in planned.values():
+        for c in sample:
+            t = c.timing
+            steps = yaml.safe_load(bundle_of(c, spec_)["training_args.yaml"])["training"]["save_steps"]
+            assert t.checkpoint_interval_hours > 0 and t.step_seconds > 0
+            # within half a step of the interval (or one step when a step is longer than the interval)
+            assert abs(steps * t.step_seconds - t.checkpoint_interval_hours * 3600) <= t.step_seconds / 2 or steps == 1
+            checked += 1
+    spec_, sample = planned["8b-any"]
+    training = yaml.safe_load(bundle_of(sample[0], spec_)["training_args.yaml"])["training"]
+    ta = TrainingArguments(**training, use_cpu=True)
+    assert ta.save_strategy.value == "steps" and ta.save_steps == training["save_steps"]
+    assert checked >= 15
+
+
+def test_zero_optimizer_offload_bundle_says_deepspeeds_cpu_adam_is_what_trains(planned):
+    spec_, sample = planned["70b-full"]
+    c = next(c for c in sample if c.sharding == "zero3" and c.offload == "optimizer")
+    with pytest.warns(LaunchWarning, match="DeepSpeedCPUAdam"):
+        files = build_bundle(c, spec_)
+    args = yaml.safe_load(files["training_args.yaml"])
+    assert "DeepSpeedCPUAdam" in args["estimate"]["runs_as"] and "DeepSpeedCPUAdam" not in args["estimate"]["stack"]
+    assert "What actually trains" in files["README.md"] and "DeepSpeedCPUAdam" in files["README.md"]
+    dense = next(c for c in sample if c.offload == "none")
+    assert yaml.safe_load(bundle_of(dense, spec_)["training_args.yaml"])["estimate"]["runs_as"] == dense.label
+
+
+def tiny_qwen3_moe():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("qwen3_moe", vocab_size=300, hidden_size=32, intermediate_size=64,
+                               moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2)
+    return AutoModelForCausalLM.from_config(cfg)
+
+
+def test_moe_expert_lora_bundle_writes_the_dropout_peft_accepts_on_a_real_moe(planned):
+    from peft import LoraConfig, get_peft_model
+
+    spec_, sample = planned["moe-lora"]
+    c = sample[0]
+    assert c.stack.lora_dropout > 0 and c.stack.lora_targets == "all-linear"  # what the plan's stack says
+    with pytest.warns(LaunchWarning, match="lora_dropout is written as 0"):
+        files = build_bundle(c, spec_)
+    lora = yaml.safe_load(files["training_args.yaml"])["lora"]
+    assert lora["lora_dropout"] == 0
+    assert "lora\\_dropout is written as 0" in files["README.md"]  # Markdown-escaped
+    model = get_peft_model(tiny_qwen3_moe(), LoraConfig(**lora))  # peft wraps the fused experts: accepted
+    assert any(type(m).__name__ == "ParamWrapper" for m in model.modules())
+    with pytest.raises(ValueError):  # control: the plan's own dropout is refused by the expert wrapper
+        get_peft_model(tiny_qwen3_moe(), LoraConfig(**{**lora, "lora_dropout": c.stack.lora_dropout}))
+
+
+def test_training_args_use_no_argument_transformers_deprecates(planned):
+    from transformers import TrainingArguments
+
+    for spec_, sample in planned.values():
+        for c in sample[:4]:
+            training = yaml.safe_load(bundle_of(c, spec_)["training_args.yaml"])["training"]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                TrainingArguments(**training, use_cpu=True)
+            deprecations = [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))
+                            and "transformers" in w.filename]
+            assert deprecations == [], [str(w.message) for w in deprecations]
+
+
+def _train_py():
+    import importlib.util
+
+    from advisor.launch import TEMPLATES
+
+    spec_ = importlib.util.spec_from_file_location("bundle_train_py", TEMPLATES / "train.py")
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    return module
+
+
+def test_without_flash_attn_train_py_falls_back_to_sdpa_and_says_so_but_a_benchmark_refuses(capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash-attn is installed here")
+    train_py = _train_py()
+    cfg = {"model": {"attn_implementation": "flash_attention_2"}}
+    assert train_py.resolve_attention(cfg, benchmark=False) == "sdpa"
+    assert "falls back to PyTorch SDPA" in capsys.readouterr().out
+    assert train_py.resolve_attention({"model": {"attn_implementation": "sdpa"}}, benchmark=False) == "sdpa"
+    with pytest.raises(SystemExit) as stop:
+        train_py.resolve_attention(cfg, benchmark=True)
+    assert "flash-attn" in str(stop.value)
+
+
+def write_chat_tokenizer(folder: Path) -> Path:
+    """A local tokenizer with a chat template (never downloaded), saved as transformers saves one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.WordLevel({"[UNK]": 0, "<eos>": 1}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", eos_token="<eos>")
+    tok.chat_template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_chat_jsonl_converts_with_the_models_chat_template_into_rows_train_py_reads(tmp_path):
+    import json
+
+    out = write_bundle(bundle(candidate(method="lora", sharding="none", gpu_count=1)), tmp_path / "b")
+    tok = write_chat_tokenizer(tmp_path / "tok")
+    chats = [[{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}],
+             [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]]
+    src = tmp_path / "chats.jsonl"
+    src.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
+    target = out / "data" / "train.jsonl"
+    proc = subprocess.run([sys.executable, str(out / "chat_to_text.py"), str(src), str(target), "--model", str(tok)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _train_py().load_texts(target) == ["<|user|>Hi?\n<|assistant|>Hello.\n", "<|user|>2+2?\n<|assistant|>4\n"]
+    src.write_text(json.dumps({"messages": chats[0]}) + "\n" + json.dumps({"text": "not a chat"}) + "\n")
+    proc = subprocess.run([sys.executable, str(out / "chat_to_text.py"), str(src), str(tmp_path / "x.jsonl"),
+                           "--model", str(tok)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "line 2" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_bundle_readme_has_the_gated_model_step_the_data_format_and_the_pinned_install():
+    readme = bundle(candidate(attention="flash"))["README.md"]
+    assert "HF_TOKEN" in readme and "licence" in readme
+    rows = [line.strip() for line in readme.splitlines() if line.strip().startswith('{"text": ')]
+    assert len(rows) == 3 and all(isinstance(__import__("json").loads(r)["text"], str) for r in rows)
+    assert "chat_to_text.py" in readme and "pip install -r requirements.txt" in readme
+    assert "flash-attn==" in readme and "SDPA" in readme
+
+
+def test_every_caveat_launch_prints_is_in_the_bundle_readme_and_in_the_report(tmp_path):
+    """One list (advisor.launch.caveats): what `launch` warns about on stderr for a rank is in that bundle's
+    README and in the report's launch caveats for that rank."""
+    import reports
+    from advisor.results import Plan
+    from advisor.text import md
+
+    cands = [candidate(rank=1, method="qlora", lora_rank=16, sharding="fsdp", optimizer="adamw", gpu_count=8),
+             candidate(rank=2, sharding="zero3", offload="optimizer", optimizer="adamw-8bit", gpu_count=8),
+             candidate(rank=3, sharding="none", gpu_count=1)]
+    plan_file = write_plan(tmp_path / "plan.json", cands)
+    page = reports.render(Plan.model_validate_json(plan_file.read_text()), "html")
+    import html as html_lib
+
+    page_text = html_lib.unescape(page)
+    listed = page_text.split('<ul class="caveats">')[1].split("</ul>")[0].split("<li>")[1:]
+    for rank in (1, 2, 3):
+        out = tmp_path / f"b{rank}"
+        result = run_cli("launch", "--from", str(plan_file), "--rank", str(rank), "--out", str(out))
+        assert result.exit_code == 0, result.output
+        printed = [line.removeprefix("warning: ") for line in result.stderr.splitlines()
+                   if line.startswith("warning: ")]
+        assert bool(printed) == (rank != 3), printed
+        readme = (out / "README.md").read_text()
+        for note in printed:
+            assert md(note) in readme
+            item = next(li for li in listed if note in li)
+            assert f"#{rank}" in item.split(":", 1)[0], item  # listed for this rank
+    assert "FSDP2 with bitsandbytes 4-bit weights is not verified" in page_text
+    assert "DeepSpeedCPUAdam" in page_text

@@ -41,8 +41,8 @@ def test_json_output_validates_and_keeps_the_contract(sheet):
     plan = Plan.model_validate_json(r.output)
     data = json.loads(r.output)
     assert {"candidates", "pareto", "baseline", "rejected", "assumptions"} <= set(data)
-    assert {c["provider"] for c in data["candidates"]} == {"acme"}
-    assert data["candidates"][0]["price_source"] == "acme-list" and data["candidates"][0]["price_date"] == "2026-11-20"
+    assert {c["offer"]["provider"] for c in data["candidates"]} == {"acme"}
+    assert data["candidates"][0]["offer"]["source"] == "acme-list" and data["candidates"][0]["offer"]["price_date"] == "2026-11-20"
     assert plan.command.startswith("gpu-advisor ")
 
 
@@ -50,7 +50,7 @@ def test_table_is_ranked_and_summarised(sheet):
     r = invoke("meta-llama/Llama-3.1-8B", "--tokens", "20M", "--prices", sheet, "--providers", "acme", "--top", "3")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0].startswith("#") and lines[1].startswith("1 ") and lines[3].startswith("3 ")
+    assert lines[0].startswith("#") and lines[1].startswith("1 ") and lines[2].startswith("2 ")
     assert "Pareto front" in r.output and "Rejected" in r.output
 
 
@@ -73,8 +73,8 @@ def test_plan_file_with_flags_overriding(tmp_path, sheet):
     r = invoke("-f", str(f), "--format", "json", "--methods", "lora")
     data = json.loads(r.output)
     assert data["workload"]["tokens"] == 5_000_000
-    assert {c["method"] for c in data["candidates"]} == {"lora"}
-    assert not any(c["spot"] for c in data["candidates"])
+    assert {c["stack"]["method"] for c in data["candidates"]} == {"lora"}
+    assert not any(c["cost"]["spot"] for c in data["candidates"])
 
 
 def test_an_unmeetable_budget_and_deadline_exit_3_naming_both(sheet):
@@ -152,7 +152,8 @@ def test_skipped_rows_of_a_partly_bad_sheet_are_warned_about(tmp_path):
     sheet = tmp_path / "prices.csv"
     sheet.write_text("provider,gpu_model,gpu_count,price_per_gpu_hour\nacme,H100,8,1.5\nacme,H100,x,2\n")
     proc = subprocess.run([sys.executable, "-m", "advisor", "plan", "--model", "qwen2.5-0.5b", "--tokens", "1M",
-                           "--prices", str(sheet), "--providers", "acme"], capture_output=True, text=True, timeout=120)
+                           "--prices", str(sheet), "--providers", "acme", "--skip-bad-rows"], capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "row 2, column 'gpu_count'" in proc.stderr
+    assert "row 3, column 'gpu_count'" in proc.stderr  # spreadsheet rows: the header is row 1
     assert "acme" in proc.stdout

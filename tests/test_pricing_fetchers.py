@@ -177,7 +177,8 @@ def test_aws_offer_file_skips_metadata_and_keeps_linux_shared_on_demand(httpserv
     assert sorted(df.index) == ["g5.xlarge", "p5.48xlarge"]
     assert df.loc["p5.48xlarge", "price_hour"] == 55.04
     assert df.loc["g5.xlarge", "gpu_model"] == "A10G" and df.loc["g5.xlarge", "ram_gb"] == 16
-    assert df.loc["p5.48xlarge", "fetched_at"] == "2026-11-28T21:14:03Z"  # publication date
+    assert df.loc["p5.48xlarge", "observed_at"] == "2026-11-28T21:14:03Z"  # the offer file's publication date
+    assert df.loc["p5.48xlarge", "fetched_at"] > "2026-11-28T21:14:03Z"  # when we fetched it
 
 
 def test_aws_truncated_download_keeps_last_good_sheet(httpserver):

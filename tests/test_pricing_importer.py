@@ -122,7 +122,8 @@ def test_bundled_snapshot_covers_300_offers_8_providers_and_every_rented_gpu(imp
     assert len(snap) >= 300 and snap.provider.nunique() >= 8
     df, _ = imported
     assert set(df.gpu_model) <= set(snap.gpu_model)
-    assert set(snap.fetched_at) == {"2026-11-30T00:00:00Z"}
+    snap = snap[snap.source.str.startswith("skypilot-catalog@")]  # the snapshot (clusters.csv is beside it)
+    assert len(snap) >= 300 and set(snap.fetched_at) == {"2026-11-30T00:00:00Z"}
     assert snap.source.str.match(r"skypilot-catalog@[0-9a-f]{12}:catalogs/v\d/\w+/vms.csv").all()
 
 
@@ -134,3 +135,41 @@ def test_build_snapshot_script_reproduces_the_bundled_file(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "skipped:" in res.stderr  # rejected rows are listed, not silent
     assert out.read_bytes() == (ROOT / "pricing" / "data" / "snapshot.csv").read_bytes()
+
+
+def _provenance_with(tmp_path, dates: dict[str, str]):
+    """A copy of two extracts with PROVENANCE.md whose "Commit dates" table says `dates`."""
+    import shutil
+
+    folder = tmp_path / "cat"
+    folder.mkdir()
+    for name in ("nebius_vms_gpu.csv", "hyperbolic_vms_gpu.csv"):
+        shutil.copy(CATALOG / name, folder / name)
+    text = (CATALOG / "PROVENANCE.md").read_text()
+    head = text.split("## Commit dates")[0]
+    table = "".join(f"| {n} | {d} |\n" for n, d in dates.items())
+    (folder / "PROVENANCE.md").write_text(f"{head}## Commit dates\n\n| file | commit date |\n|---|---|\n{table}")
+    return folder
+
+
+def test_build_script_dates_rows_only_by_the_commit_dates_it_is_given(tmp_path):
+    import pandas as pd
+
+    folder = _provenance_with(tmp_path, {"nebius_vms_gpu.csv": "2026-11-27T06:12:44+00:00",
+                                         "hyperbolic_vms_gpu.csv": "unknown"})
+    out = tmp_path / "snap.csv"
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_snapshot.py"), str(folder),
+                          "--out", str(out), "--date", "2026-11-30"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    df = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert set(df.fetched_at) == {"2026-11-30T00:00:00Z"}  # when copied, for every row
+    assert set(df[df.provider == "nebius"].observed_at) == {"2026-11-27T06:12:44Z"}
+    assert set(df[df.provider == "hyperbolic"].observed_at) == {""}  # unknown stays unknown
+    assert not df.notes.str.contains("stale").any()  # staleness is the loader's rule, not a label
+
+
+def test_build_script_refuses_a_commit_date_that_is_not_a_date(tmp_path):
+    folder = _provenance_with(tmp_path, {"nebius_vms_gpu.csv": "circa autumn 2026"})
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_snapshot.py"), str(folder),
+                          "--out", str(tmp_path / "snap.csv")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "circa autumn 2026" in res.stderr and not (tmp_path / "snap.csv").exists()

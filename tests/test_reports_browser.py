@@ -132,57 +132,87 @@ class RecordingProxy(http.server.ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
+class DevTools:
+    """One headless Chromium with its DevTools socket: `call(method, **params)` returns the result and
+    keeps every event that arrives meanwhile in `events`. Used as a context manager (the browser is
+    always ended)."""
+
+    def __init__(self, profile: Path, *flags: str, window: str):
+        self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                      *flags, f"--window-size={window}", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.profile, self.ws, self.events = profile, None, []
+        self._ids = iter(range(1, 100_000))
+
+    def __enter__(self) -> "DevTools":
+        try:
+            port_file = self.profile / "DevToolsActivePort"
+            deadline = time.monotonic() + 60  # a ceiling for a stuck browser, not a speed test
+            while not (port_file.exists() and port_file.read_text().strip()):
+                assert self.proc.poll() is None, "chromium exited before opening the debugging port"
+                assert time.monotonic() < deadline, "chromium did not open its debugging port"
+                time.sleep(0.05)
+            port = int(port_file.read_text().split()[0])
+            while True:
+                try:
+                    targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5))
+                    page = next(t for t in targets if t["type"] == "page")
+                    break
+                except (OSError, StopIteration):
+                    assert time.monotonic() < deadline, "no page target"
+                    time.sleep(0.1)
+            self.ws = WebSocket(page["webSocketDebuggerUrl"], timeout=60)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def call(self, method: str, **params) -> dict:
+        msg_id = next(self._ids)
+        self.ws.send({"id": msg_id, "method": method, "params": params})
+        while True:
+            msg = self.ws.recv()
+            if msg.get("id") == msg_id:
+                assert "error" not in msg, msg
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def __exit__(self, *exc) -> None:
+        if self.ws is not None:
+            self.ws.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 def load_in_chromium(html_file: Path, profile: Path, settle: float = 1.0) -> dict:
     """Open `html_file` in headless Chromium and return what the page requested and logged."""
     proxy = RecordingProxy()
-    proc = subprocess.Popen(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-         f"--proxy-server=http://127.0.0.1:{proxy.server_address[1]}", "--proxy-bypass-list=<-loopback>",
-         "--window-size=1280,2000", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ws = None
     try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 30
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert proc.poll() is None, "chromium exited before opening the debugging port"
-            assert time.monotonic() < deadline, "chromium did not open its debugging port"
-            time.sleep(0.05)
-        port = int(port_file.read_text().split()[0])
-        while True:
-            try:
-                targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5))
-                page = next(t for t in targets if t["type"] == "page")
-                break
-            except (OSError, StopIteration):
-                assert time.monotonic() < deadline, "no page target"
-                time.sleep(0.1)
-        ws = WebSocket(page["webSocketDebuggerUrl"])
-        next_id = iter(range(1, 10_000))
-        events: list[dict] = []
+        return _load(html_file, profile, settle, proxy)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
 
-        def call(method: str, **params) -> dict:
-            msg_id = next(next_id)
-            ws.send({"id": msg_id, "method": method, "params": params})
-            while True:
-                msg = ws.recv()
-                if msg.get("id") == msg_id:
-                    assert "error" not in msg, msg
-                    return msg.get("result", {})
-                events.append(msg)
 
+def _load(html_file: Path, profile: Path, settle: float, proxy: RecordingProxy) -> dict:
+    with DevTools(profile, f"--proxy-server=http://127.0.0.1:{proxy.server_address[1]}",
+                  "--proxy-bypass-list=<-loopback>", window="1280,2000") as dt:
+        events = dt.events
         for domain in ("Network", "Runtime", "Log", "Page"):
-            call(f"{domain}.enable")
+            dt.call(f"{domain}.enable")
         url = html_file.resolve().as_uri()
-        call("Page.navigate", url=url)
-        deadline = time.monotonic() + 30
+        dt.call("Page.navigate", url=url)
+        deadline = time.monotonic() + 60  # a ceiling for a stuck browser, not a speed test
         while not any(e.get("method") == "Page.loadEventFired" for e in events):
             assert time.monotonic() < deadline, "page did not finish loading"
-            events.append(ws.recv())
-        ws.sock.settimeout(settle)  # late requests (lazy images, timers) still get caught
+            events.append(dt.ws.recv())
+        dt.ws.sock.settimeout(settle)  # late requests (lazy images, timers) still get caught
         try:
             while True:
-                events.append(ws.recv())
+                events.append(dt.ws.recv())
         except (socket.timeout, TimeoutError):
             pass
         requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
@@ -192,16 +222,6 @@ def load_in_chromium(html_file: Path, profile: Path, settle: float = 1.0) -> dic
                   or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
         return {"document": url, "requests": [r for r in requests if r != url], "errors": errors,
                 "proxy": list(proxy.seen), "loaded": url in requests}
-    finally:
-        if ws is not None:
-            ws.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        proxy.shutdown()
-        proxy.server_close()
 
 
 def screenshot(html_file: Path, png: Path, profile: Path, size: str = "1280,2000") -> None:
@@ -238,3 +258,113 @@ def test_harness_catches_a_page_that_fetches_and_logs_an_error(tmp_path):
     seen = load_in_chromium(bad, tmp_path / "profile")
     assert any("example.invalid/pixel.png" in r for r in seen["requests"])
     assert any("boom" in e for e in seen["errors"])
+
+
+# ----------------------------------------------------------------------------- layout at 1280 and 390 px
+# Real plans on the bundled sheet, each built once: the three a team lead reads (issue 25).
+LAYOUT_PLANS = {
+    "8b-lora": dict(model="llama-3.1-8b", tokens="100M", methods="lora"),
+    "70b-qlora": dict(model="llama-3.1-70b", tokens="100M", methods="qlora"),
+    "unmeetable-budget": dict(model="llama-3.1-70b", tokens="100M", methods="qlora", budget=5.0, deadline="2d"),
+}
+WIDTHS = (1280, 390)
+# Runs in the page after layout: where the decision card, the cost and hours cells of the first table's top rows
+# and the chart text ended up, and whether anything is wider than its box.
+MEASURE = """(() => {
+  const box = e => { const b = e.getBoundingClientRect(); return {left: b.left, right: b.right, width: b.width}; };
+  const table = document.querySelector('#candidates table');
+  const heads = table ? [...table.querySelectorAll('thead th')].map(th => th.textContent.trim()) : [];
+  const rows = table ? [...table.querySelectorAll('tbody tr')].slice(0, 3) : [];
+  const cells = rows.map(r => ['Cost', 'Wall time'].map(h => {
+    const td = r.cells[heads.indexOf(h)];
+    return {...box(td), text: td.textContent.trim(), visible: td.offsetParent !== null};
+  }));
+  const wraps = [...document.querySelectorAll('.table-wrap')].map(w =>
+    ({label: w.getAttribute('aria-label'), scroll: w.scrollWidth, client: w.clientWidth}));
+  const chartText = [...document.querySelectorAll('figure svg text')].map(t => t.getBoundingClientRect().height)
+    .filter(h => h > 0);
+  const card = document.getElementById('decision');
+  return JSON.stringify({
+    viewport: document.documentElement.clientWidth, page: document.documentElement.scrollWidth,
+    card: {...box(card), scroll: card.scrollWidth, client: card.clientWidth},
+    figures: [...card.querySelectorAll('.fig-value')].map(e => parseFloat(getComputedStyle(e).fontSize)),
+    cells, wraps, chartText: chartText.length ? Math.min(...chartText) : null,
+    firstTableFont: table ? parseFloat(getComputedStyle(table.querySelector('td')).fontSize) : null,
+    text: document.documentElement.textContent});
+})()"""
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory) -> dict:
+    """Each report written once and opened in one headless Chromium at 1280 and 390 px (DevTools protocol:
+    Emulation.setDeviceMetricsOverride): a screenshot per width and the MEASURE results after layout."""
+    from cli.plan import build_plan
+
+    root = tmp_path_factory.mktemp("layout")
+    pages = {}
+    for name, kw in LAYOUT_PLANS.items():
+        plan = build_plan(**kw)
+        reports.write(plan, root / f"{name}.html")
+        pages[name] = plan
+    results = measure_in_chromium([root / f"{n}.html" for n in LAYOUT_PLANS], root / "profile", WIDTHS, root)
+    print(f"screenshots in {root}")
+    return {"plans": pages, "measured": results, "root": root}
+
+
+def measure_in_chromium(files: list[Path], profile: Path, widths: tuple[int, ...], shots: Path) -> dict:
+    with DevTools(profile, "--proxy-server=http://127.0.0.1:9", window="1280,900") as dt:
+        dt.call("Page.enable")
+        out = {}
+        for width in widths:
+            dt.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
+            for f in files:
+                dt.events.clear()
+                dt.call("Page.navigate", url=f.resolve().as_uri())
+                while not any(e.get("method") == "Page.loadEventFired" for e in dt.events):
+                    dt.events.append(dt.ws.recv())
+                value = dt.call("Runtime.evaluate", expression=MEASURE, returnByValue=True)["result"]["value"]
+                shot = dt.call("Page.captureScreenshot", format="png", captureBeyondViewport=False)["data"]
+                (shots / f"{f.stem}-{width}.png").write_bytes(base64.b64decode(shot))
+                out[(f.stem, width)] = json.loads(value)
+        return out
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT_PLANS))
+def test_at_1280_px_cost_and_hours_of_the_top_rows_are_on_screen_and_nothing_scrolls_sideways(layout, name):
+    m = layout["measured"][(name, 1280)]
+    assert m["viewport"] == 1280 and m["page"] <= m["viewport"], "the page scrolls sideways"
+    assert len(m["cells"]) == 3
+    for cost, hours in m["cells"]:
+        for cell in (cost, hours):
+            assert cell["visible"] and 0 <= cell["left"] and cell["right"] <= m["viewport"], (name, cell)
+    assert m["cells"][0][0]["text"].startswith("$")
+    wide = [w for w in m["wraps"] if w["scroll"] > w["client"]]
+    assert wide == [], wide  # no table needs its horizontal scroll bar
+    png = layout["root"] / f"{name}-1280.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png.read_bytes()[16:20], "big") == 1280
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUT_PLANS))
+def test_at_390_px_the_card_and_first_table_read_without_zoom(layout, name):
+    m = layout["measured"][(name, 390)]
+    assert m["viewport"] == 390 and m["page"] <= m["viewport"], "the page scrolls sideways"
+    card = m["card"]
+    assert 0 <= card["left"] and card["right"] <= 390 and card["scroll"] <= card["client"], card
+    assert min(m["figures"]) >= 20  # the three big numbers
+    assert m["firstTableFont"] >= 13
+    for cost, hours in m["cells"]:
+        for cell in (cost, hours):
+            assert cell["visible"] and 0 <= cell["left"] and cell["right"] <= 390, (name, cell)
+    assert m["chartText"] is not None and m["chartText"] >= 9, m["chartText"]  # px of the smallest chart label
+
+
+def test_the_unmeetable_report_says_so_shows_the_nearest_option_and_the_remedy_and_never_recommends(layout):
+    plan = layout["plans"]["unmeetable-budget"]
+    assert not plan.constraints_met and plan.remedy  # the planner's own verdict (exit 3)
+    for width in WIDTHS:
+        text = layout["measured"][("unmeetable-budget", width)]["text"]
+        assert "recommend" not in text.lower()
+        assert plan.notice in text and plan.remedy.removeprefix("Remedy:").strip() in text
+        assert "Nearest option" in text and plan.candidates[0].instance_type in text
+    met = layout["measured"][("70b-qlora", 1280)]["text"]
+    assert "Recommended" in met

@@ -368,3 +368,60 @@ def test_band_quantile_gives_the_pessimistic_end_for_a_p80_budget():
     assert band_quantile("RTX4090", stack, 0.01)[0] == pytest.approx(low)  # clamped to the stored range
     with pytest.raises(ValueError):
         band_quantile("RTX4090", stack, 1.0)
+
+
+# ----------------------------------------------------------------------------- frameworks and cards (issue 21)
+
+
+def test_sustained_rate_is_per_card_with_its_power_limit():
+    """Both 'ada': the 72 W L4 sustains a far lower share of its peak than the 450 W RTX 4090 (measured
+    matmul tables), the 300 W RTX 6000 Ada less than the 350 W L40S on the same die; H100 PCIe below SXM."""
+    from advisor.throughput import sustained_fraction
+
+    f = {name: sustained_fraction(get_gpu(name)) for name in ("L4", "RTX4090", "L40S", "RTX6000-Ada", "H100",
+                                                              "H100-PCIE", "A100-80GB")}
+    assert f["L4"] < 0.6 < f["L40S"] and f["RTX4090"] > 0.9
+    assert f["RTX6000-Ada"] < f["L40S"] and f["H100-PCIE"] < f["H100"] < f["A100-80GB"]
+    stack = Stack(method="qlora", attention="flash", grad_checkpointing=True)
+    l4 = estimate_throughput(LLAMA_8B, stack, Shape(micro_batch=4), "L4")
+    assert l4.assumptions["sustained_matmul_fraction"] == pytest.approx(f["L4"], abs=1e-4)
+    for name, entry in table()["sustained_matmul"].items():
+        get_gpu(name)  # a card of the GPU table
+        assert 0.3 < entry["fraction"] < 1.2 and entry["source"], name
+
+
+def test_the_hf_stack_pays_for_its_module_calls_and_trainer_step():
+    """The default framework is what `launch` runs: transformers' eager modules (each call through
+    Module._call_impl and the hooks), peft's adapter modules and the Trainer's per-step work; a tuned
+    framework compiles or fuses them and reaches more of the card's matmul rate."""
+    from advisor.throughput import module_calls
+
+    c = counts(LLAMA_8B, Stack(method="lora"))
+    hf, tuned = Stack(method="lora"), Stack(method="lora", framework="tuned")
+    assert module_calls(c, tuned) == 0 < module_calls(counts(LLAMA_8B, Stack()), Stack()) < module_calls(c, hf)
+    assert module_calls(c, hf.model_copy(update={"grad_checkpointing": True})) == 2 * module_calls(c, hf)
+    shape = Shape(micro_batch=1, seq_len=256, grad_accum=1)
+    a = step_time(c, hf, shape, get_gpu("H100"), with_band=False)
+    b = step_time(c, tuned, shape, get_gpu("H100"), with_band=False)
+    k = table()["fitted"]
+    assert a["dispatch_seconds"] - b["dispatch_seconds"] == pytest.approx(
+        module_calls(c, hf) * k["module_call_seconds_hf"]["value"])
+    assert a["step_overhead_seconds"] == k["step_overhead_s_hf"]["value"]
+    assert b["step_overhead_seconds"] == k["step_overhead_s_tuned"]["value"]
+    assert k["matmul_efficiency_hf"]["value"] < k["matmul_efficiency_tuned"]["value"]
+    assert "tuned framework" in tuned.label() and "framework" not in hf.label()
+
+
+def test_flash_attention_and_recompute_follow_a_published_hf_deepspeed_ablation():
+    """FlagPerf's note on its DeepSpeed cases (training/nvidia/baichuan2_13b-deepspeed/README.md, 附表): Llama-2-7B
+    on A100 runs at MFU 50 % with FlashAttention-2, 28 % without it and 21 % without it and with gradient
+    checkpointing (transformers LlamaForCausalLM + DeepSpeed ZeRO-3, seq 4096, training/benchmarks/llama2_7b)."""
+    stack = Stack(precision="fp16", attention="flash", sharding="zero3", gpus=8)
+    shape = Shape(micro_batch=1, seq_len=4096, grad_accum=1)
+    model = "meta-llama/Llama-2-7b-hf"
+    flash = estimate_throughput(model, stack, shape, "A100-80GB").mfu
+    eager = estimate_throughput(model, stack.model_copy(update={"attention": "eager"}), shape, "A100-80GB").mfu
+    both = estimate_throughput(model, stack.model_copy(update={"attention": "eager", "grad_checkpointing": True}),
+                               shape, "A100-80GB").mfu
+    assert flash / eager == pytest.approx(50 / 28, rel=0.15)
+    assert eager / both == pytest.approx(28 / 21, rel=0.15)

@@ -2,15 +2,18 @@
 
 `plan(request: PlanRequest) -> Plan` runs named stages, each a function of typed inputs:
 
-1. offers      (planner.offers)  sheets -> usable instance rows, filters, price tiers
-2. configs     (planner.configs) distinct GPU model × GPUs × nodes × stack
-3. memory fits (planner.configs) the engine's micro-batch for each config
-4. timing      (planner.configs) the engine's throughput at that micro-batch and accumulation
-5. pricing     (planner.costing) hours and cost of each offer × config, billed per provider
-6. selection   (planner.select)  constraints, ranking, Pareto front, best-per, baseline
-7. rejections  (planner.rejections) why every ruled-out option was ruled out
+1. offers      (planner.offers)  sheets -> usable instance rows, filters, dominance pruning, tiers
+2. configs     (planner.configs) distinct GPU model × GPUs × nodes × stack (8-bit AdamW only if needed)
+3. memory fits (planner.configs) the engine's micro-batch for each config: a frozen `Fit`
+4. timing      (planner.configs) step time and training hours per quantile: a frozen `StepTime`
+5. costing     (planner.costing) the one place wall hours (training, setup, checkpoints,
+                                 interruptions) and billed cost are computed, for p10/p50/p90/rank
+6. selection   (planner.select, planner.host, planner.ranking) host checks, constraints, ranking,
+                                 near-ties, one row per offer, Pareto front, best-per, baseline, spot
+7. rejections  (planner.rejections) why every ruled-out option was ruled out, with a count
 Everything shown is then checked exactly with the engine (`Evaluator.settle`) and re-ranked if
-a predicted micro-batch shrank; `assemble` turns positions into typed `Candidate`s.
+a predicted micro-batch shrank; `assemble` turns positions into typed `Candidate`s, which only
+copy what the stages computed.
 """
 
 from __future__ import annotations
@@ -49,11 +52,16 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
         offers = _offers.load(request)
     off = _offers.prepare(offers, request, rejections)
     priced = _offers.priced_tiers(off, request.spot)
+    rejections.end_offer_stage()
 
-    eval_methods = tuple(dict.fromkeys(request.methods + ("full",)))  # full is always evaluated for the baseline
     hardware = off[["gpu_model", "gpu_count", "fabric_gbps"]].drop_duplicates().itertuples(index=False)
     evaluator = Evaluator(engine, request)
-    configs = evaluator.configs(hardware, eval_methods)
+    configs = evaluator.configs(hardware, request.methods, off.groupby(["gpu_model", "gpu_count"]).size().to_dict())
+    for reason, (n, example) in evaluator.excluded.items():
+        rejections.add(reason, n, example)
+    configs, needless = _configs.drop_needless_8bit(configs, request)
+    rejections.add("8-bit AdamW variants left out: a standard-AdamW stack fits the same hardware (8-bit only "
+                   "when pinned or when it is what makes the run fit)", needless)
     if request.max_nodes > 1:
         single = off["fabric_gbps"].isna()
         rejections.add("multi-node: no inter-node fabric known for the instance type (pricing/data/fabrics.csv); "
@@ -61,11 +69,12 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
 
     counts = engine.counts(_lora_probe(request))
     weights_gb = counts.params_total * 2 / 1e9
+    request_weights_gb = weights_gb  # the 16-bit checkpoint a node loads (host RAM rule)
     cfg = config_frame(configs, request, weights_gb, counts.adapters_total * 4 / 1e9)
     priced_counts = priced.groupby(["gpu_model", "gpu_count"]).size().to_dict()
     reject_nofit(cfg, configs, off, priced_counts, request, rejections)
 
-    chosen = _settled_selection(cfg, configs, priced, request, rejections, evaluator)
+    chosen = _settled_selection(cfg, configs, priced, request, rejections, evaluator, request_weights_gb)
     return assemble(chosen, configs, priced, request, engine, counts, offers, off)
 
 
@@ -89,9 +98,12 @@ def _check_pins(engine: Engine, request: PlanRequest) -> None:
 
 
 def _settled_selection(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections,
-                       evaluator: Evaluator) -> Selection:
+                       evaluator: Evaluator, weights_gb: float) -> Selection:
     """Select; check every shown candidate's micro-batch exactly; select again until none changes."""
+    from advisor.planner.select import refresh
+
     for rounds in range(SETTLE_ROUNDS):
+        cfg = refresh(cfg, configs, weights_gb) if rounds else cfg
         chosen = select(cfg, configs, priced, request, rejections.copy())
         rows = {int(r) for r in chosen.scored["row"].to_numpy()[chosen.shown(request.top)]}
         if all([evaluator.settle(configs[r]) for r in sorted(rows)]):
@@ -99,7 +111,7 @@ def _settled_selection(cfg, configs: list[Config], priced, request: PlanRequest,
     for c in configs:  # pragma: no cover - only if the estimator is far from affine in the micro-batch
         if c.max_micro_batch > 0:
             evaluator.settle(c)
-    return select(cfg, configs, priced, request, rejections.copy())
+    return select(refresh(cfg, configs, weights_gb), configs, priced, request, rejections.copy())
 
 
 def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequest, engine: Engine, counts,
@@ -108,17 +120,26 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     spot alternative, and the warnings a reader must see."""
     from pricing.cache import stale_days
 
+    from advisor.planner import ranking
+
     sc = chosen.scored
     position = {int(i): k + 1 for k, i in enumerate(chosen.ranked)}  # place in the full ranking (0: outside)
     scored_row, offer_row = _rows(sc), _rows(priced)
+    suspect = ranking.spot_suspect(priced)
+    others = _other_names(chosen, priced)
 
     def candidate(i, rank: int | None = None) -> Candidate:
         r = scored_row(int(i))
         o = offer_row(int(r["offer_row"]))
         cfg = configs[int(r["row"])]
-        c = to_candidate(cfg, o, r, request, position.get(int(i), 0) if rank is None else rank)
+        extra = [chosen.why[int(i)]] if int(i) in chosen.why else []
+        if o["spot"] and suspect[int(r["offer_row"])]:
+            extra.append(ranking.SPOT_SUSPECT_NOTE)
+        names, regions = others.get(int(r["offer_row"]), ([], []))
+        c = to_candidate(cfg, o, r, request, position.get(int(i), 0) if rank is None else rank, engine.spec,
+                         extra, names, regions)
         if not chosen.constraints_met:
-            c.notes.extend(misses(c.cost_usd, c.hours, request))
+            c.notes.extend(misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request))
         return c
 
     candidates = [candidate(i, k + 1) for k, i in enumerate(chosen.ranked[:request.top])]
@@ -127,19 +148,81 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     best_provider = {c.provider: c for c in (candidate(i) for i in chosen.best["provider"])}
     baseline = candidate(chosen.baseline[0]) if len(chosen.baseline) else None
     spot = candidate(chosen.spot[0]) if len(chosen.spot) else None
-    saving = (baseline.cost_usd - candidates[0].cost_usd) if (baseline and candidates) else None
+    saving = (baseline.cost_usd - candidates[0].cost_usd) if (baseline and candidates and chosen.constraints_met) \
+        else None
+    remedy = _remedy(candidates[0], request) if candidates and not chosen.constraints_met else ""
 
     warnings = list(getattr(offers, "attrs", {}).get("problems", []))[:20]
-    warnings += _warnings(chosen, candidates, request, off, spot)
+    warnings += _warnings(chosen, candidates, request, off, spot, engine.spec) + ([remedy] if remedy else [])
     spec = engine.spec
+    top_stack = candidates[0].stack if candidates else _lora_probe(request).model_copy(
+        update={"method": request.methods[0]})
+    trainable = counts.params_total if top_stack.method == "full" else engine.counts(top_stack).adapters_total
     info = ModelInfo(name=spec.name, family=spec.family, source=spec.source, params_total=int(counts.params_total),
-                     params_trainable=int(counts.params_total), params_active=int(counts.matmul_active))
+                     params_trainable=int(trainable), params_active=int(counts.matmul_active))
     return Plan(model=info, workload=_workload(request), candidates=candidates, pareto=pareto, baseline=baseline,
                 best_per_gpu=best_gpu, best_per_provider=best_provider, spot_alternative=spot,
                 rejected=chosen.rejections.to_list(), assumptions=_assumptions(chosen, configs, request, engine),
                 warnings=warnings, command=request.command, stale_days=stale_days(),
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
-                notice=chosen.notice, constraints_met=chosen.constraints_met)
+                notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
+                managed_alternatives=_managed(spec, counts, top_stack.method, request))
+
+
+def _managed(spec, counts, method: str, request: PlanRequest) -> list:
+    """Per-token services that list this model for the method (for QLoRA, their LoRA: the same adapter
+    comes back), priced for the plan's tokens x epochs (pricing/managed.py)."""
+    from pricing.managed import alternatives
+
+    for m in (method, "lora") if method == "qlora" else (method,):
+        found = alternatives(spec.name, counts.params_total / 1e9, m, request.tokens, request.epochs)
+        if found:
+            return found
+    return []
+
+
+def _other_names(chosen: Selection, priced) -> dict[int, tuple[list[str], list[str]]]:
+    """Per offer row shown: the other instance names and the other regions of the same offer
+    (ranking.offer_identity)."""
+    from advisor.planner.ranking import offer_identity
+
+    ident = offer_identity(priced)
+    shown = {int(o) for o in chosen.scored["offer_row"].to_numpy()[chosen.shown(10_000)]}
+    groups: dict[int, list[int]] = {}
+    for row, key in enumerate(ident):
+        groups.setdefault(int(key), []).append(row)
+    names, regions = priced["instance_type"].astype(str).to_numpy(), priced["region"].astype(str).to_numpy()
+    out = {}
+    for row in shown:
+        mates = [m for m in groups[int(ident[row])] if m != row]
+        out[row] = (sorted({f"{names[m]} ({regions[m]})" for m in mates if names[m] != names[row]})[:20],
+                    sorted({regions[m] for m in mates if names[m] == names[row] and regions[m] != regions[row]}))
+    return out
+
+
+def _remedy(c: Candidate, request: PlanRequest) -> str:
+    """What would fit on the closest candidate: the largest token count that meets the budget and the
+    deadline (training hours scale with tokens; setup does not), and the budget the job needs."""
+    t, k = c.timing, c.cost
+    scaling = max(t.hours_at_risk - t.setup_hours, 1e-9)  # training, checkpoints, interruptions: ∝ tokens
+    shares = []
+    if request.budget is not None and k.usd_at_risk:
+        shares.append((request.budget / k.usd_at_risk * t.hours_at_risk - t.setup_hours) / scaling)
+    if request.deadline_hours is not None:
+        shares.append((request.deadline_hours - t.setup_hours) / scaling)
+    share = max(min(shares), 0.0) if shares else 1.0
+    tokens = request.train_tokens * share
+    gpus = f"{c.gpu_count * c.nodes}x {c.gpu_model}"
+    scope = (f"~{_tokens(tokens)} tokens would fit on {gpus} ({c.provider} {c.instance_type})" if tokens >= 1e6
+             else f"even the setup alone does not fit on {gpus}")
+    need = [f"the requested {_tokens(request.train_tokens)} tokens need ${k.usd_at_risk:,.2f}"]
+    if request.deadline_hours is not None:
+        need.append(f"{t.hours_at_risk:,.1f} h")
+    return f"Remedy: {scope}; " + " and ".join(need) + " there."
+
+
+def _tokens(n: float) -> str:
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 
 def _rows(frame):
@@ -149,8 +232,13 @@ def _rows(frame):
     return lambda i: {name: values[i] for name, values in columns.items()}
 
 
-def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanRequest, off, spot) -> list[str]:
+def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanRequest, off, spot, spec) -> list[str]:
     out = []
+    if candidates and candidates[0].stack.precision.endswith("fp16") and "bf16" in str(spec.torch_dtype).replace(
+            "bfloat16", "bf16"):
+        out.append(f"The top pick trains in fp16 ({candidates[0].gpu_model} has no bf16) a model released in bf16: "
+                   "fp16's narrower range can overflow activations of bf16-trained models (loss scaling helps, "
+                   "not always); prefer a bf16 card.")
     if not chosen.constraints_met and chosen.notice.startswith("No candidate meets"):
         for r in chosen.rejections.to_list():
             if r.reason.startswith(("over the budget", "misses the deadline")):
@@ -159,7 +247,7 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
             out.append(f"The closest, {candidates[0].provider} {candidates[0].instance_type}: "
                        + "; ".join(candidates[0].notes[-2:]) + ".")
     if len(off) and off["stale"].fillna(False).astype(bool).all():
-        out.append("Every matching price is stale (old catalog generation or older than the threshold): refresh "
+        out.append("Every matching price is stale (undated, or older than the threshold): refresh "
                    "with `gpu-advisor prices refresh` or give your own sheet with --prices.")
     if candidates and candidates[0].timing.global_batch != request.sequences_per_step:
         c = candidates[0]
@@ -212,70 +300,87 @@ def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest,
     }
 
 
-def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int) -> Candidate:
-    """One priced config as a typed Candidate (offer row `o`, scored row `r`)."""
+def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
     import numpy as np
 
-    stack, nodes = cfg.stack, cfg.nodes
     stale = o.get("stale", False)
-    t = cfg.timing
-    cost_spot = None if np.isnan(r["cost_spot_usd"]) else float(r["cost_spot_usd"])
     spot_price = o.get("spot_price_hour")
-    network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     also = o.get("also_in")
-    hours, usd = float(r["hours"]), float(r["cost_usd"])
+    return Offer(provider=str(o["provider"]), region=str(o["region"]), instance_type=str(o["instance_type"]),
+                 gpu_model=str(o["gpu_model"]), gpu_count=int(o["gpu_count"]), price_hour=float(o["price_hour"]),
+                 spot_price_hour=None if spot_price is None or spot_price != spot_price else float(spot_price),
+                 source=str(o.get("source", "")), price_date=str(o.get("price_date") or "date unknown")[:40],
+                 stale=bool(stale) if isinstance(stale, (bool, np.bool_)) else False,
+                 interconnect=str(o.get("interconnect") or ""), notes=str(o.get("notes") or ""),
+                 also_in=list(dict.fromkeys((list(also) if isinstance(also, (list, tuple)) else []) + also_regions)),
+                 also_named=also_named)
+
+
+def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_notes=(),
+                 also_named=(), also_regions=()) -> Candidate:
+    """One priced config as a typed Candidate (offer row `o`, scored row `r`): it only copies what
+    the evaluator (StepTime) and costing (the scored row) computed."""
+    import numpy as np
+
+    stack, nodes, t = cfg.stack, cfg.nodes, cfg.timed
+    step = t.step
+    cost_spot = None if np.isnan(r["cost_spot_usd"]) else float(r["cost_spot_usd"])
+    network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
+    usd = float(r["cost_usd"])
+    from advisor.measurements import measured_peak  # measured run: a measured peak above the estimate wins
+
+    peak, tight = measured_peak(int(cfg.peak), int(cfg.limit), cfg.tight, step, TIGHT_FRACTION)
     return Candidate(
-        rank=rank,
-        offer=Offer(provider=str(o["provider"]), region=str(o["region"]), instance_type=str(o["instance_type"]),
-                    gpu_model=str(o["gpu_model"]), gpu_count=int(o["gpu_count"]), price_hour=float(o["price_hour"]),
-                    spot_price_hour=None if spot_price is None or spot_price != spot_price else float(spot_price),
-                    source=str(o.get("source", "")), price_date=str(o.get("price_date") or o.get("fetched_at", ""))[:40],
-                    stale=bool(stale) if isinstance(stale, (bool, np.bool_)) else False,
-                    interconnect=str(o.get("interconnect") or ""), notes=str(o.get("notes") or ""),
-                    also_in=list(also) if isinstance(also, (list, tuple)) else []),
-        nodes=nodes,
-        network_gbps=network if nodes > 1 else None,
-        stack=stack,
-        shape=cfg.shape(request.seq_len, request.padded),
-        fit=MemoryFit(peak_bytes=int(cfg.peak), usable_bytes=int(cfg.gpu.usable_bytes), limit_bytes=int(cfg.limit),
-                      tight=cfg.tight),
+        rank=rank, offer=_offer(o, list(also_named), list(also_regions)), nodes=nodes, network_gbps=network if nodes > 1 else None,
+        stack=stack, shape=cfg.shape(request.seq_len, request.padded),
+        fit=MemoryFit(peak_bytes=peak, usable_bytes=int(cfg.gpu.usable_bytes), limit_bytes=int(cfg.limit),
+                      tight=tight),
         memory=cfg.breakdown,
-        timing=Timing(tokens_per_sec=float(t["tokens_per_sec"]), mfu=float(t["mfu"]), step_seconds=float(t["step_seconds"]),
-                      train_hours=float(cfg.train_hours), checkpoint_hours=float(r["checkpoint_hours"]),
+        timing=Timing(tokens_per_sec=float(step["tokens_per_sec"]), mfu=float(step["mfu"]),
+                      step_seconds=float(step["step_seconds"]), train_hours=float(r["train_hours"]),
+                      setup_hours=float(r["setup_hours"]), checkpoint_hours=float(r["checkpoint_hours"]),
                       checkpoint_interval_hours=float(r["checkpoint_interval_hours"]),
-                      interruption_hours=float(r["interruption_hours"]), hours=hours,
-                      hours_low=hours + cfg.train_hours_low - cfg.train_hours,
-                      hours_high=hours + cfg.train_hours_high - cfg.train_hours,
-                      hours_at_risk=float(r.get("hours_at_risk", hours)), band_basis=_band_basis(cfg),
-                      global_batch=cfg.global_batch),
+                      interruption_hours=float(r["interruption_hours"]), hours=float(r["hours"]),
+                      hours_low=float(r["hours_p10"]), hours_high=float(r["hours_p90"]),
+                      hours_at_risk=float(r["hours_rank"]), risk_quantile=t.rank_quantile,
+                      calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch),
         cost=Cost(spot=bool(o["spot"]), price_hour=float(o["price"]) * nodes, usd=usd,
                   on_demand_usd=float(r["cost_on_demand_usd"]), spot_usd=cost_spot,
-                  usd_per_m_tokens=usd / (request.train_tokens / 1e6),
-                  # cost scales with billed hours; the band and the risk figure scale it by the hours
-                  usd_low=usd * (hours + cfg.train_hours_low - cfg.train_hours) / hours,
-                  usd_high=usd * (hours + cfg.train_hours_high - cfg.train_hours) / hours,
-                  usd_at_risk=float(r.get("cost_at_risk", usd))),
+                  usd_per_m_tokens=usd / (request.train_tokens / 1e6), usd_low=float(r["cost_p10"]),
+                  usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
-        notes=_notes(cfg, request),
+        notes=_notes(cfg, request, spec) + list(extra_notes),
     )
 
 
 def _band_basis(cfg: Config) -> str:
     from advisor.throughput import band
 
-    return band(cfg.gpu, cfg.stack)[2]
+    # measured run hook: a measured step may carry its own basis (H3), preferred when present
+    return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])
 
 
-def _notes(cfg: Config, request: PlanRequest) -> list[str]:
+def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
     """What this candidate trades away, in words."""
-    st, out = cfg.stack, []
+    st, out, t = cfg.stack, [], cfg.timed
     if st.method == "full" and st.precision in ("bf16", "fp16") and not st.sharding.startswith("zero"):
         out.append(f"pure {st.precision} weights (no fp32 master copy): an update smaller than about 1/256 of a "
                    f"weight ({'8' if st.precision == 'bf16' else '11'} significand bits) rounds away, so with learning "
                    "rates near 1e-5 many updates are lost; mixed precision (--precision amp-bf16) avoids it")
+    if st.precision.endswith("fp16") and spec is not None and "bf" in str(spec.torch_dtype):
+        out.append(f"fp16: {cfg.gpu_model} has no bf16, and the model was released in bf16 (overflow risk; loss "
+                   "scaling needed)")
+    if st.optimizer in _configs.EIGHT_BIT and "optimizer" not in request.pins:
+        out.append(_configs.ONLY_8BIT_NOTE)
+    if t is not None and not t.calibrated and t.rank_quantile > 0.5 and RISKS_DEFAULT == request.risk:
+        out.append(f"ranked by its p{t.rank_quantile * 100:.0f} hours and cost: the time model has no calibration "
+                   "rows for this GPU class and method")
     if cfg.tight:
         out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band")
     if cfg.global_batch != request.sequences_per_step:
         out.append(f"runs {cfg.global_batch} sequences per step instead of {request.sequences_per_step} "
                    f"({st.gpus} GPUs do not divide it)")
     return out
+
+
+RISKS_DEFAULT = "p50"

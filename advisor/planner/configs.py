@@ -16,11 +16,12 @@ the user pins (`PlanRequest.pins`) fixes that dimension; the others are searched
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Iterable
 
 from advisor.engine import Engine, usable_limit
+from advisor.memo import Memo
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
 from advisor.stacks import Shape, Stack
@@ -97,6 +98,23 @@ def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tup
     return tuple(out)
 
 
+def no_stack_reason(gpu, n_gpus: int, family: str, pins: dict[str, Any]) -> str:
+    """Why the pins leave no stack for this hardware (the plan's rejection reason)."""
+    from advisor.architecture import supported_attention
+
+    attention = pins.get("attention")
+    if attention == "flash" and not gpu.supports_flash_attention:
+        return (f"--attention flash: {gpu.name} has no FlashAttention-2 kernel (it needs an Ampere or newer "
+                "NVIDIA GPU, or ROCm on MI200/MI300); use --attention sdpa")
+    if attention and attention not in supported_attention(family):
+        return f"--attention {attention}: transformers has no {attention} attention for the {family} family"
+    if pins.get("sharding") == "none" and n_gpus > 1:
+        return "--sharding none: several GPUs need ddp, fsdp or a ZeRO stage"
+    if pins.get("offload", "none") != "none":
+        return f"--offload {pins['offload']}: only FSDP or DeepSpeed ZeRO can offload"
+    return "no stack matches the pinned settings on this hardware"
+
+
 def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str) -> tuple[bool, ...]:
     """Liger Kernel where it applies: a family liger-kernel patches (families.json), a GPU its Triton
     kernels run on (`triton`: NVIDIA compute capability 7.0+, AMD ROCm), the standard loss, and no
@@ -137,8 +155,9 @@ def _shardings(method: str, n_gpus: int, pins: dict[str, Any]) -> list[tuple[str
     return list(dict.fromkeys(out))
 
 
-_STACKS: dict[tuple, Stack] = {}
-_STACKS_FOR: dict[tuple, tuple[Stack, ...]] = {}
+# bounded (advisor.memo): a long-lived process planning ever new pins must not grow without limit
+_STACKS: dict[tuple, Stack] = Memo()
+_STACKS_FOR: dict[tuple, tuple[Stack, ...]] = Memo()
 
 
 def _stack(fields: tuple) -> Stack:
@@ -148,9 +167,43 @@ def _stack(fields: tuple) -> Stack:
     return stack
 
 
+QUANTILES = {"p10": 0.1, "p50": 0.5, "p90": 0.9}  # the hours band every candidate carries
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One config's timing, computed once (Evaluator.time) and never changed: the engine's step
+    numbers at the micro-batch and accumulation that reach the global batch, and the training
+    hours at each quantile of the time model's held-out error (p10 fast .. p90 slow, and `rank`:
+    the quantile the ranking uses). Costing alone turns these into wall hours and cost."""
+
+    step: dict  # Engine.step's numbers (possibly adjusted by a measured run)
+    micro_batch: int
+    grad_accum: int
+    global_batch: int
+    train_hours: dict  # "p10" | "p50" | "p90" | "rank" -> training hours
+    rank_quantile: float  # 0.5 for a calibrated segment at --risk p50, 0.8 uncalibrated, else --risk's
+    calibrated: bool  # the segment (GPU class x method) has held-out calibration rows
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One config's memory answer (Evaluator.fit, replaced whole by Evaluator.settle, never edited)."""
+
+    max_micro_batch: int = 0  # the largest that fits (0: none)
+    need1: int = 0  # device bytes at micro-batch 1 (of the leanest variant when this one cannot fit)
+    peak: int = 0  # device bytes at the candidate's shape (at micro-batch 1 until settled)
+    cpu_ram: int = 0  # host RAM per node for offloaded states
+    breakdown: Breakdown | None = None
+    verified: bool = False  # the micro-batch is the exact search's, not the affine guess
+    tight: bool = False
+    checkpoint_bytes: int = 0
+
+
 @dataclass
 class Config:
-    """One hardware × stack: its micro-batch, memory and (when it fits) timing."""
+    """One hardware × stack and the two frozen records the evaluator computed for it: `fitted`
+    (memory) and `timed` (step time and training hours per quantile, None when it does not fit)."""
 
     gpu: object  # pricing.gpus.GPU
     per_node: int
@@ -158,26 +211,35 @@ class Config:
     stack: Stack
     limit: int
     fabric_gbps: float | None = None  # across nodes (None: one node)
-    max_micro_batch: int = 0  # the largest that fits (0: none)
-    micro_batch: int = 0  # the one run: a divisor of the per-GPU global batch
-    need1: int = 0  # device bytes at micro-batch 1 (of the leanest variant when this one cannot fit)
-    peak: int = 0
-    cpu_ram: int = 0  # host RAM per node for offloaded states
-    breakdown: Breakdown | None = None
-    verified: bool = False
-    tight: bool = False
-    grad_accum: int = 0
-    global_batch: int = 0  # sequences per step as run (= the request's where the GPU count allows)
-    timing: dict | None = None  # Engine.step's numbers
-    train_hours: float = math.nan
-    train_hours_low: float = math.nan  # the time model's held-out band (p10 .. p90 of its error)
-    train_hours_high: float = math.nan
-    train_hours_risk: float = math.nan  # at the request's --risk quantile (= train_hours at p50)
-    checkpoint_bytes: int = 0
+    fitted: Fit = Fit()
+    timed: "StepTime | None" = None
+
+    def __getattr__(self, name: str):
+        """The records' fields read as the config's own (cfg.max_micro_batch, cfg.tight, ...)."""
+        fitted = self.__dict__.get("fitted")
+        if fitted is not None and name in Fit.__dataclass_fields__:
+            return getattr(fitted, name)
+        raise AttributeError(name)
+
+    @property
+    def micro_batch(self) -> int:
+        return self.timed.micro_batch if self.timed else 0
 
     @property
     def gpu_model(self) -> str:
         return self.gpu.name
+
+    @property
+    def grad_accum(self) -> int:
+        return self.timed.grad_accum if self.timed else 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.timed.global_batch if self.timed else 0
+
+    @property
+    def train_hours(self) -> float:
+        return self.timed.train_hours["p50"] if self.timed else math.nan
 
     @property
     def method(self) -> str:
@@ -191,6 +253,49 @@ class Config:
 def _shape(micro_batch: int, seq_len: int, grad_accum: int | None, padded: bool) -> Shape:
     """One shared (frozen) Shape per distinct value: thousands of configs run the same few."""
     return Shape(micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
+
+
+UNCALIBRATED_QUANTILE = 0.8  # a segment without calibration rows ranks by its pessimistic end (DESIGN.md)
+
+
+def is_calibrated(gpu, stack: Stack) -> bool:
+    """Whether the time model has held-out calibration rows for this GPU class x method (mfu.json bands)."""
+    from advisor.throughput import segment, table
+
+    entry = ((table().get("bands") or {}).get("segments") or {}).get(segment(gpu, stack))
+    return bool(entry and entry.get("rows", 0) > 0)
+
+
+def _factor(t: dict, cfg: "Config", q: float) -> float:
+    """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90 (a measured run may
+    have narrowed it), the segment's stored quantiles elsewhere."""
+    tps = t["tokens_per_sec"]
+    if q == 0.1 and t.get("tokens_per_sec_low"):
+        return t["tokens_per_sec_low"] / tps
+    if q == 0.9 and t.get("tokens_per_sec_high"):
+        return t["tokens_per_sec_high"] / tps
+    from advisor.throughput import band_quantile
+
+    return band_quantile(cfg.gpu, cfg.stack, q)[0]
+
+
+EIGHT_BIT = ("adamw-8bit", "paged-adamw-8bit")
+ONLY_8BIT_NOTE = "fits only with 8-bit AdamW: no standard-AdamW stack of this method fits this hardware"
+
+
+def drop_needless_8bit(configs: list["Config"], request: PlanRequest) -> tuple[list["Config"], int]:
+    """Standard AdamW by default (DESIGN.md): an unpinned 8-bit AdamW config is kept only where no
+    standard-AdamW stack of the same method fits the same hardware (GPU model, GPUs per node,
+    nodes, fabric): then 8-bit is what makes the run fit. Returns (kept, dropped)."""
+    if "optimizer" in request.pins:
+        return configs, 0
+
+    def hardware(c: "Config") -> tuple:
+        return c.gpu_model, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
+
+    fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.max_micro_batch > 0}
+    kept = [c for c in configs if c.stack.optimizer not in EIGHT_BIT or hardware(c) not in fits]
+    return kept, len(configs) - len(kept)
 
 
 def node_counts(most: int) -> list[int]:
@@ -221,11 +326,20 @@ class Evaluator:
         self.seq_len = request.seq_len
         self._lean: dict[tuple, Stack] = {}
         self._one = Shape(micro_batch=1, seq_len=request.seq_len, padded=request.padded)
+        self.excluded: dict[str, list] = {}  # reason -> [hardware configs, example]: for the plan's rejections
 
-    def configs(self, hardware: Iterable[tuple[str, int, float | None]], methods: tuple[str, ...]) -> list[Config]:
+    def _exclude(self, reason: str, example: str, hardware: tuple = ()) -> None:
+        entry = self.excluded.setdefault(reason, [0, example])
+        entry[0] += self._offers.get(hardware, 1)
+
+    def configs(self, hardware: Iterable[tuple[str, int, float | None]], methods: tuple[str, ...],
+                offers: dict | None = None) -> list[Config]:
         """Every (GPU model, GPUs per node, fabric) × node count × stack the request allows, fitted and
-        timed. One node per (GPU model, GPUs per node); more only over a known fabric."""
+        timed. One node per (GPU model, GPUs per node); more only over a known fabric. `offers`: how many
+        offers each (GPU model, GPUs per node) has, to count what a pin rules out in offers."""
         from pricing.gpus import get_gpu
+
+        self._offers = offers or {}
 
         req, rows = self.request, []
         global_batch = req.sequences_per_step
@@ -239,10 +353,21 @@ class Evaluator:
                     continue
                 single.add((gpu_model, per_node))
                 n = per_node * nodes
-                if (req.max_gpus is not None and n > req.max_gpus) or n > global_batch:
+                where = f"{n}x {gpu_model}" + (f" on {nodes} nodes" if nodes > 1 else "")
+                if req.max_gpus is not None and n > req.max_gpus:
+                    if nodes > 1:  # single instances over the limit: already counted with the offers
+                        self._exclude(f"--max-gpus {req.max_gpus}: more GPUs in total", where)
+                    continue
+                if n > global_batch:
+                    if nodes > 1:
+                        self._exclude(f"more GPUs than sequences in the global batch ({global_batch})", where)
                     continue
                 cap = min(MAX_MICRO_BATCH, max(1, global_batch // n))
-                for stack in stacks_for(gpu, n, methods, self.engine.spec.family, req.pins):
+                stacks = stacks_for(gpu, n, methods, self.engine.spec.family, req.pins)
+                if not stacks:
+                    self._exclude(no_stack_reason(gpu, n, self.engine.spec.family, req.pins), where,
+                                  (gpu_model, per_node))
+                for stack in stacks:
                     cfg = Config(gpu=gpu, per_node=per_node, nodes=nodes, stack=stack, limit=limit,
                                  fabric_gbps=fabric if nodes > 1 else None)
                     rows.append(self.fit(cfg, cap))
@@ -256,43 +381,46 @@ class Evaluator:
         if lean is None:
             lean = self._lean[cfg.stack.key] = cfg.stack.model_copy(update=LEANEST)
         lean_one = engine.memory(lean, self._one)
+        tight = False
         if lean_one.device_total > cfg.limit:
             one, mb = lean_one, 0
         else:
             padded = self.request.padded
             mb = engine.max_micro_batch(cfg.stack, seq, int(cfg.limit * (1 - TIGHT_FRACTION)), cap=cap, exact=False,
                                         padded=padded)
-            cfg.tight = mb == 0
+            tight = mb == 0
             mb = mb or engine.max_micro_batch(cfg.stack, seq, cfg.limit, cap=cap, exact=False, padded=padded)
             one = engine.memory(cfg.stack, self._one) if mb else lean_one
-        cfg.max_micro_batch, cfg.need1 = mb, one.device_total
-        cfg.cpu_ram = one.cpu_ram_bytes // cfg.nodes  # offloaded shards are spread over the nodes
-        cfg.breakdown, cfg.verified = one.breakdown, mb == 0
-        cfg.peak = one.device_total
+        cfg.fitted = Fit(max_micro_batch=mb, need1=one.device_total, peak=one.device_total,
+                         cpu_ram=one.cpu_ram_bytes // cfg.nodes,  # offloaded shards are spread over the nodes
+                         breakdown=one.breakdown, verified=mb == 0, tight=tight,
+                         checkpoint_bytes=engine.checkpoint_bytes(cfg.stack) if mb > 0 else 0)
         if mb > 0:
-            cfg.checkpoint_bytes = engine.checkpoint_bytes(cfg.stack)
             self.time(cfg)
         return cfg
 
     def time(self, cfg: Config) -> None:
-        """Step time, throughput and training hours at the micro-batch and accumulation that reach
-        the global batch."""
+        """Step time at the micro-batch and accumulation that reach the global batch, and training
+        hours per quantile (`StepTime`, frozen)."""
         req, n = self.request, cfg.stack.gpus
-        cfg.micro_batch, cfg.grad_accum, cfg.global_batch = split_batch(req.sequences_per_step, n, cfg.max_micro_batch)
+        mb, accum, global_batch = split_batch(req.sequences_per_step, n, cfg.max_micro_batch)
         network = req.network_gbps if req.network_gbps is not None else cfg.fabric_gbps
-        t = self.engine.step(cfg.stack, cfg.shape(self.seq_len, req.padded), cfg.gpu, nodes=cfg.nodes, mfu=req.mfu,
-                             network_gbps=network)
-        cfg.timing = t
-        cfg.train_hours = math.ceil(req.train_tokens / t["tokens_per_step"]) * t["step_seconds"] / 3600
-        tps = t["tokens_per_sec"]
-        cfg.train_hours_low = cfg.train_hours * tps / t.get("tokens_per_sec_high", tps)
-        cfg.train_hours_high = cfg.train_hours * tps / t.get("tokens_per_sec_low", tps)
-        cfg.train_hours_risk = cfg.train_hours
-        if RISKS[req.risk] > 0.5:
-            from advisor.throughput import band_quantile
+        t = self.engine.step(cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu, nodes=cfg.nodes,
+                             mfu=req.mfu, network_gbps=network)
+        # measured run (advisor/measurements.py): a matching measured.json replaces `t`, before hours
+        if req.measured or req.use_stored_measurements:
+            from advisor import measurements
 
-            factor, _ = band_quantile(cfg.gpu, cfg.stack, 1 - RISKS[req.risk])  # measured/predicted tokens/s
-            cfg.train_hours_risk = cfg.train_hours / factor
+            t = measurements.adjust(t, req, self.engine, cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu,
+                                    cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,
+                                                                          mfu=req.mfu, network_gbps=network))
+        p50 = math.ceil(req.train_tokens / t["tokens_per_step"]) * t["step_seconds"] / 3600
+        calibrated = "band_basis" in t or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
+        q = RISKS[req.risk] if RISKS[req.risk] > 0.5 else (0.5 if calibrated else UNCALIBRATED_QUANTILE)
+        hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9), "p90": p50 / _factor(t, cfg, 0.1),
+                 "rank": p50 / _factor(t, cfg, 1 - q) if q > 0.5 else p50}
+        cfg.timed = StepTime(step=t, micro_batch=mb, grad_accum=accum, global_batch=global_batch, train_hours=hours,
+                             rank_quantile=q, calibrated=calibrated)
 
     def settle(self, cfg: Config) -> bool:
         """Replace a predicted micro-batch by the exact one — outside the estimator's error band of the
@@ -305,9 +433,10 @@ class Evaluator:
         safe = engine.max_micro_batch(cfg.stack, seq, int(cfg.limit * (1 - TIGHT_FRACTION)), cap=cap, padded=req.padded)
         mb = safe or engine.max_micro_batch(cfg.stack, seq, cfg.limit, cap=cap, padded=req.padded)
         same = mb == cfg.max_micro_batch and cfg.tight == (safe == 0)
-        cfg.max_micro_batch, cfg.verified, cfg.tight = mb, True, safe == 0
+        cfg.fitted = replace(cfg.fitted, max_micro_batch=mb, verified=True, tight=safe == 0)
         if not same:
             self.time(cfg)
         est = engine.memory(cfg.stack, cfg.shape(seq, req.padded))
-        cfg.peak, cfg.breakdown, cfg.cpu_ram = est.device_total, est.breakdown, est.cpu_ram_bytes // cfg.nodes
+        cfg.fitted = replace(cfg.fitted, peak=est.device_total, breakdown=est.breakdown,
+                             cpu_ram=est.cpu_ram_bytes // cfg.nodes)
         return same

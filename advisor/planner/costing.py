@@ -75,14 +75,39 @@ def wall_hours(train, setup, write, rate, interval):
     return train + setup + ckpt + lost, ckpt, lost
 
 
-def score(priced, cfg, *, spot_rate: float | None = None, checkpoint_interval_hours: float | None = None):
-    """Hours and cost of every (priced offer × fitting config) pair, vectorised.
+QUANTILES = ("p50", "p10", "p90", "rank")  # training-hours columns `score` turns into hours and cost
 
-    `priced`: one row per offer and tier (columns gpu_model, gpu_count, provider, price_hour,
-    spot_price_hour, ram_gb, spot, fabric_gbps); `cfg`: one row per fitting config (gpu_model,
-    gpu_count, nodes, gpus, fabric_gbps, train_hours, setup_hours, write_hours, cpu_ram). A multi-node
-    config joins only offers over its fabric. Returns offer_row/cfg_row positions and numbers.
-    """
+
+def offer_billing(priced):
+    """(increment, minimum) billed seconds per offer row: the row's own `billing_increment_hours` /
+    `min_billed_hours` where the sheet gives them (cluster sellers bill by the week), else the
+    provider's entry in billing.json, else the default (per started hour)."""
+    import numpy as np
+    import pandas as pd
+
+    b = billing()
+    provider = priced["provider"].astype(str).str.lower()
+    inc = provider.map({k: v["increment_s"] for k, v in b["providers"].items()}).fillna(
+        b["default"]["increment_s"]).to_numpy(float, copy=True)
+    mins = provider.map({k: v["minimum_s"] for k, v in b["providers"].items()}).fillna(
+        b["default"]["minimum_s"]).to_numpy(float, copy=True)
+    for column, default in (("billing_increment_hours", inc), ("min_billed_hours", mins)):
+        if column in priced:
+            own = pd.to_numeric(priced[column], errors="coerce").to_numpy(float) * 3600
+            default[:] = np.where(np.isfinite(own) & (own > 0), own, default)
+    return inc, mins
+
+
+def billed_hours(hours, increment_s, minimum_s):
+    """Hours a provider bills for `hours` of use: at least the minimum, rounded up to the increment."""
+    import numpy as np
+
+    return np.ceil(np.maximum(hours * 3600, minimum_s) / increment_s - 1e-9) * increment_s / 3600
+
+
+def _pairs(priced, cfg):
+    """(offer rows, config rows) of every offer × fitting config on the same GPU model and count; a
+    multi-node config joins only offers over its fabric."""
     import numpy as np
     import pandas as pd
 
@@ -97,44 +122,52 @@ def score(priced, cfg, *, spot_rate: float | None = None, checkpoint_interval_ho
         of = priced["fabric_gbps"].to_numpy(float)[oi]
         keep = np.isnan(cf) | (cf == of)
         oi, ci = oi[keep], ci[keep]
+    return oi, ci
 
+
+def score(priced, cfg, *, spot_rate: float | None = None, checkpoint_interval_hours: float | None = None):
+    """Hours and cost of every (priced offer × fitting config) pair, vectorised: the one place
+    wall hours and cost are computed, for every quantile of the training hours alike.
+
+    `priced`: one row per offer and tier (gpu_model, gpu_count, provider, price_hour, spot_price_hour,
+    spot, fabric_gbps, optional billing_increment_hours / min_billed_hours); `cfg`: one row per fitting
+    config (gpu_model, gpu_count, nodes, gpus, fabric_gbps, setup_hours, write_hours and the training
+    hours train_hours_<q> for q in QUANTILES). Returns offer_row / cfg_row positions and, per pair,
+    hours_<q> and cost_<q> at the pair's tier (on demand, or spot for a spot row) with billing
+    increments applied, the p50 parts (setup, checkpoints, interruptions) and both tiers' p50 cost.
+    """
+    import numpy as np
+    import pandas as pd
+
+    oi, ci = _pairs(priced, cfg)
     nodes = cfg["nodes"].to_numpy(float)[ci]
     gpus = cfg["gpus"].to_numpy(float)[ci] if "gpus" in cfg else nodes * cfg["gpu_count"].to_numpy(float)[ci]
-    train = cfg["train_hours"].to_numpy(float)[ci]
     setup = np.broadcast_to(np.asarray(cfg["setup_hours"], float), (len(cfg),))[ci]
     write = cfg["write_hours"].to_numpy(float)[ci] if "write_hours" in cfg else np.zeros(len(ci))
     is_spot = priced["spot"].to_numpy(bool)[oi]
     od_price = priced["price_hour"].to_numpy(float)[oi]
     sp_price = priced["spot_price_hour"].to_numpy(float)[oi]
-    provider = priced["provider"]
-    b = billing()
-    inc = provider.map({k: v["increment_s"] for k, v in b["providers"].items()}).fillna(
-        b["default"]["increment_s"]).to_numpy(float)[oi]
-    mins = provider.map({k: v["minimum_s"] for k, v in b["providers"].items()}).fillna(
-        b["default"]["minimum_s"]).to_numpy(float)[oi]
+    inc, mins = (x[oi] for x in offer_billing(priced))
 
-    def billed(h):
-        return np.ceil(np.maximum(h * 3600, mins) / inc - 1e-9) * inc / 3600
-
-    def tier(spot: bool):
+    def tier(train, spot: bool):
         rate = interruption_rate(gpus, nodes, spot, spot_rate)
         interval = checkpoint_interval(write, rate, train, checkpoint_interval_hours)
         return (*wall_hours(train, setup, write, rate, interval), interval)
 
-    hours_od, ckpt_od, lost_od, int_od = tier(False)
-    hours_sp, ckpt_sp, lost_sp, int_sp = tier(True)
-    cost_od = billed(hours_od) * od_price * nodes
-    with np.errstate(invalid="ignore"):
-        cost_spot = billed(hours_sp) * sp_price * nodes  # NaN where no spot price
-    ram = pd.to_numeric(priced["ram_gb"], errors="coerce").fillna(0).to_numpy(float)[oi]
-    return pd.DataFrame({
-        "offer_row": oi, "cfg_row": ci,
-        "hours": np.where(is_spot, hours_sp, hours_od),
-        "cost_usd": np.where(is_spot, cost_spot, cost_od),
-        "cost_on_demand_usd": cost_od, "cost_spot_usd": cost_spot, "hours_spot": hours_sp,
-        "checkpoint_hours": np.where(is_spot, ckpt_sp, ckpt_od),
-        "interruption_hours": np.where(is_spot, lost_sp, lost_od),
-        "checkpoint_interval_hours": np.where(is_spot, int_sp, int_od),
-        "price_hour": od_price * nodes,
-        "ram_ok": cfg["cpu_ram"].to_numpy(float)[ci] <= ram * 1e9 * CPU_RAM_USABLE,
-    })
+    out = {"offer_row": oi, "cfg_row": ci}
+    for q in QUANTILES:
+        train = cfg[f"train_hours_{q}"].to_numpy(float)[ci]
+        hours_od, ckpt_od, lost_od, int_od = tier(train, False)
+        hours_sp, ckpt_sp, lost_sp, int_sp = tier(train, True)
+        cost_od = billed_hours(hours_od, inc, mins) * od_price * nodes
+        with np.errstate(invalid="ignore"):
+            cost_sp = billed_hours(hours_sp, inc, mins) * sp_price * nodes  # NaN where no spot price
+        out[f"hours_{q}"] = np.where(is_spot, hours_sp, hours_od)
+        out[f"cost_{q}"] = np.where(is_spot, cost_sp, cost_od)
+        if q == "p50":
+            out.update(train_hours=train, setup_hours=setup, cost_on_demand_usd=cost_od, cost_spot_usd=cost_sp,
+                       hours_spot=hours_sp, checkpoint_hours=np.where(is_spot, ckpt_sp, ckpt_od),
+                       interruption_hours=np.where(is_spot, lost_sp, lost_od),
+                       checkpoint_interval_hours=np.where(is_spot, int_sp, int_od))
+    out.update(hours=out["hours_p50"], cost_usd=out["cost_p50"], price_hour=od_price * nodes)
+    return pd.DataFrame(out)

@@ -23,7 +23,8 @@ def load(request: PlanRequest):
 
     from pricing import load_offers
 
-    return load_offers(user_sheets=[Path(p) for p in request.prices], discounts=list(request.discount) or None)
+    return load_offers(user_sheets=[Path(p) for p in request.prices], discounts=list(request.discount) or None,
+                       skip_bad_rows=request.skip_bad_rows)
 
 
 def prepare(offers, request: PlanRequest, rejections: Rejections):
@@ -35,13 +36,15 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     if offers is None or len(offers) == 0:
         raise AdvisorError("No usable price sheet: no offers loaded; run `gpu-advisor prices` to fetch or import one.")
     off = offers.copy()
+    if "observed_at" not in off and "fetched_at" in off:  # a library user's own frame: its dates are its own
+        off["observed_at"] = off["fetched_at"]
     for column, default in OPTIONAL_COLUMNS.items():  # a DataFrame from a library user may leave these out
         if column not in off:
             off[column] = default
     off["price_hour"] = pd.to_numeric(off["price_hour"], errors="coerce")
     off["spot_price_hour"] = pd.to_numeric(off.get("spot_price_hour"), errors="coerce")
     off["gpu_count"] = pd.to_numeric(off["gpu_count"], errors="coerce")
-    off = off[off["price_hour"].notna() & (off["price_hour"] > 0) & (off["gpu_count"] >= 1)]
+    off = off[off["price_hour"].notna() & (off["price_hour"] >= 0) & (off["gpu_count"] >= 1)]
     if len(off) == 0:
         raise AdvisorError("No usable price sheet: no offer has an on-demand price; run `gpu-advisor prices`.")
     off["gpu_count"] = off["gpu_count"].astype(int)
@@ -83,6 +86,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
 
 
 OPTIONAL_COLUMNS = {"spot_price_hour": None, "notes": "", "stale": False, "source": "", "fetched_at": "",
+                    "observed_at": None,
                     "interconnect": "", "cluster_gbps": float("nan"), "ram_gb": float("nan")}
 GPU_ONLY = "gpu_only_price"  # note the SkyPilot importer puts on attachable-GPU rows (PRICE_SOURCES.md)
 
@@ -104,34 +108,31 @@ def _complete_prices(off, rejections: Rejections):
 
 
 def _fresh_only(off, request: PlanRequest, rejections: Rejections):
-    """Drop stale rows (older than the threshold or from an old catalog generation) while a fresh
+    """Drop stale rows (undated, or older than the threshold: pricing.loader.stale_mask) while a fresh
     offer exists; with only stale rows left, keep them (the plan warns)."""
     stale = off["stale"].fillna(False).astype(bool).to_numpy() if "stale" in off else None
     if stale is None or request.allow_stale or not stale.any() or stale.all():
         return off
     from pricing.cache import stale_days
 
-    rejections.add(f"stale price (older than {stale_days():g} days or an old catalog generation) while fresh "
+    rejections.add(f"stale price (undated or older than {stale_days():g} days) while fresh "
                    "offers exist; --allow-stale ranks them too", int(stale.sum()), _examples(off.loc[stale]))
     return off.loc[~stale].reset_index(drop=True)
 
 
 def _observed(off):
-    """The date each price was observed by its source: the sheet's fetched_at, except rows from an
-    old catalog generation, whose snapshot date is only when the old file was copied: for those the
-    era the importer recorded ("stale:catalog-v6-2024-era" -> "2024-era (catalog v6)")."""
+    """The date each price was observed by its source (`observed_at`, pricing.loader), or "date
+    unknown" where the source gives none: never the day a snapshot was copied (`fetched_at`)."""
     import numpy as np
 
-    from pricing.schema import mentions, per_distinct
+    from pricing.schema import per_distinct
 
-    dates = per_distinct(off["fetched_at"], lambda stamp: str(stamp)[:10], na=np.nan)
-    old = mentions(off["notes"], "stale:catalog-")
-    if old.any():
-        notes = off["notes"][old].fillna("").astype(str)
-        era = notes.str.extract(r"stale:catalog-(v\d+)-([\w-]+?)(?:;|$)")
-        known = era[0].notna().to_numpy()
-        dates[np.flatnonzero(old)[known]] = (era.loc[known, 1] + " (catalog " + era.loc[known, 0] + ")").to_numpy()
-    return dates
+    if "observed_at" not in off:
+        return np.full(len(off), DATE_UNKNOWN, dtype=object)
+    return per_distinct(off["observed_at"], lambda stamp: str(stamp)[:10] or DATE_UNKNOWN, na=DATE_UNKNOWN)
+
+
+DATE_UNKNOWN = "date unknown"
 
 
 def _fabric(off):
@@ -194,28 +195,41 @@ def _first_n(group, prices, n: int):
 
 
 def cheapest(off, top: int, spot: bool, rejections: Rejections):
-    """Per instance kind (GPU model, GPUs per instance, fabric) and billing increment, the `top`
-    cheapest offers on demand and on spot, and each provider's cheapest. Hours depend on the
-    hardware and stack, never on the offer, so within a kind and billing increment a dearer offer
-    can never rank above these, beat them on the Pareto front or be the cheapest of its provider
-    or GPU: scoring it would only cost time (a public catalog has tens of thousands of rows)."""
+    """Dominance pruning: an offer is left out only when `top` others of the same kind (GPU model,
+    GPUs per instance, fabric), billing (increment and minimum) and seller type (marketplace or not)
+    are at least as cheap and have at least its host RAM and vCPUs (unknown host sizes compared only
+    with unknown ones), on demand and on spot alike; each provider's cheapest is always kept. Hours
+    depend on the hardware and stack, never on the offer, and every later stage (host checks,
+    costing, near-ties, spot) reads only these attributes, so a left-out offer can never rank above
+    the kept ones: `--top` never changes whether a plan exists or its #1."""
     import numpy as np
+    import pandas as pd
 
-    from advisor.planner.costing import billing_increment
+    from advisor.planner.costing import offer_billing
+    from advisor.planner.ranking import marketplace
 
     if len(off) <= 4 * top:
         return off
-    kind = off.groupby(["gpu_model", "gpu_count", off["fabric_gbps"].fillna(-1)], sort=False).ngroup().to_numpy()
-    per_provider = {p: billing_increment(p) for p in off["provider"].unique()}
-    increment = off["provider"].map(per_provider).factorize()[0]
+    inc, mins = offer_billing(off)
+    kind = pd.MultiIndex.from_arrays([off["gpu_model"], off["gpu_count"], off["fabric_gbps"].fillna(-1), inc, mins,
+                                      marketplace(off)]).factorize()[0]
+    ram = pd.to_numeric(off["ram_gb"], errors="coerce").to_numpy(float)
+    cpus = pd.to_numeric(off["vcpus"], errors="coerce").to_numpy(float) if "vcpus" in off else np.full(len(off), np.nan)
+    known = ~(np.isnan(ram) | np.isnan(cpus))
     provider = off["provider"].factorize()[0]
     keep = np.zeros(len(off), dtype=bool)
     for price in ("price_hour", "spot_price_hour") if spot else ("price_hour",):
         prices = off[price].to_numpy(float)
-        for group, limit in ((kind * (increment.max() + 1) + increment, top), (kind * (provider.max() + 1) + provider, 1)):
-            keep |= _first_n(group, prices, limit)
-    rejections.add(f"offers dearer than the {top} cheapest of the same GPU, GPU count, fabric and billing "
-                   "(they cannot rank above them)", int((~keep).sum()), _examples(off.loc[~keep]))
+        keep |= _first_n(kind * (provider.max() + 1) + provider, prices, 1)
+        keep |= _first_n(kind * 2 + known, np.where(known, np.nan, prices), top)  # unknown host sizes
+        for g in np.unique(kind[known]):
+            rows = np.flatnonzero((kind == g) & known & ~np.isnan(prices))
+            for r, c in set(zip(ram[rows], cpus[rows])):  # every host size a check could ask for
+                able = rows[(ram[rows] >= r) & (cpus[rows] >= c)]
+                keep[able[np.argsort(prices[able], kind="stable")[:top]]] = True
+    rejections.add(f"offers dominated by {top} others of the same GPU, GPU count, fabric, billing and seller type "
+                   "that cost no more and have at least their host RAM and vCPUs", int((~keep).sum()),
+                   _examples(off.loc[~keep]))
     return off.loc[keep].reset_index(drop=True)
 
 

@@ -10,6 +10,15 @@ class Rejections:
 
     def __init__(self) -> None:
         self._by: dict[str, list] = {}
+        self._offer_stage: set[str] = set()  # reasons that ruled out price rows, not hardware or stacks
+
+    def end_offer_stage(self) -> None:
+        """Mark the reasons so far as the offer stage's (sheets and filters)."""
+        self._offer_stage = set(self._by)
+
+    def beyond_offers(self) -> list[Rejection]:
+        """The reasons after the offer stage (memory, pins, hosts, constraints), most common first."""
+        return [r for r in self.to_list() if r.reason not in self._offer_stage]
 
     def add(self, reason: str, n: int, example: str = "") -> None:
         if n > 0:
@@ -19,6 +28,7 @@ class Rejections:
     def copy(self) -> "Rejections":
         out = Rejections()
         out._by = {k: list(v) for k, v in self._by.items()}
+        out._offer_stage = set(self._offer_stage)
         return out
 
     def to_list(self) -> list[Rejection]:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
 from advisor.modelspec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
@@ -23,12 +23,12 @@ DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given
 MAX_TOP = 10_000  # candidates a plan lists
 # Fields that must be whole numbers, booleans or one of a few words in a plan file or a library call
 # (pydantic's lax mode would read 2.7 as an error but "yes" as True: a plan file says true/false).
-_BOOL_FIELDS = ("spot", "allow_stale", "distinct", "padded")
+_BOOL_FIELDS = ("spot", "allow_stale", "distinct", "padded", "use_stored_measurements", "skip_bad_rows")
 _INT_FIELDS = ("seq_len", "global_batch", "global_batch_tokens", "max_gpus", "max_nodes", "top")
 # Stack fields a plan may pin (cli/options.py offers the same set; tests check they agree)
 PIN_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "adapter_dtype", "dora", "modules_to_save",
               "double_quant", "bnb_saves_inputs", "precision", "optimizer", "grad_checkpointing", "attention",
-              "liger", "loss", "compile", "sharding", "offload")
+              "liger", "loss", "compile", "sharding", "offload", "framework")
 
 
 def parse_count(value: Any, option: str, maximum: float = MAX_TOKENS) -> float | None:
@@ -101,10 +101,17 @@ class PlanRequest(BaseModel):
     distinct: bool = Field(True, description="one row per offer × node count × method (its best stack)")
     prices: tuple[str, ...] = Field((), description="price sheets that win over the bundled snapshot")
     discount: tuple[str, ...] = Field((), description="provider=fraction, e.g. aws=0.3")
+    skip_bad_rows: bool = Field(False, description="leave out unreadable rows of the user's price sheets")
     command: str = ""
     pins: dict[str, Any] = Field(default_factory=dict, description="stack settings the user fixed (Stack fields); "
                                                                    "every other dimension is searched")
     padded: bool = False
+    # measured runs (advisor/measurements.py): measured.json files, and whether the store applies too
+    measured: tuple[str, ...] = Field((), description="measured.json files (launch.sh --benchmark) whose rate "
+                                                      "replaces the time model's for matching candidates")
+    use_stored_measurements: bool = Field(True, description="also apply the measurement store's runs "
+                                                            "(gpu-advisor calibrate); false: --no-measured")
+    _measurements: Any = PrivateAttr(None)  # read once per request (advisor.measurements.for_request)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -165,6 +172,14 @@ class PlanRequest(BaseModel):
     def _lists(cls, v: Any) -> tuple[str, ...]:
         return parse_list(v)
 
+    @field_validator("measured", mode="before")
+    @classmethod
+    def _measured(cls, v: Any) -> tuple[str, ...]:
+        """File paths as given (a path may hold a comma); each is read and validated when planning."""
+        if v is None:
+            return ()
+        return tuple(str(x) for x in (v if isinstance(v, (list, tuple)) else [v]))
+
     @field_validator("deadline_hours", mode="before")
     @classmethod
     def _deadline(cls, v: Any) -> float | None:
@@ -182,6 +197,10 @@ class PlanRequest(BaseModel):
         if bad:
             raise BadInput(f"--{bad[0].replace('_', '-')}: not a stack setting a plan can pin; pins: "
                            f"{', '.join(PIN_FIELDS)}.")
+        for key, val in pins.items():  # 'BF16' in a plan file means bf16, as on the command line
+            choices = _choices(Stack.model_fields[key].annotation)
+            if choices and isinstance(val, str):
+                pins[key] = check_choice(f"--{key.replace('_', '-')}", (val,), choices)[0]
         probe = {"method": "lora", **pins}
         if pins.get("precision") == "fp32":
             probe["method"] = "full"
@@ -193,8 +212,9 @@ class PlanRequest(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "PlanRequest":
-        self.methods = tuple(dict.fromkeys(self.methods)) or METHODS
-        check_choice("--methods", self.methods, METHODS)
+        self.methods = tuple(dict.fromkeys(check_choice("--methods", self.methods, METHODS))) or METHODS
+        self.sort = self.sort.lower() if isinstance(self.sort, str) else self.sort
+        self.risk = self.risk.lower() if isinstance(self.risk, str) else self.risk
         for name, value in (("epochs", self.epochs), ("tokens", self.tokens)):
             if not math.isfinite(value) or value <= 0:
                 raise BadInput(f"--{name}: must be a positive, finite number (got {value}).")
@@ -230,6 +250,10 @@ class PlanRequest(BaseModel):
             raise BadInput(f"--budget: must be a positive amount of USD (got {self.budget}).")
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
             raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
+        if self.measured:  # a bad measured.json is refused before any planning (exit 2)
+            from advisor.measurements import gather
+
+            self._measurements = gather(self.measured, self.use_stored_measurements)
         return self
 
     @property
@@ -271,7 +295,7 @@ _ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model", "
 FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "epochs", "seq_len", "global_batch", "global_batch_tokens",
              "methods", "budget", "deadline", "providers", "regions", "gpu", "spot", "max_gpus", "max_nodes",
              "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks", "allow_stale",
-             "checkpoint_every", "padded", "risk", *PIN_FIELDS)
+             "skip_bad_rows", "checkpoint_every", "padded", "risk", "measured", "no_measured", *PIN_FIELDS)
 
 
 def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
@@ -285,6 +309,10 @@ def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     out["pins"] = pins
+    if "no_measured" in out:  # --no-measured: ignore the measurement store
+        if not isinstance(out["no_measured"], bool):
+            raise BadInput(f"--no-measured: expected true or false (got {out['no_measured']!r:.80}).")
+        out["use_stored_measurements"] = not out.pop("no_measured")
     if "all_stacks" in out:
         if not isinstance(out["all_stacks"], bool):
             raise BadInput(f"--all-stacks: expected true or false (got {out['all_stacks']!r:.80}).")
@@ -332,10 +360,22 @@ def read_plan_file(path: Path) -> dict[str, Any]:
     return out
 
 
-def check_choice(option: str, wanted, valid) -> None:
-    """Refuse names not in `valid` (case-insensitive), listing the valid ones."""
+def check_choice(option: str, wanted, valid) -> tuple[str, ...]:
+    """`wanted` in the spelling of `valid`, matched in any case ('LoRA' -> 'lora'); names not in
+    `valid` are refused under the option the user typed, listing the valid ones."""
     valid = sorted(set(valid))
-    low = {v.lower() for v in valid}
-    bad = [w for w in wanted if w.lower() not in low]
+    low = {v.lower(): v for v in valid}
+    bad = [w for w in wanted if str(w).lower() not in low]
     if bad:
         raise BadInput(f"{option}: unknown value {', '.join(repr(b) for b in bad)}; valid: {', '.join(valid)}.")
+    return tuple(low[str(w).lower()] for w in wanted)
+
+
+def _choices(annotation) -> tuple[str, ...]:
+    """The string values a Literal (or Optional Literal) field takes; () for any other type."""
+    from typing import Literal, get_args, get_origin
+
+    if get_origin(annotation) is Literal:
+        args = get_args(annotation)
+        return args if all(isinstance(a, str) for a in args) else ()
+    return tuple(c for a in get_args(annotation) for c in _choices(a))

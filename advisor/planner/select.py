@@ -1,10 +1,11 @@
 """Stages 5-7 — price every fitting config on every matching offer, then pick what the plan shows.
 
 `select` joins configs to priced offers (advisor.planner.costing), applies the budget and the
-deadline, ranks (cost then time, or time then cost), keeps one row per offer × node count ×
-method unless every stack is asked for, and finds the Pareto front, the best option per GPU and
-per provider and the naive baseline; everything vectorised over candidates. `rejections` says
-why every ruled-out option was ruled out.
+deadline at each candidate's ranking quantile, checks every host (advisor.planner.host), ranks
+(cost then time, or time then cost), keeps one row per distinct offer × node count unless every
+stack is asked for, settles near-ties (advisor.planner.ranking), and finds the Pareto front, the
+best option per GPU and per provider and the like-with-like baseline; everything vectorised over
+candidates. `rejections` says why every ruled-out option was ruled out.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ class Selection:
     n_meeting: int
     spot: object = ()  # the best spot candidate (with --spot), beside the on-demand ranking
     constraints_met: bool = True
+    why: dict = None  # position -> why it was preferred within a near-tie
+
+    def __post_init__(self):
+        self.why = self.why or {}
 
     def shown(self, top: int):
         """Positions of every candidate the plan will show (checked exactly before it is built)."""
@@ -43,9 +48,12 @@ class Selection:
 
 
 def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float, adapters_gb: float):
-    """One row per config with what costing needs (memory, hours, setup and checkpoint times)."""
+    """One row per config with what costing and the host check need (memory, hours per quantile,
+    setup and checkpoint times, host RAM and vCPUs)."""
     import numpy as np
     import pandas as pd
+
+    from advisor.planner import host
 
     cfg = pd.DataFrame({
         "gpu_model": [c.gpu_model for c in configs], "gpu_count": [c.per_node for c in configs],
@@ -53,16 +61,31 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
         "fabric_gbps": [np.nan if c.fabric_gbps is None else c.fabric_gbps for c in configs],
         "method": [c.method for c in configs],
         "micro_batch": [c.max_micro_batch for c in configs], "need1": [c.need1 for c in configs],
-        "cpu_ram": [c.cpu_ram for c in configs], "usable": [c.gpu.usable_bytes for c in configs],
-        "limit": [c.limit for c in configs], "train_hours": [c.train_hours for c in configs],
+        "usable": [c.gpu.usable_bytes for c in configs], "limit": [c.limit for c in configs],
         "write_hours": costing.checkpoint_write_hours(np.array([c.checkpoint_bytes for c in configs], float),
                                                       np.array([c.nodes for c in configs], float)),
+        "vcpus_need": [host.vcpus_needed(c.per_node) for c in configs],
+        "bf16": [c.stack.precision.endswith("bf16") or c.stack.precision == "fp32" for c in configs],
     })
     cfg["row"] = np.arange(len(cfg))
     is_full = (cfg["method"] == "full").to_numpy()
     out_gb = np.where(is_full, weights_gb, adapters_gb)
     cfg["setup_hours"] = costing.setup_hours(weights_gb, out_gb, request.setup_hours)
-    return cfg
+    return refresh(cfg, configs, weights_gb)
+
+
+def refresh(cfg, configs: list[Config], weights_gb: float):
+    """The columns `settle` may change (micro-batch, hours, offloaded RAM), read again from the configs."""
+    from advisor.planner import host
+
+    hours = {q: [c.timed.train_hours[q] if c.timed else float("nan") for c in configs] for q in costing.QUANTILES}
+    return cfg.assign(micro_batch=[c.max_micro_batch for c in configs],
+                      cpu_ram=[c.cpu_ram for c in configs],
+                      ram_need=[host.ram_needed_bytes(weights_gb * 1e9, c.per_node, c.stack.sharding, c.cpu_ram)
+                                for c in configs],
+                      calibrated=[bool(c.timed and c.timed.calibrated) for c in configs],
+                      global_batch=[c.global_batch for c in configs],
+                      **{f"train_hours_{q}": v for q, v in hours.items()})
 
 
 def _fmt_gb(b: float) -> str:
@@ -107,49 +130,59 @@ def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: 
                        f"{provider} {kind} · {configs[column['row'][best]].stack.label()}")
 
 
-def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections) -> Selection:
-    """Score every candidate and pick what the plan shows (vectorised over candidates).
-
-    The ranking, the Pareto front, the best-per lists and the baseline compare on-demand prices;
-    with --spot the cheapest spot candidate meeting the constraints is kept beside them. A tight
-    candidate (within the estimator's error band of the limit) loses to an equal-cost safe one.
-    """
+def _host_checks(sc, fitting, priced, asked, rejections: Rejections):
+    """Mask of candidates whose host has the RAM and vCPUs the stack needs (advisor.planner.host);
+    every other one is rejected with its reason. Offloaded states need a known RAM size."""
     import numpy as np
     import pandas as pd
 
-    cfg = cfg.assign(train_hours=[c.train_hours for c in configs], micro_batch=[c.max_micro_batch for c in configs],
-                     cpu_ram=[c.cpu_ram for c in configs], write_hours=cfg["write_hours"])
-    methods = request.methods
+    from advisor.planner import host
+
+    oi, ci = sc["offer_row"].to_numpy(), sc["cfg_row"].to_numpy()
+    ram_gb = pd.to_numeric(priced["ram_gb"], errors="coerce").to_numpy(float)[oi]
+    vcpus = (pd.to_numeric(priced["vcpus"], errors="coerce").to_numpy(float) if "vcpus" in priced
+             else np.full(len(priced), np.nan))[oi]
+    need = fitting["ram_need"].to_numpy(float)[ci]
+    ram_ok, cpu_ok, _ = host.check(need, fitting["vcpus_need"].to_numpy(float)[ci], ram_gb, vcpus)
+    offload = fitting["cpu_ram"].to_numpy(float)[ci] > 0
+    ram_ok &= ~(offload & np.isnan(ram_gb))
+    for ok, what in ((ram_ok, "host RAM"), (cpu_ok & ram_ok, "vCPUs")):
+        i = np.flatnonzero(~ok & asked & (ram_ok if what == "vCPUs" else True))
+        if len(i):
+            o = priced.iloc[oi[i[0]]]
+            has = (f"{o['ram_gb']:g} GB" if o["ram_gb"] == o["ram_gb"] else "unknown") if what == "host RAM" else \
+                f"{o['vcpus']:g}"
+            wants = _fmt_gb(need[i[0]]) if what == "host RAM" else f"{fitting['vcpus_need'].iat[ci[i[0]]]}"
+            rejections.add(f"the instance has too little {what} for loading the model, offloaded states and data "
+                           f"loading (e.g. needs {wants}, has {has}; advisor/planner/host.py)", len(i),
+                           f"{o['provider']} {o['instance_type']}")
+    return ram_ok & cpu_ok
+
+
+def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections) -> Selection:
+    """Score every candidate and pick what the plan shows (vectorised over candidates).
+
+    The ranking, the Pareto front, the best-per lists and the baseline compare on-demand prices at
+    each candidate's ranking quantile (its p50 when its segment is calibrated, else its p80; --risk
+    for all); with --spot the cheapest plausible spot candidate meeting the constraints is kept
+    beside them. A tight candidate loses to an equal-cost safe one; within a near-tie the
+    calibrated, bf16, faster, non-marketplace option wins (advisor.planner.ranking)."""
+    import numpy as np
+
+    from advisor.planner import ranking
+
     fitting = cfg[cfg["micro_batch"] > 0].reset_index(drop=True)
     sc = costing.score(priced, fitting, spot_rate=request.interruptions_per_hour,
                        checkpoint_interval_hours=request.checkpoint_interval_hours)
-    cfg_row = sc["cfg_row"].to_numpy()
+    cfg_row, offer_row = sc["cfg_row"].to_numpy(), sc["offer_row"].to_numpy()
     sc["row"] = fitting["row"].to_numpy()[cfg_row]
-    bad_ram = ~sc["ram_ok"].to_numpy()
-    # per-config answers, indexed per candidate (string comparisons over every candidate are slow)
-    method = fitting["method"]
-    asked = method.isin(methods).to_numpy()[cfg_row]
-    full = (method == "full").to_numpy()[cfg_row]
-    method_code = pd.factorize(method)[0][cfg_row]
-    i = np.flatnonzero(bad_ram & asked)
-    if len(i):
-        o = priced.iloc[sc["offer_row"].iat[i[0]]]
-        ram = "unknown" if o["ram_gb"] != o["ram_gb"] else f"{o['ram_gb']:g} GB"
-        rejections.add(f"CPU offload needs more host RAM than the instance has, or its RAM is unknown (e.g. "
-                       f"{_fmt_gb(fitting['cpu_ram'].iat[cfg_row[i[0]]])} vs {ram})", len(i),
-                       f"{o['provider']} {o['instance_type']}")
-    is_spot = priced["spot"].to_numpy(bool)[sc["offer_row"].to_numpy()]
-    usable = ~bad_ram & asked
+    asked = fitting["method"].isin(request.methods).to_numpy()[cfg_row]
+    host_ok = _host_checks(sc, fitting, priced, asked, rejections)
+    is_spot = priced["spot"].to_numpy(bool)[offer_row]
+    usable = host_ok & asked
     sel = usable & ~is_spot
-    cost, hours = sc["cost_usd"].to_numpy(), sc["hours"].to_numpy()
-    if request.risk != "p50":  # rank, filter and compare at the pessimistic quantile of the run's duration
-        at_risk = costing.score(priced, fitting.assign(train_hours=[configs[r].train_hours_risk for r in fitting["row"]]),
-                                spot_rate=request.interruptions_per_hour,
-                                checkpoint_interval_hours=request.checkpoint_interval_hours)
-        cost, hours = at_risk["cost_usd"].to_numpy(), at_risk["hours"].to_numpy()
-        sc["cost_at_risk"], sc["hours_at_risk"] = cost, hours
+    cost, hours = sc["cost_rank"].to_numpy(), sc["hours_rank"].to_numpy()
     tight = np.array([c.tight for c in configs], dtype=bool)[sc["row"].to_numpy()]
-
     over = cost > request.budget if request.budget is not None else np.zeros(len(sc), bool)
     late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(sc), bool)
     if request.budget is not None:
@@ -157,13 +190,12 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     if request.deadline_hours is not None:
         rejections.add(f"misses the deadline of {request.deadline_hours:g} h", int((late & sel).sum()))
     meets = sel & ~over & ~late
-    tie = sc["offer_row"].to_numpy() * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    # A tight candidate ranks as if it cost (or took) the estimator's error band more: it loses to a
-    # safe one that costs about the same, and wins only when clearly cheaper.
+    tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
+    # A tight candidate ranks as if it cost (or took) the estimator's error band more.
     risk = 1 + TIGHT_FRACTION * tight
     primary = (tie, hours * risk, cost * risk) if request.sort == "cost" else (tie, cost * risk, hours * risk)
 
-    notice, met, order = "", True, None
+    notice, met = "", True
     if sel.any() and not meets.any():
         met = False
         what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
@@ -173,39 +205,62 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], _violation(cost, hours, request)[pool]))]
     else:
         pool = np.flatnonzero(meets)
-        ranked = order = pool[np.lexsort(tuple(k[pool] for k in primary))]
-    # One row per instance offer × node count × method: its best stack. The variants behind it
-    # (another optimizer or attention kernel at a higher cost) stay in the Pareto front and the
-    # best-per lists' pool, but would crowd the ranking with near-copies.
+        ranked = pool[np.lexsort(tuple(k[pool] for k in primary))]
+    order = pool[np.lexsort(tuple(k[pool] for k in primary))]
+    identity = ranking.offer_identity(priced)[offer_row]
     if request.distinct and len(ranked):
-        nodes_c = fitting["nodes"].to_numpy(np.int64)[cfg_row]
-        group = (sc["offer_row"].to_numpy(np.int64) * 4096 + nodes_c) * 8 + method_code.astype(np.int64)
-        _, first = np.unique(group[ranked], return_index=True)
-        ranked = ranked[np.sort(first)]
+        ranked = ranking.one_per_offer(ranked, identity, fitting, cfg_row)
+    why: dict = {}
+    if met and len(ranked):
+        key = cost * risk if request.sort == "cost" else hours * risk
+        prefs = ranking.preferences(sc, fitting, priced, request)
+        ranked, why = ranking.prefer_in_near_ties(ranked, key, hours, prefs, request.sort, max(request.top, 10))
     if not sel.any():
         met = False
-        notice = ("Nothing fits: no offer can hold this job with the allowed settings."
+        reasons = rejections.beyond_offers() or rejections.to_list()
+        notice = ("Nothing fits: no offer can hold this job with the allowed settings"
+                  + (f" (most options ruled out: {reasons[0].reason})." if reasons else ".")
                   if len(priced) else "No offer matches the filters.")
-    # Pareto front (cost vs hours) over what meets the constraints (or the closest pool)
     by_cost = pool[np.lexsort((tie[pool], hours[pool], tight[pool], cost[pool]))]  # the front itself: true costs
     h = hours[by_cost]
     prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
     pareto = by_cost[h < prev]
-    if order is None:  # the closest pool was ranked by how far it misses; best-per lists by the sort key
-        order = pool[np.lexsort(tuple(k[pool] for k in primary))]
-    best = {}
-    for column in ("gpu_model", "provider"):
-        codes = pd.factorize(priced[column])[0]  # integers: np.unique on strings is slow
-        _, first = np.unique(codes[sc["offer_row"].to_numpy()[order]], return_index=True)
-        best[column] = [order[j] for j in sorted(first)]
-    # naive baseline: full fine-tuning, on demand, on the cheapest instance where it fits
-    base = np.flatnonzero(~bad_ram & full & ~is_spot)
-    baseline = base[np.lexsort((tie[base], cost[base], sc["price_hour"].to_numpy()[base]))][:1]
+    best = {column: _best_per(priced[column], offer_row, order) for column in ("gpu_model", "provider")}
+    baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
     spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
-    spot_best = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))][:1]
+    spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
+    suspect = ranking.spot_suspect(priced)[offer_row]
+    plausible = spot_pool[~suspect[spot_pool]]
+    spot_best = (plausible if len(plausible) else spot_pool)[:1]
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
-                     spot=spot_best, constraints_met=met)
+                     spot=spot_best, constraints_met=met, why=why)
+
+
+def _best_per(column, offer_row, order) -> list:
+    import numpy as np
+    import pandas as pd
+
+    codes = pd.factorize(column)[0]  # integers: np.unique on strings is slow
+    _, first = np.unique(codes[offer_row[order]], return_index=True)
+    return [order[j] for j in sorted(first)]
+
+
+BASELINE_METHODS = ("full", "lora", "qlora")  # the naive baseline's method: the first of these the user allowed
+
+
+def baseline_method(request: PlanRequest) -> str:
+    """Full fine-tuning when allowed, else the plainest method the user allowed: like with like."""
+    return next(m for m in BASELINE_METHODS if m in request.methods)
+
+
+def _baseline(fitting, cfg_row, ok, tie, cost, sc, request: PlanRequest):
+    """The naive baseline: the baseline method, on demand, on the cheapest instance where it fits."""
+    import numpy as np
+
+    method = (fitting["method"] == baseline_method(request)).to_numpy()[cfg_row]
+    base = np.flatnonzero(ok & method)
+    return base[np.lexsort((tie[base], cost[base], sc["price_hour"].to_numpy()[base]))][:1]
 
 
 def _violation(cost, hours, request: PlanRequest):

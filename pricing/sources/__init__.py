@@ -9,4 +9,5 @@ SOURCES = {
     "lambda": ("pricing.sources.lambda_", "LAMBDA_API_KEY"),
     "runpod": ("pricing.sources.runpod", "RUNPOD_API_KEY"),
     "vast": ("pricing.sources.vast", "VAST_API_KEY"),
+    "gpuhunt": ("pricing.sources.gpuhunt", None),  # dstack's catalog; needs the optional gpuhunt package
 }

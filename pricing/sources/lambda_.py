@@ -13,6 +13,7 @@ import datetime as dt
 import re
 
 from pricing.http import field
+from pricing.gpus import named_family
 from pricing.instances import lookup, resolve_gpu
 from pricing.schema import Problem
 
@@ -39,6 +40,9 @@ def parse(payload, url: str, fetched_at: str):
             continue
         if not count:
             continue  # CPU-only type
+        if count % 1:
+            problems.append(Problem(url, i, "specs.gpus", "must be a whole number of GPUs", count))
+            continue
         desc = str(it.get("gpu_description", ""))
         m = re.match(r"gpu_\d+x_([a-z0-9]+)", name)
         mem = re.search(r"(\d+)\s*GB", desc)
@@ -46,6 +50,11 @@ def parse(payload, url: str, fetched_at: str):
                           memory_gib_per_gpu=float(mem.group(1)) if mem else None)
         if gpu is None:
             problems.append(Problem(url, i, "gpu_description", "GPU not in our GPU table", desc))
+            continue
+        said, typed = named_family(desc), named_family(name)
+        if said and typed and said != typed:  # an h100 type described as "A10": neither is to be trusted
+            problems.append(Problem(url, i, "gpu_description", f"names {said} but the instance type {name} "
+                                    f"names {typed}; row dropped", desc))
             continue
         if cents <= 0:
             problems.append(Problem(url, i, "price_cents_per_hour", "must be > 0", cents))

@@ -41,15 +41,16 @@ def parse(payload, url: str, fetched_at: str):
             continue
         name = t.get("displayName") or t.get("id")
         price, spot = t.get("securePrice"), t.get("secureSpotPrice")
-        if not t.get("secureCloud") or not isinstance(price, (int, float)) or price <= 0:
+        if not t.get("secureCloud") or not isinstance(price, (int, float)) or isinstance(price, bool) or price <= 0:
             continue  # not offered on secure cloud
         gpu = resolve_gpu("runpod", "", name, t.get("id"), memory_gib_per_gpu=t.get("memoryInGb"))
         if gpu is None:
             problems.append(Problem(url, i, "displayName", "GPU not in our GPU table", name))
             continue
-        top = t.get("maxGpuCount") if isinstance(t.get("maxGpuCount"), int) else 8
+        top = t.get("maxGpuCount")
+        top = top if isinstance(top, int) and not isinstance(top, bool) else 8
         for n in (c for c in COUNTS if c <= top):
-            s = spot * n if isinstance(spot, (int, float)) and 0 < spot < price else None
+            s = spot * n if isinstance(spot, (int, float)) and not isinstance(spot, bool) and 0 < spot < price else None
             rows.append({"provider": "runpod", "region": "any", "instance_type": f"{n}x_{gpu}_SECURE",
                          "gpu_model": gpu, "gpu_count": float(n), "gpu_memory_gb": get_gpu(gpu).memory_gb,
                          "vcpus": None, "ram_gb": None, "price_hour": round(price * n, 4),

@@ -238,8 +238,11 @@ def read_text(text: str, cloud: str, source: str, fetched_at: str, sheet: str,
 
 
 def import_path(path, fetched_at: str | None = None, source: str | None = None,
-                notes_by_cloud: dict[str, str] | None = None):
-    """Import one vms.csv or a folder of them -> (DataFrame in our schema, problems)."""
+                notes_by_cloud: dict[str, str] | None = None, observed_at: str | None = None):
+    """Import one vms.csv or a folder of them -> (DataFrame in our schema, problems).
+
+    A vms.csv states no date, so `observed_at` is what the caller knows (the file's commit date), or
+    None: unknown, never the file's mtime (that is when it was copied, kept as fetched_at)."""
     import datetime as dt
 
     import pandas as pd
@@ -257,6 +260,7 @@ def import_path(path, fetched_at: str | None = None, source: str | None = None,
         (df, probs) = read_text(text, cloud,
                                 source or f"skypilot:{f.name}", stamp, str(f),
                                 (notes_by_cloud or {}).get(cloud))
+        df["observed_at"] = observed_at
         frames.append(df)
         problems += probs
     frames = [f for f in frames if len(f)]

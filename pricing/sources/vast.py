@@ -37,10 +37,10 @@ def parse(payload, url: str, fetched_at: str):
             problems.append(Problem(url, i, "offers", "offer is not an object", o))
             continue
         n, price = o.get("num_gpus"), o.get("dph_total")
-        if not isinstance(n, (int, float)) or n <= 0:
-            problems.append(Problem(url, i, "num_gpus", "missing or <= 0", n))
+        if not isinstance(n, (int, float)) or isinstance(n, bool) or n <= 0 or n % 1:  # JSON true is not 1 GPU
+            problems.append(Problem(url, i, "num_gpus", "missing, <= 0 or not a whole number", n))
             continue
-        if not isinstance(price, (int, float)) or price <= 0:
+        if not isinstance(price, (int, float)) or isinstance(price, bool) or price <= 0:
             problems.append(Problem(url, i, "dph_total", "missing or <= 0", price))
             continue
         mem = o.get("gpu_ram")

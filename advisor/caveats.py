@@ -1,0 +1,94 @@
+"""What a launch bundle for a plan candidate runs and where it differs from the estimate: the one list of
+caveats that `gpu-advisor launch` prints, the bundle README shows and the report lists (a pure function of the
+candidate and its model's family, so reports can call it without the bundle writer).
+
+Library versions behind each caveat: accelerate 1.15.0, transformers 5.24.0, peft 0.21.2, deepspeed 0.19.8
+(shared/reference/ACCELERATE_CONFIG.md).
+"""
+
+from __future__ import annotations
+
+from advisor import families
+from advisor.results import Candidate
+
+# config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's
+# *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0; families.json decoder_layer_class).
+DECODER_LAYERS: dict[str, str] = families.decoder_layers()
+DEEPSPEED = ("zero1", "zero2", "zero3")
+
+
+def total_gpus(c: Candidate) -> int:
+    return c.gpu_count * c.nodes
+
+
+def distributed_type(c: Candidate) -> str:
+    if c.sharding == "fsdp":
+        return "FSDP"
+    if c.sharding in DEEPSPEED:
+        return "DEEPSPEED"
+    return "MULTI_GPU" if total_gpus(c) > 1 else "NO"
+
+
+def expert_lora(c: Candidate, family: str, moe: bool) -> bool:
+    """LoRA on a MoE whose fused experts peft wraps with ParamWrapper (all-linear, families.json expert_lora):
+    ParamWrapper refuses lora_dropout != 0 (peft 0.21.2 peft/tuners/lora/layer.py ParamWrapper.__init__:
+    "does not work with lora_dropout != 0"), so the bundle writes 0, as the estimate assumed."""
+    return (c.method != "full" and moe and families.traits(family).expert_lora
+            and c.stack.lora_targets.strip() == "all-linear")
+
+
+def cpu_adam(c: Candidate) -> bool:
+    """ZeRO optimizer offload: accelerate replaces the Trainer's optimizer with DeepSpeedCPUAdam
+    (accelerate 1.15.0 Accelerator._prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed,
+    whenever offload_optimizer.device != "none" and zero_force_ds_cpu_optimizer is not false)."""
+    return c.sharding in DEEPSPEED and c.offload in ("optimizer", "both")
+
+
+def runs_as(c: Candidate) -> str:
+    """The stack label as it actually trains: the optimizer part says DeepSpeedCPUAdam under ZeRO offload."""
+    label = c.stack_label or c.stack.label()
+    if not cpu_adam(c):
+        return label
+    parts = [p.strip() for p in label.split("·")]
+    swapped = [f"cpu-adam (DeepSpeedCPUAdam, fp32 states; asked: {p})" if p == c.optimizer else p for p in parts]
+    return " · ".join(swapped if swapped != parts else [*parts, "cpu-adam (DeepSpeedCPUAdam, fp32 states)"])
+
+
+def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
+    """Every way the bundle for `c` differs from, or could not be checked against, the estimate: the one list
+    `launch` prints, the bundle README shows and the report lists (reports.render)."""
+    notes: list[str] = []
+    dist = distributed_type(c)
+    if dist == "FSDP" and family not in DECODER_LAYERS:
+        notes.append(
+            f"model family {family!r} has no known decoder-layer class (known: {', '.join(sorted(DECODER_LAYERS))}); "
+            "FSDP falls back to SIZE_BASED_WRAP (100M parameters per unit), so the gathered working set "
+            "can differ from the estimate.")
+    if dist == "FSDP" and c.offload == "optimizer":
+        notes.append(
+            "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
+            "optimizer states to the CPU (less GPU memory, more host RAM than estimated).")
+    if c.method == "qlora" and dist == "FSDP":
+        notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
+                     "run a few steps before a long job.")
+    if c.optimizer == "adamw-fp32" and c.method == "full" and c.precision in ("bf16", "fp16") and dist != "DEEPSPEED":
+        notes.append(
+            "adamw-fp32 is written as adamw_torch_fused, whose states follow the weights' dtype: with pure "
+            f"{c.precision} weights transformers keeps 16-bit states (less memory than estimated, no fp32 master "
+            "copy).")
+    if dist == "DEEPSPEED" and c.precision in ("bf16", "fp16") and c.method == "full":
+        notes.append(
+            f"DeepSpeed's {c.precision} mode keeps fp32 master weights and fp32 Adam states "
+            "(12 B per trainable parameter, ZeRO paper); check the estimate assumed that.")
+    if cpu_adam(c):
+        # map_pytorch_optim_to_deepspeed sets adamw_mode only for torch AdamW and 32-bit bitsandbytes AdamW
+        mode = ("as AdamW (decoupled weight decay)" if c.optimizer in ("adamw", "adamw-fp32")
+                else "as plain Adam with L2 weight decay, adamw_mode off")
+        notes.append(
+            f"ZeRO optimizer offload: accelerate swaps {c.optimizer} for DeepSpeed's CPU Adam (DeepSpeedCPUAdam) "
+            f"with fp32 states in host RAM, running {mode}; that is what trains, whatever the label's optimizer.")
+    if expert_lora(c, family, moe) and c.stack.lora_dropout > 0:
+        notes.append(
+            f"lora_dropout is written as 0 (the plan's stack says {c.stack.lora_dropout:g}): peft wraps this MoE's "
+            "experts with LoRA ParamWrappers, which refuse dropout; the estimate assumed 0 for them.")
+    return notes

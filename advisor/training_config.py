@@ -1,0 +1,531 @@
+"""Training configs the user already has -> plan pins: axolotl, LLaMA-Factory, TRL / TrainingArguments, torchtune.
+
+A config is data, never code: YAML by pricing.files.load_yaml (safe loader, size, nesting and alias
+limits), JSON by load_json. Every key is accounted for: turned into a plan option or pin, listed as
+`ignored` (known to the framework but without effect on memory, time or cost: learning rate,
+logging, output paths, ...) or listed as `unknown`; none is dropped silently. Contradictory keys
+(bf16 and fp16, two attention kernels, DeepSpeed and FSDP, a quantised full fine-tune) are refused.
+Where a framework has its own default for a setting that moves memory or time (LLaMA-Factory's
+LoRA rank 8 and gradient checkpointing on, TRL's 3 epochs and max_length 1024), that default is
+the pin, because that is what the run will do. Each key's meaning is cited next to its reader.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from advisor.errors import BadInput
+from advisor.text import plain
+
+MAX_CONFIG_BYTES = 1_000_000
+
+# Hugging Face TrainingArguments / TRL `optim` names -> our optimizers
+# (transformers/training_args.py OptimizerNames; axolotl src/axolotl/utils/schemas/training.py `optimizer`).
+OPTIMIZERS = {
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
+    "adamw": "adamw", "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "bnb_8bit": "adamw-8bit",
+    "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "adamw-fp32", "adafactor": "adafactor",
+    "sgd": "sgd",
+}
+ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "sdpa", "eager": "eager",
+             "fa2": "flash", "fa3": "flash", "disabled": "eager"}
+# Keys every trainer here knows that do not move memory, time or cost (listed as `ignored`).
+_IGNORED_COMMON = {
+    "learning_rate", "lr_scheduler", "lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay",
+    "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon", "seed", "data_seed", "output_dir",
+    "logging_steps", "logging_dir", "logging_first_step", "save_steps", "save_strategy", "save_total_limit",
+    "eval_steps", "eval_strategy", "evaluation_strategy", "per_device_eval_batch_size", "report_to", "run_name",
+    "push_to_hub", "hub_model_id", "hub_strategy", "overwrite_output_dir", "do_train", "do_eval", "ddp_timeout",
+    "dataloader_num_workers", "resume_from_checkpoint", "trust_remote_code", "plot_loss", "overwrite_cache",
+    "preprocessing_num_workers", "val_size", "save_only_model", "remove_unused_columns", "gradient_checkpointing_kwargs",
+    "tf32", "strict", "special_tokens", "tokenizer_type", "model_type", "val_set_size", "dataset_prepared_path",
+    "wandb_project", "wandb_entity", "wandb_watch", "wandb_name", "wandb_log_model", "evals_per_epoch",
+    "saves_per_epoch", "early_stopping_patience", "local_rank", "debug", "train_on_inputs", "lora_fan_in_fan_out",
+    "lora_model_dir", "chat_template", "shuffle_dataset", "dataset_num_proc", "assistant_only_loss",
+    "completion_only_loss", "truncation_mode", "eos_token", "template", "max_samples", "stage", "bf16_full_eval",
+    "lr_scheduler_kwargs", "logging_strategy", "hub_private_repo", "save_safetensors", "ddp_find_unused_parameters",
+    "eval_packing", "pad_to_sequence_len", "eval_sample_packing", "warmup", "loss_watchdog_threshold",
+    "loss_watchdog_patience", "save_first_step",
+}
+
+
+class ConfigPins(BaseModel):
+    """What a training config fixes, in `plan`'s own option names, and what it could not say."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    framework: str
+    path: str
+    options: dict[str, Any]  # plan options (CLI spelling): model, seq_len, epochs, methods, global_batch, pins...
+    dataset: str | None = None
+    text_field: str | None = None
+    messages_field: str | None = None
+    micro_batch: int | None = None
+    grad_accum: int | None = None
+    group_by_length: bool = False
+    notes: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
+class _Keys:
+    """The config's keys, typed on read; what was never read is `ignored` or `unknown`."""
+
+    def __init__(self, data: dict, what: str, ignored: set[str]):
+        self.data, self.what, self.ignored_names, self.used = data, what, ignored, set()
+        self.notes: list[str] = []
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        value = self.data.get(key)
+        return default if value is None or value == "" else value
+
+    def bool(self, key: str, default: bool | None = None) -> bool | None:
+        v = self.raw(key, default)
+        if v is None or isinstance(v, bool):
+            return v
+        raise BadInput(f"{self.what}: {plain(key)}: expected true or false (got {plain(v)[:40]!r}).")
+
+    def int(self, key: str, default: int | None = None) -> int | None:
+        v = self.raw(key, default)
+        if v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+            return v
+        if isinstance(v, float) and v.is_integer() and v > 0:
+            return int(v)
+        raise BadInput(f"{self.what}: {plain(key)}: expected a positive whole number (got {plain(v)[:40]!r}).")
+
+    def num(self, key: str, default: float | None = None) -> float | None:
+        v = self.raw(key, default)
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
+            return v
+        raise BadInput(f"{self.what}: {plain(key)}: expected a number >= 0 (got {plain(v)[:40]!r}).")
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        v = self.raw(key, default)
+        if v is None or isinstance(v, str):
+            return v
+        raise BadInput(f"{self.what}: {plain(key)}: expected text (got {plain(v)[:40]!r}).")
+
+    def names(self, key: str) -> tuple[str, ...]:
+        """A comma string or a list of names."""
+        v = self.raw(key)
+        if v is None:
+            return ()
+        items = v if isinstance(v, list) else [v]
+        if not all(isinstance(x, str) for x in items):
+            raise BadInput(f"{self.what}: {plain(key)}: expected a name or a list of names.")
+        return tuple(n.strip() for x in items for n in x.split(",") if n.strip())
+
+    def leftover(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        rest = [str(k) for k in self.data if k not in self.used]
+        return (tuple(sorted(k for k in rest if k in self.ignored_names)),
+                tuple(sorted(_shown(k) for k in rest if k not in self.ignored_names)))
+
+
+def _shown(key: str) -> str:
+    """A key as printable text: control characters and escape sequences spelled out (\\x1b), not dropped,
+    so a hostile key is still listed, and never reaches a terminal raw."""
+    return (key if key.isprintable() else key.encode("unicode_escape").decode("ascii"))[:80]
+
+
+def _one_of(keys: _Keys, flags: dict[str, Any]) -> Any:
+    """The value of the single true flag among `flags` (key -> value); refuse two."""
+    on = [k for k in flags if keys.bool(k)]
+    if len(on) > 1:
+        raise BadInput(f"{keys.what}: {' and '.join(on)} contradict each other; set one of them.")
+    return flags[on[0]] if on else None
+
+
+def _deepspeed(keys: _Keys, key: str, base: Path) -> dict[str, Any]:
+    """sharding/offload from a DeepSpeed JSON (zero_optimization.stage, offload_optimizer/offload_param
+    .device: https://www.deepspeed.ai/docs/config-json/), a dict, or a file name naming the stage."""
+    ref = keys.raw(key)
+    if ref is None:
+        return {}
+    cfg = ref if isinstance(ref, dict) else None
+    if cfg is None:
+        from pricing.errors import PriceInputError
+        from pricing.files import load_json, read_text
+
+        p = (base / str(ref)) if not Path(str(ref)).is_absolute() else Path(str(ref))
+        if p.is_file():
+            try:
+                cfg = load_json(read_text(p, f"{key} {plain(ref)}", max_bytes=MAX_CONFIG_BYTES), f"{key} {plain(ref)}")
+            except PriceInputError as exc:
+                raise BadInput(str(exc)) from None
+        else:
+            m = re.search(r"zero[_-]?([0-3])", str(ref).lower())
+            if not m:
+                raise BadInput(f"{keys.what}: {key}: {plain(ref)} is not a file here and its name gives no ZeRO stage.")
+            keys.notes.append(f"{key}: {plain(ref)} is not here; its name says ZeRO stage {m.group(1)}")
+            name = str(ref).lower()  # axolotl deepspeed_configs/: zero3_bf16_cpuoffload_params.json, ..._all.json
+            zero: dict[str, Any] = {"stage": int(m.group(1))}
+            if "offload" in name:
+                if "params" not in name:
+                    zero["offload_optimizer"] = {"device": "cpu"}
+                if "params" in name or "all" in name:
+                    zero["offload_param"] = {"device": "cpu"}
+            cfg = {"zero_optimization": zero}
+    zero = cfg.get("zero_optimization") or {} if isinstance(cfg, dict) else {}
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2, 3):
+        raise BadInput(f"{keys.what}: {key}: zero_optimization.stage must be 0-3 (got {plain(stage)[:20]!r}).")
+    out: dict[str, Any] = {"sharding": "ddp" if stage == 0 else f"zero{stage}"}
+    opt = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
+    par = (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme")
+    if opt or par:
+        out["offload"] = "both" if opt and par else ("optimizer" if opt else "params")
+    return out
+
+
+def _fsdp(keys: _Keys, key: str, config_key: str) -> dict[str, Any]:
+    """FSDP from TrainingArguments `fsdp` ("full_shard auto_wrap" or a list) and fsdp_config
+    (fsdp_offload_params / offload_params: transformers/training_args.py)."""
+    value = keys.raw(key)
+    conf = keys.raw(config_key) or {}
+    if not value and not conf:
+        return {}
+    words = value if isinstance(value, list) else str(value or "").split()
+    conf = conf if isinstance(conf, dict) else {}
+    offload = "offload" in words or bool(conf.get("fsdp_offload_params") or conf.get("offload_params"))
+    # FSDP's CPU offload moves parameters, gradients and the optimizer step to the CPU (advisor/launch.py)
+    return {"sharding": "fsdp", **({"offload": "both"} if offload else {})}
+
+
+def _sharding(keys: _Keys, base: Path, ds_key="deepspeed", fsdp_key="fsdp", fsdp_conf="fsdp_config") -> dict:
+    ds, fs = _deepspeed(keys, ds_key, base), _fsdp(keys, fsdp_key, fsdp_conf)
+    if ds and fs:
+        raise BadInput(f"{keys.what}: {ds_key} and {fsdp_key} contradict each other; a run uses one of them.")
+    return ds or fs
+
+
+def _optimizer(keys: _Keys, key: str) -> dict[str, Any]:
+    name = keys.text(key)
+    if name is None:
+        return {}
+    if name.lower() not in OPTIMIZERS:
+        keys.notes.append(f"{key}: {plain(name)} is not modelled; the optimizer is searched")
+        return {}
+    return {"optimizer": OPTIMIZERS[name.lower()]}
+
+
+def _attention(keys: _Keys, key: str) -> dict[str, Any]:
+    name = keys.text(key)
+    if name is None or name == "auto":
+        return {}
+    if name not in ATTENTION:
+        raise BadInput(f"{keys.what}: {key}: unknown attention {plain(name)!r}; known: {', '.join(ATTENTION)}, auto.")
+    return {"attention": ATTENTION[name]}
+
+
+def _lora(method: str, rank, alpha, dropout, targets: tuple[str, ...], save: tuple[str, ...], dora) -> dict:
+    if method == "full":
+        return {}
+    out = {"lora_rank": rank, "lora_alpha": alpha, "lora_dropout": dropout, "dora": bool(dora)}
+    if targets:
+        out["lora_targets"] = "all-linear" if targets in (("all",), ("all-linear",), ("all_linear",)) else ",".join(targets)
+    if save:
+        out["modules_to_save"] = ",".join(save)
+    return out
+
+
+def _common(method: str, epochs, seq_len, micro_batch, accum) -> dict[str, Any]:
+    out: dict[str, Any] = {"methods": method, "epochs": epochs, "seq_len": seq_len, "_mb": micro_batch,
+                           "_accum": accum}
+    if micro_batch:
+        out["global_batch"] = micro_batch * (accum or 1)  # per GPU: the world size is chosen at launch
+    return out
+
+
+# ----------------------------------------------------------------------------- axolotl
+# Keys: axolotl src/axolotl/utils/schemas/{model,peft,training,config,datasets}.py and
+# src/axolotl/integrations/liger/args.py (https://github.com/axolotl-ai-cloud/axolotl, commit 067b021c8b87).
+
+def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
+    adapter = k.text("adapter")
+    four, eight = k.bool("load_in_4bit"), k.bool("load_in_8bit")
+    if adapter not in (None, "lora", "qlora"):
+        raise BadInput(f"{k.what}: adapter: {plain(adapter)!r} is not modelled; use lora, qlora or none (full).")
+    if eight:
+        raise BadInput(f"{k.what}: load_in_8bit: 8-bit LoRA is not modelled; use load_in_4bit (QLoRA) or neither.")
+    if adapter == "qlora" and four is False:
+        raise BadInput(f"{k.what}: adapter qlora with load_in_4bit false contradict each other.")
+    if four and adapter is None:
+        raise BadInput(f"{k.what}: load_in_4bit needs adapter: qlora (a 4-bit model cannot be fully fine-tuned).")
+    method = "qlora" if adapter == "qlora" or (adapter == "lora" and four) else (adapter or "full")
+    # bf16 / fp16 set the weights' dtype (src/axolotl/utils/config/__init__.py normalize_config: torch_dtype)
+    bf16 = k.raw("bf16")
+    if bf16 not in (None, True, False, "auto"):
+        raise BadInput(f"{k.what}: bf16: expected true, false or auto (got {plain(bf16)[:20]!r}).")
+    if bf16 and k.bool("fp16"):
+        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
+    precision = "bf16" if bf16 else ("fp16" if k.bool("fp16") else None)
+    if bf16 == "auto":
+        k.notes.append("bf16: auto is read as bf16 (axolotl uses it where the GPU has it)")
+    attention = _one_of(k, {"flash_attention": "flash", "sdp_attention": "sdpa", "eager_attention": "eager",
+                            "xformers_attention": None})
+    if attention is None and k.data.get("xformers_attention"):
+        k.notes.append("xformers_attention is modelled as sdpa (same memory-efficient kernel class)")
+        attention = "sdpa"
+    attn = {"attention": attention} if attention else _attention(k, "attn_implementation")
+    liger_plugin = any("liger" in p.lower() for p in k.names("plugins"))
+    liger = k.bool("liger_fused_linear_cross_entropy")
+    for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_swiglu", "liger_layer_norm",
+                "liger_cross_entropy"):
+        k.bool(key)  # the kernels Liger brings along; the memory model treats Liger as one switch
+    targets = ("all-linear",) if k.bool("lora_target_linear") else k.names("lora_target_modules")
+    ckpt = k.raw("gradient_checkpointing")
+    pins = {
+        "precision": precision, **_optimizer(k, "optimizer"), **attn,
+        "grad_checkpointing": bool(ckpt),  # default false; "offload" / "offload_disk" also checkpoint
+        "liger": bool(liger_plugin and liger), "compile": k.raw("torch_compile") is True,  # "auto": off here
+        **_sharding(k, base),
+        **_lora(method, k.int("lora_r", 8 if method != "full" else None), k.int("lora_alpha"),
+                k.num("lora_dropout", 0.0), targets, k.names("lora_modules_to_save"), k.bool("peft_use_dora")),
+    }
+    out = _common(method, k.num("num_epochs", 1.0), k.int("sequence_len", 512), k.int("micro_batch_size", 1),
+                  k.int("gradient_accumulation_steps", 1))
+    out.update(model=k.text("base_model"), padded=not k.bool("sample_packing", False), pins=pins)
+    datasets = k.raw("datasets") or []
+    if isinstance(datasets, list) and len(datasets) == 1 and isinstance(datasets[0], dict):
+        d = datasets[0]
+        out["_dataset"] = (d.get("path"), d.get("field") if d.get("type") == "completion" else None,
+                           d.get("field_messages", "messages") if d.get("type") == "chat_template" else None)
+    elif datasets:
+        k.notes.append("datasets: more than one dataset; pass --dataset to count one")
+    return out
+
+
+# ----------------------------------------------------------------------------- LLaMA-Factory
+# Keys: LLaMA-Factory src/llamafactory/hparams/{model,data,finetuning,training}_args.py and
+# examples/train_lora/llama3_lora_sft.yaml (https://github.com/hiyouga/LLaMA-Factory, commit ff6d4d12eeb0).
+
+def _llamafactory(k: _Keys, base: Path) -> dict[str, Any]:
+    kind = k.text("finetuning_type", "lora")
+    if kind not in ("lora", "full"):
+        raise BadInput(f"{k.what}: finetuning_type: {plain(kind)!r} is not modelled; use lora or full.")
+    bits = k.int("quantization_bit")
+    if bits is not None and kind == "full":  # model/adapter.py: "Quantized models can only be used for the LoRA"
+        raise BadInput(f"{k.what}: quantization_bit with finetuning_type full contradict each other.")
+    if bits not in (None, 4):
+        raise BadInput(f"{k.what}: quantization_bit: only 4 (QLoRA) is modelled (got {bits}).")
+    method = "qlora" if bits == 4 else kind
+    pure = k.bool("pure_bf16", False)
+    bf16, fp16 = k.bool("bf16", False), k.bool("fp16", False)
+    if (bf16 or pure) and fp16:
+        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
+    # finetuning_args pure_bf16; model/adapter.py upcasts trainable params to fp32 unless pure_bf16
+    if method == "full":
+        precision = "bf16" if pure else ("amp-bf16" if bf16 else ("amp-fp16" if fp16 else None))
+    else:
+        precision = "bf16" if (bf16 or pure) else ("fp16" if fp16 else None)
+    rank = k.int("lora_rank", 8)  # LoraArguments defaults: rank 8, alpha 2 × rank, dropout 0, target all
+    pins = {
+        "precision": precision, **_optimizer(k, "optim"), **_attention(k, "flash_attn"),
+        "grad_checkpointing": not k.bool("disable_gradient_checkpointing", False),  # on unless disabled
+        "liger": k.bool("enable_liger_kernel", False), "double_quant": k.bool("double_quantization"),
+        **_sharding(k, base),
+        **_lora(method, rank, k.int("lora_alpha", 2 * rank), k.num("lora_dropout", 0.0),
+                k.names("lora_target") or ("all",), k.names("additional_target"), k.bool("use_dora")),
+    }
+    if pure and method != "full":
+        pins["adapter_dtype"] = "bf16"
+    out = _common(method, k.num("num_train_epochs", 3.0), k.int("cutoff_len", 2048),
+                  k.int("per_device_train_batch_size", 8), k.int("gradient_accumulation_steps", 1))
+    packing = k.bool("packing") or k.bool("neat_packing")
+    out.update(model=k.text("model_name_or_path"), padded=not packing, pins=pins)
+    names = k.names("dataset")
+    folder = base / (k.text("dataset_dir") or "data")
+    out["_dataset"] = _lf_dataset(k, names, folder)
+    return out
+
+
+def _lf_dataset(k: _Keys, names: tuple[str, ...], folder: Path):
+    """The one local dataset file named in dataset_dir/dataset_info.json (LLaMA-Factory data/README.md)."""
+    if len(names) != 1:
+        if names:
+            k.notes.append("dataset: more than one dataset; pass --dataset to count one")
+        return None
+    info_path = folder / "dataset_info.json"
+    if not info_path.is_file():
+        k.notes.append(f"dataset: {plain(names[0])} is described in {plain(info_path)}, which is not here")
+        return None
+    from pricing.errors import PriceInputError
+    from pricing.files import load_json, read_text
+
+    try:
+        info = load_json(read_text(info_path, str(info_path), max_bytes=MAX_CONFIG_BYTES), str(info_path))
+    except PriceInputError as exc:
+        raise BadInput(str(exc)) from None
+    entry = info.get(names[0]) if isinstance(info, dict) else None
+    if not isinstance(entry, dict) or not entry.get("file_name"):
+        k.notes.append(f"dataset: {plain(names[0])} has no local file_name in dataset_info.json")
+        return None
+    columns = entry.get("columns") or {}
+    if entry.get("formatting") == "sharegpt":
+        return str(folder / entry["file_name"]), None, columns.get("messages", "conversations")
+    k.notes.append("dataset: alpaca format; counted from its output column (pass --text-field to change)")
+    return str(folder / entry["file_name"]), columns.get("response", "output"), None
+
+
+# ----------------------------------------------------------------------------- TRL / TrainingArguments
+# Keys: TRL trl/trainer/sft_config.py (max_length 1024, packing, dataset_text_field; gradient_checkpointing
+# and bf16 default true), trl/trainer/model_config.py (model_name_or_path, use_peft, lora_r 16, lora_alpha 32,
+# lora_dropout 0.05, lora_target_modules, load_in_4bit, attn_implementation), transformers TrainingArguments
+# (per_device_train_batch_size 8, num_train_epochs 3, optim, deepspeed, fsdp, use_liger_kernel, torch_compile).
+
+def _trl(k: _Keys, base: Path) -> dict[str, Any]:
+    peft = k.bool("use_peft", False)
+    four = k.bool("load_in_4bit", False)
+    if k.bool("load_in_8bit"):
+        raise BadInput(f"{k.what}: load_in_8bit: 8-bit LoRA is not modelled; use load_in_4bit (QLoRA) or neither.")
+    if four and not peft:
+        raise BadInput(f"{k.what}: load_in_4bit needs use_peft: true (a 4-bit model cannot be fully fine-tuned).")
+    method = "qlora" if four else ("lora" if peft else "full")
+    fp16 = k.bool("fp16", False)
+    bf16 = k.bool("bf16", not fp16)
+    if bf16 and fp16:
+        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
+    init = k.raw("model_init_kwargs") or {}
+    dtype = k.text("dtype") or k.text("torch_dtype") or (init.get("dtype") or init.get("torch_dtype")
+                                                         if isinstance(init, dict) else None)
+    half = dtype in ("bfloat16", "float16")
+    if method == "full":
+        precision = ("bf16" if half else "amp-bf16") if bf16 else (("fp16" if half else "amp-fp16") if fp16 else "fp32")
+    else:
+        precision = "bf16" if bf16 else ("fp16" if fp16 else None)
+    attn = _attention(k, "attn_implementation")
+    if not attn and isinstance(init, dict) and init.get("attn_implementation"):
+        attn = {"attention": ATTENTION.get(init["attn_implementation"], "sdpa")}
+    rank = k.int("lora_r", 16)
+    pins = {
+        "precision": precision, **_optimizer(k, "optim"), **attn,
+        "grad_checkpointing": k.bool("gradient_checkpointing", True), "liger": k.bool("use_liger_kernel", False),
+        "compile": k.bool("torch_compile", False), "double_quant": k.bool("use_bnb_nested_quant"), **_sharding(k, base),
+        **_lora(method, rank, k.int("lora_alpha", 32), k.num("lora_dropout", 0.05),
+                k.names("lora_target_modules"), k.names("lora_modules_to_save"), k.bool("use_dora")),
+    }
+    seq = k.int("max_length") or k.int("max_seq_length") or 1024
+    out = _common(method, k.num("num_train_epochs", 3.0), seq, k.int("per_device_train_batch_size", 8),
+                  k.int("gradient_accumulation_steps", 1))
+    packing = k.bool("packing", False) or k.bool("padding_free", False)
+    out.update(model=k.text("model_name_or_path"), padded=not packing, pins=pins)
+    out["_group"] = bool(k.bool("group_by_length", False))
+    name = k.text("dataset_name")
+    out["_dataset"] = (name, k.text("dataset_text_field"), None) if name else None
+    return out
+
+
+# ----------------------------------------------------------------------------- torchtune
+# Keys: torchtune recipes/configs/llama3_1/8B_lora_single_device.yaml and 8B_qlora_single_device.yaml
+# (https://github.com/pytorch/torchtune): model._component_ (lora_/qlora_ builders, lora_rank, lora_alpha,
+# lora_dropout, lora_attn_modules, apply_lora_to_mlp, apply_lora_to_output), tokenizer.max_seq_len,
+# dataset.packed, batch_size, gradient_accumulation_steps, epochs, optimizer._component_, dtype,
+# enable_activation_checkpointing, compile, loss._component_ (CEWithChunkedOutputLoss).
+
+def _torchtune(k: _Keys, base: Path) -> dict[str, Any]:
+    model = k.raw("model") or {}
+    comp = str(model.get("_component_", "")) if isinstance(model, dict) else ""
+    builder = comp.rsplit(".", 1)[-1]
+    method = "qlora" if builder.startswith("qlora_") else ("lora" if builder.startswith("lora_") else "full")
+    name = re.sub(r"^(q?lora_)", "", builder)
+    m = re.match(r"([a-z]+)(\d+)(?:_(\d+))?_(\d+(?:_\d+)?b)$", name)
+    ref = f"{m.group(1)}-{m.group(2)}{'.' + m.group(3) if m.group(3) else ''}-{m.group(4).replace('_', '.')}" if m else None
+    targets = tuple(model.get("lora_attn_modules") or ()) if isinstance(model, dict) else ()
+    if isinstance(model, dict) and model.get("apply_lora_to_mlp"):
+        targets += ("gate_proj", "up_proj", "down_proj")  # torchtune w1/w3/w2 are the SwiGLU projections
+    if isinstance(model, dict) and model.get("apply_lora_to_output"):
+        targets += ("lm_head",)
+    targets = tuple(t.replace("output_proj", "o_proj") for t in targets)
+    opt = k.raw("optimizer") or {}
+    opt_name = str(opt.get("_component_", "")) if isinstance(opt, dict) else ""
+    optimizer = {"torch.optim.AdamW": "adamw", "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit",
+                 "bitsandbytes.optim.AdamW8bit": "adamw-8bit", "torch.optim.SGD": "sgd"}.get(opt_name)
+    loss = k.raw("loss") or {}
+    dtype = k.text("dtype")
+    tok = k.raw("tokenizer") or {}
+    data = k.raw("dataset") or {}
+    d = lambda key: model.get(key) if isinstance(model, dict) else None  # noqa: E731
+    pins = {
+        "precision": {"bf16": "bf16", "fp32": "fp32"}.get(dtype or ""), "optimizer": optimizer,
+        "grad_checkpointing": k.bool("enable_activation_checkpointing", False), "compile": k.bool("compile", False),
+        "liger": False,
+        "loss": "chunked" if "Chunked" in str(loss.get("_component_", "") if isinstance(loss, dict) else "") else None,
+        "adapter_dtype": "bf16" if method != "full" else None,  # torchtune keeps adapters in the model dtype
+        **_lora(method, d("lora_rank") or 8, d("lora_alpha") or 16, d("lora_dropout") or 0.0, targets, (), None),
+    }
+    out = _common(method, k.num("epochs", 1.0), tok.get("max_seq_len") if isinstance(tok, dict) else None,
+                  k.int("batch_size", 2), k.int("gradient_accumulation_steps", 1))
+    if out["seq_len"] is None:
+        del out["seq_len"]
+    out.update(model=ref, padded=not (isinstance(data, dict) and data.get("packed")), pins=pins)
+    files = data.get("data_files") if isinstance(data, dict) else None
+    out["_dataset"] = (files, None, None) if isinstance(files, str) else None
+    return out
+
+
+READERS = {"axolotl": _axolotl, "llama-factory": _llamafactory, "trl": _trl, "torchtune": _torchtune}
+_MARKERS = (
+    ("torchtune", lambda d: any(isinstance(v, dict) and "_component_" in v for v in d.values())),
+    ("llama-factory", lambda d: bool({"finetuning_type", "cutoff_len", "stage", "template"} & set(d))),
+    ("axolotl", lambda d: bool({"base_model", "sequence_len", "micro_batch_size", "adapter", "num_epochs"} & set(d))),
+    ("trl", lambda d: bool({"per_device_train_batch_size", "num_train_epochs", "max_length", "max_seq_length",
+                            "model_name_or_path", "use_peft"} & set(d))),
+)
+_IGNORED = {"torchtune": {"output_dir", "checkpointer", "resume_from_checkpoint", "seed", "shuffle", "lr_scheduler",
+                          "metric_logger", "log_every_n_steps", "log_peak_memory_stats", "device", "profiler",
+                          "max_steps_per_epoch", "clip_grad_norm", "optimizer_in_bwd", "save_adapter_weights_only",
+                          "save_last_epoch_only", "log_level", "run_val_every_n_steps", "dataset_val",
+                          "enable_activation_offloading"}}
+
+
+def read_config(path: str | Path) -> ConfigPins:
+    """The pins of a training config file (format recognised from its keys)."""
+    from pricing.errors import PriceInputError
+    from pricing.files import load_json, load_yaml, read_text
+
+    p = Path(path).expanduser()
+    what = f"--from-config {plain(p)}"
+    try:
+        text = read_text(p, what, max_bytes=MAX_CONFIG_BYTES)
+        data = (load_json(text, what, max_bytes=MAX_CONFIG_BYTES) if p.suffix.lower() == ".json" else
+                load_yaml(text, what, max_bytes=MAX_CONFIG_BYTES, max_depth=20, max_nodes=100_000))
+    except PriceInputError as exc:
+        raise BadInput(str(exc)) from None
+    if not isinstance(data, dict) or not data:
+        raise BadInput(f"{what}: must hold a mapping of training settings (key: value lines).")
+    framework = next((name for name, test in _MARKERS if test(data)), None)
+    if framework is None:
+        raise BadInput(f"{what}: not an axolotl, LLaMA-Factory, TRL/TrainingArguments or torchtune config "
+                       "(none of their keys found).")
+    keys = _Keys(data, what, _IGNORED.get(framework, _IGNORED_COMMON) | _IGNORED_COMMON)
+    raw = READERS[framework](keys, p.parent)
+    ignored, unknown = keys.leftover()
+    dataset = raw.pop("_dataset", None) or (None, None, None)
+    group = raw.pop("_group", False)
+    mb, accum = raw.pop("_mb", None), raw.pop("_accum", None)
+    raw["pins"] = {k: v for k, v in raw["pins"].items() if v is not None}
+    ds_path = dataset[0]
+    if ds_path and not Path(ds_path).is_absolute():
+        local = p.parent / ds_path
+        ds_path = str(local) if local.exists() else None
+        if ds_path is None:
+            keys.notes.append(f"dataset {plain(dataset[0])} is not a local file here; pass --dataset to count it")
+    options = {k: v for k, v in raw.items() if v is not None}
+    gb = options.get("global_batch")
+    return ConfigPins(framework=framework, path=str(p), options=options, dataset=ds_path,
+                      text_field=dataset[1], messages_field=dataset[2],
+                      micro_batch=mb, grad_accum=accum, group_by_length=bool(group),
+                      notes=tuple(keys.notes) + ((f"global batch {gb} sequences assumes one GPU (mb × accumulation; the "
+                                                  "world size is chosen at launch)",) if gb else ()),
+                      ignored=ignored, unknown=unknown)
+

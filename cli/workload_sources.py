@@ -1,0 +1,117 @@
+"""`plan --dataset` and `plan --from-config`: the workload from what the user already has.
+
+Turns a training config (advisor/training_config.py) and a dataset's token count (cli/tokens.py) into
+the plan options a user would otherwise type (flags win over both), says on stderr what was read and
+what was not, and records the same in the plan's JSON (workload, assumptions, warnings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from advisor.errors import BadInput
+from advisor.text import plain
+
+SOURCE_KEYS = ("dataset", "text_field", "messages_field", "tokenizer", "from_config")
+
+
+def source_options(f):
+    """The options of `plan` that read the user's own files (not shared with `launch`, whose --dataset
+    names the bundle's training data)."""
+    for option in reversed([
+        click.option("--dataset", default=None,
+                     help="count this dataset (JSONL/JSON, CSV, Parquet, datasets folder) in the model's tokens "
+                          "instead of --tokens"),
+        click.option("--text-field", default=None, help="--dataset column holding plain text [text]"),
+        click.option("--messages-field", default=None, help="--dataset column holding chat messages [messages]"),
+        click.option("--tokenizer", default=None, help="tokenizer for --dataset (folder, tokenizer.json or Hub id) "
+                                                        "[the model's]"),
+        click.option("--from-config", type=click.Path(dir_okay=False), default=None,
+                     help="axolotl / LLaMA-Factory / TRL / torchtune training config: its settings become pins"),
+    ]):
+        f = option(f)
+    return f
+
+
+def _fill(options: dict[str, Any], values: dict[str, Any]) -> None:
+    """Set every option the user left empty (flags win)."""
+    for key, value in values.items():
+        if key == "pins":
+            _fill(options, value)
+        elif options.get(key) in (None, ()):
+            options[key] = value
+
+
+def apply(options: dict[str, Any]):
+    """Pop the source options, fill `options` from them, and return a function that records them in
+    the finished plan (or None when no source option was given)."""
+    given = {k: options.pop(k, None) for k in SOURCE_KEYS}
+    if not any(given.values()):
+        return None
+    extra: dict[str, Any] = {}
+    warnings: list[str] = []
+    dataset, text_field, messages_field = given["dataset"], given["text_field"], given["messages_field"]
+    group, micro_batch = False, 1
+    if given["from_config"]:
+        from advisor.training_config import read_config
+
+        cfg = read_config(given["from_config"])
+        _fill(options, cfg.options)
+        shown = {**{k: v for k, v in cfg.options.items() if k != "pins"}, **cfg.options.get("pins", {})}
+        pins = ", ".join(f"{k}={v}" for k, v in shown.items())
+        click.echo(f"config ({cfg.framework}): {plain(pins)}", err=True)
+        for note in cfg.notes:
+            click.echo(f"config: {plain(note)}", err=True)
+        if cfg.unknown:
+            warnings.append(f"--from-config {plain(cfg.path)}: settings not understood, not used: "
+                            f"{', '.join(cfg.unknown)}")
+        if cfg.ignored:
+            click.echo(f"config: no effect on memory, time or cost: {', '.join(cfg.ignored)}", err=True)
+        extra.update(config_framework=cfg.framework, config_unknown=", ".join(cfg.unknown),
+                     config_ignored=", ".join(cfg.ignored))
+        if not dataset and not text_field and not messages_field:
+            text_field, messages_field = cfg.text_field, cfg.messages_field
+        dataset = dataset or (cfg.dataset if options.get("tokens") in (None, "") else None)
+        group, micro_batch = cfg.group_by_length, cfg.micro_batch or 1
+    if dataset:
+        _count_into(options, dataset, given["tokenizer"], text_field, messages_field, micro_batch, group, extra)
+    elif not given["from_config"] and (given["tokenizer"] or given["text_field"] or given["messages_field"]):
+        raise BadInput("--tokenizer / --text-field / --messages-field: only with --dataset.")
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
+
+    def record(plan):
+        workload = {**plan.workload, **{k: v for k, v in extra.items() if k.startswith("dataset")}}
+        assumptions = {**plan.assumptions, **{k: v for k, v in extra.items() if not k.startswith("dataset")}}
+        return plan.model_copy(update={"workload": workload, "assumptions": assumptions,
+                                       "warnings": [*plan.warnings, *warnings]})
+
+    return record
+
+
+def _count_into(options, dataset, tokenizer, text_field, messages_field, micro_batch, group, extra) -> None:
+    from advisor.planner import PlanRequest
+    from cli.tokens import count, summary_rows
+
+    if options.get("tokens") not in (None, "") or options.get("examples") not in (None, ""):
+        raise BadInput("--dataset: give the workload as --dataset or as --tokens / --examples, not both.")
+    model = options.get("model") or options.get("model_arg")
+    seq_len = options.get("seq_len") or PlanRequest.model_fields["seq_len"].default
+    result = count(dataset, model=model, tokenizer=tokenizer, text_field=text_field, messages_field=messages_field,
+                   seq_len=seq_len, micro_batch=micro_batch, group_by_length=group)
+    s = result.stats
+    padded = bool(options.get("padded"))
+    tokens = s.padded_tokens if padded else s.kept_tokens
+    options["tokens"] = max(1, round(tokens))
+    for what, figure in summary_rows(result):
+        click.echo(f"dataset: {what}: {figure}", err=True)
+    click.echo(f"dataset: plan counts {options['tokens']:,} tokens per epoch ("
+               + (f"padded batches of {micro_batch}" if padded else f"kept at seq_len {seq_len:,}, packed") + ")",
+               err=True)
+    extra.update(dataset=plain(result.dataset), dataset_rows=s.rows, dataset_exact=s.exact,
+                 dataset_total_tokens=round(s.total_tokens), dataset_kept_tokens=round(s.kept_tokens),
+                 dataset_padded_tokens=round(s.padded_tokens), dataset_padding_waste=round(s.padding_waste, 4),
+                 dataset_truncated_rows_share=round(s.truncated_rows_share, 4),
+                 dataset_suggested_seq_len=s.suggested_seq_len)

@@ -1,0 +1,138 @@
+"""The decision card: what a manager reads in a minute, at the top of every report.
+
+Three big numbers (cost with its p10-p90, wall time with its band, the hardware and where), the stack,
+why this option (against the runner-up and the naive baseline) and the risks in plain words. When no
+candidate meets the budget or deadline the card says so, shows the nearest option, how far it misses
+and the plan's remedy, and never calls anything recommended. Built from the plan alone (HTML and
+Markdown lay out the same dict).
+"""
+
+from __future__ import annotations
+
+import re
+
+from advisor.results import Candidate, Plan
+from advisor.text import duration, gb, money, pct
+
+# Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
+FEW_CALIBRATION_ROWS = 3
+
+
+def where(c: Candidate) -> str:
+    tier = "spot" if c.spot else "on-demand"
+    nodes = f"{c.nodes} × " if c.nodes > 1 else ""
+    return f"{c.provider} · {nodes}{c.instance_type} · {c.region} · {tier}"
+
+
+def hardware(c: Candidate) -> str:
+    total = c.nodes * c.gpu_count
+    return f"{total}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
+
+
+def cost_band(c: Candidate) -> str:
+    if c.cost.usd_low is None or c.cost.usd_high is None:
+        return "no band"
+    return f"p10–p90: {money(c.cost.usd_low)} – {money(c.cost.usd_high)}"
+
+
+def time_band(c: Candidate) -> str:
+    t = c.timing
+    if t.hours_low is None or t.hours_high is None:
+        return "no band"
+    return f"p10–p90: {duration(t.hours_low)} – {duration(t.hours_high)}"
+
+
+def _vs(c: Candidate, other: Candidate, name: str) -> str:
+    diff = other.cost_usd - c.cost_usd
+    share = f" ({pct(abs(diff) / c.cost_usd)})" if c.cost_usd > 0 else ""
+    money_part = (f"costs {money(diff)} more{share}" if diff > 0.005 else
+                  f"costs {money(-diff)} less{share}" if diff < -0.005 else "costs the same")
+    return f"{name} ({other.provider} {other.instance_type}) {money_part} and takes {duration(other.hours)}"
+
+
+def why(plan: Plan) -> str:
+    """One line: what ranked this option first, against the runner-up and the naive baseline."""
+    c = plan.candidates[0]
+    by_time = plan.assumptions.get("sort") == "time"
+    parts = [("Fastest" if by_time else "Cheapest") + " option that fits" if plan.constraints_met
+             else "Closest to the constraints"]
+    tie = [n for n in c.notes if n.startswith("preferred in a near-tie")]
+    if tie:
+        parts[0] += f", {tie[0]}"
+    if len(plan.candidates) > 1:
+        parts.append(_vs(c, plan.candidates[1], "the runner-up"))
+    b = plan.baseline
+    if b is not None and plan.constraints_met and plan.saving_vs_baseline_usd is not None:
+        parts.append(_vs(c, b, "the naive baseline"))
+    return "; ".join(parts) + "."
+
+
+def _age_days(c: Candidate, plan: Plan) -> int | None:
+    from reports.render import price_age_days
+
+    return price_age_days(c, plan.generated_at)
+
+
+def risks(plan: Plan, c: Candidate) -> list[str]:
+    """What could make the three numbers wrong, in plain words, most serious first."""
+    from advisor.caveats import caveats
+    from reports.render import is_stale
+
+    out: list[str] = []
+    t = c.timing
+    if not t.calibrated:
+        out.append(f"Uncalibrated hardware: the time model has no published measurements for this GPU class and "
+                   f"method ({t.band_basis or 'no segment'}); it is ranked at its slow end, and hours and cost may "
+                   "be further off than the band.")
+    else:
+        rows = re.search(r"(\d+) held-out", t.band_basis)
+        if rows and int(rows.group(1)) < FEW_CALIBRATION_ROWS:
+            out.append(f"Thin calibration: the time band rests on {rows.group(1)} published measurement(s) "
+                       f"({t.band_basis}).")
+    if c.fit.tight:
+        out.append(f"Tight memory: {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} per GPU is within the "
+                   "estimator's error of the limit; it may run out of memory. Run `launch.sh --benchmark` first.")
+    age = _age_days(c, plan)
+    if age is None:  # no date, or the planner's "date unknown"
+        out.append(f"Undated price: {money(c.price_hour)}/h from {c.price_source or 'an unnamed source'} has no "
+                   "observation date" + (" and its sheet marks it stale" if c.price_stale else "")
+                   + "; check it with the provider before you buy.")
+    elif is_stale(c, plan):
+        why_stale = (f"is {age:,} day{'s' if age != 1 else ''} old" if age is not None and age > plan.stale_days
+                     else "is marked stale by its sheet (an old catalog generation)")
+        out.append(f"Stale price: {money(c.price_hour)}/h from {c.price_source} ({c.price_date}) {why_stale}; "
+                   "check it with the provider before you buy.")
+    moe = plan.model.params_active < plan.model.params_total
+    out += [f"Launch caveat: {note}" for note in caveats(c, plan.model.family, moe)]
+    return out
+
+
+def decision_card(plan: Plan) -> dict:
+    """The card as plain strings: status, headline, three figures, stack, why, misses, remedy and risks."""
+    remedy = plan.remedy.removeprefix("Remedy:").strip()
+    if not plan.candidates:
+        top = max(plan.rejected, key=lambda r: r.count) if plan.rejected else None
+        return {"status": "none", "headline": "Nothing fits",
+                "lede": (f"No offer can run {plan.model.name} with the allowed settings"
+                         + (f"; most often: {top.reason}." if top else ".")),
+                "figures": [], "stack": "", "why": "", "misses": [], "remedy": remedy, "risks": [],
+                "managed": plan.managed_summary()}
+    c = plan.candidates[0]
+    met = plan.constraints_met
+    return {
+        "status": "recommended" if met else "nearest",
+        "headline": "Best option" if met else (plan.notice or "No candidate meets the constraints"),
+        "lede": "" if met else "Nearest option, which does not meet them:",
+        "figures": [
+            {"label": "Cost", "value": money(c.cost_usd), "detail": cost_band(c)},
+            {"label": "Wall time", "value": duration(c.hours), "detail": time_band(c)},
+            {"label": "Hardware", "value": hardware(c), "detail": where(c)},
+        ],
+        "stack": f"{c.label or c.stack.label()} · micro-batch {c.micro_batch} × accumulation {c.grad_accum} at "
+                 f"{c.seq_len:,} tokens",
+        "why": why(plan),
+        "misses": [n for n in c.notes if n.startswith("misses")] if not met else [],
+        "remedy": remedy if not met else "",
+        "risks": risks(plan, c),
+        "managed": plan.managed_summary(),
+    }

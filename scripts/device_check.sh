@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The one prepared check for a lent GPU (an H200 here): for Llama-3.1-8B LoRA, QLoRA and full fine-tuning,
+# plan the one-GPU candidate, write its launch bundle, run `launch.sh --benchmark` on random weights
+# (--init_from_config: nothing downloaded), then benchmarks/gpu_measure.py. Everything lands under $OUT:
+#   $OUT/<method>.measured.json   the bundle's measured.json (gpu-advisor calibrate reads it back here)
+#   $OUT/<method>.plan.json       the plan the bundle came from
+#   $OUT/gpu_measure.csv          the harness's rows (benchmarks/throughput_rows.py reads them as a source)
+#   $OUT/device_check.log         every command's output, and a summary line per case
+# Each case has its own time limit and the whole script stops well inside 10 minutes (CHECK_SECONDS).
+#
+# Before the device run, here (the device has no registry; pydantic and bitsandbytes are not in its image):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 -d .whl \
+#     pydantic==2.12.4 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2 bitsandbytes
+# (pydantic and pydantic-core must be a matching pair), then run(command="bash scripts/device_check.sh",
+# carry=[".whl"], timeout_s=590). Afterwards, here:
+#   gpu-advisor calibrate /work/.device/.../lora.measured.json
+# Dry run on a CPU (tiny random Llama instead of 8B, no CUDA: QLoRA is refused by train.py and logged):
+#   DEVICE_CHECK_DRY=1 OUT=/tmp/dc bash scripts/device_check.sh
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${OUT:-/tmp/device_check_out}"
+WORK="${DEVICE_CHECK_WORK:-/tmp/device_check}"
+PY="${PYTHON:-python3}"
+CHECK_SECONDS="${CHECK_SECONDS:-540}"   # the whole script
+CASE_SECONDS="${CASE_SECONDS:-130}"     # one bundle's benchmark
+STEPS="${STEPS:-5}"
+DRY="${DEVICE_CHECK_DRY:-}"
+START=$SECONDS
+mkdir -p "$OUT" "$WORK"
+LOG="$OUT/device_check.log"
+: >"$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+left() { echo $((CHECK_SECONDS - (SECONDS - START))); }
+
+if compgen -G "$ROOT/.whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$ROOT"/.whl/*.whl >>"$LOG" 2>&1 && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+advisor() { "$PY" -m advisor "$@"; }   # the gpu-advisor CLI from this checkout
+command -v accelerate >/dev/null || export PATH="$(dirname "$(command -v "$PY")"):$PATH"  # launch.sh runs it
+"$PY" - <<'EOF' 2>&1 | tee -a "$LOG"
+import importlib.metadata as md, torch
+names = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "pydantic", "flash-attn", "liger-kernel")
+def v(n):
+    try:
+        return md.version(n)
+    except md.PackageNotFoundError:
+        return "-"
+print("device:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu", "|",
+      ", ".join(f"{n} {v(n)}" for n in names))
+EOF
+
+if [ -n "$DRY" ]; then  # mechanics on a CPU: the tests' tiny Llama, short sequences
+  MODEL="$WORK/tiny/config.json"; GPU=A100; SEQ=64; BATCH=8
+  mkdir -p "$WORK/tiny"
+  "$PY" -c "import json,sys; sys.path.insert(0,'$ROOT/tests'); from launch_fixtures import TINY_LLAMA; \
+json.dump(TINY_LLAMA, open('$MODEL','w'))"
+  CONFIG="$MODEL"
+else
+  MODEL="meta-llama/Llama-3.1-8B"; GPU=H200; SEQ=2048; BATCH=8
+  CONFIG="$WORK/llama-3.1-8b/config.json"; mkdir -p "$(dirname "$CONFIG")"
+  "$PY" -c "import json; from advisor.models import load_model, to_hf_config; \
+json.dump(to_hf_config(load_model('$MODEL')), open('$CONFIG','w'), indent=1)" || { say "FAIL: 8B config"; exit 1; }
+fi
+
+# On the device: no flash-attn, liger-kernel or DeepSpeed in the image, so the stacks stay on SDPA, one GPU, no
+# sharding; everything else (optimizer, checkpointing, micro-batch) is the plan's own choice.
+COMMON=(--model "$MODEL" --tokens 100M --seq-len "$SEQ" --global-batch "$BATCH" --gpu "$GPU" --max-gpus 1
+        --attention sdpa --no-liger --sharding none --allow-stale --top 1)
+for method in lora qlora full; do
+  if [ "$(left)" -lt 60 ]; then say "SKIP $method: less than 60 s left"; continue; fi
+  bundle="$WORK/$method"; rm -rf "$bundle"
+  if ! advisor plan "${COMMON[@]}" --methods "$method" --format json >"$OUT/$method.plan.json" 2>>"$LOG"; then
+    say "FAIL $method: plan (see log)"; continue
+  fi
+  if ! advisor launch --from "$OUT/$method.plan.json" --out "$bundle" >>"$LOG" 2>&1; then
+    say "FAIL $method: launch"; continue
+  fi
+  limit=$(( $(left) - 30 < CASE_SECONDS ? $(left) - 30 : CASE_SECONDS ))
+  t0=$SECONDS
+  timeout --kill-after=10 "$limit" bash "$bundle/launch.sh" --init_from_config "$CONFIG" --benchmark \
+    --steps "$STEPS" --warmup_steps 2 >>"$LOG" 2>&1
+  rc=$?
+  if [ -f "$bundle/measured.json" ]; then
+    cp "$bundle/measured.json" "$OUT/$method.measured.json"
+    say "OK   $method: $(( SECONDS - t0 )) s; $("$PY" -c "import json; d=json.load(open('$bundle/measured.json')); \
+print(f\"{d['tokens_per_sec']:,.0f} tokens/s, step {d['step_seconds']['median']:.3f} s, peak allocated \
+{(d['peak_allocated_bytes'] or 0)/1e9:.1f} GB, device {(d['device_total_bytes'] or 0)/1e9:.1f} GB\")")"
+  else
+    say "FAIL $method: benchmark exit $rc after $(( SECONDS - t0 )) s (timeout: 124; see log)"
+  fi
+done
+
+budget=$(( $(left) - 20 ))
+if [ "$budget" -ge 60 ]; then
+  if [ -n "$DRY" ]; then args=(--device cpu --tiny --steps 1); else args=(--budget-seconds "$budget"); fi
+  timeout --kill-after=10 "$budget" "$PY" "$ROOT/benchmarks/gpu_measure.py" "${args[@]}" --out "$WORK/gpu_measure" \
+    >>"$LOG" 2>&1
+  say "gpu_measure: exit $? ($(( SECONDS - START )) s in all)"
+  cp "$WORK"/gpu_measure/*.csv "$OUT/gpu_measure.csv" 2>/dev/null || say "gpu_measure: no CSV"
+else
+  say "SKIP gpu_measure: ${budget} s left"
+fi
+say "done in $(( SECONDS - START )) s"

@@ -1,0 +1,46 @@
+"""Cluster and multi-GPU sellers (issue 26): a cited, dated sheet loaded with the bundled data, whose
+billing terms give the hours a run is charged for."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from pricing.billing import billed_hours, describe
+from pricing.loader import CLUSTERS, load, read_sheet
+
+
+def test_every_cluster_row_is_cited_dated_and_states_its_billing_terms():
+    with open(CLUSTERS, newline="") as f:
+        raw = list(csv.DictReader(f))
+    good, problems = read_sheet(CLUSTERS)
+    assert problems == [] and len(good) == len(raw) > 0
+    assert all(r["source"].startswith("https://") and r["observed_at"] for r in raw)
+    assert good.min_billed_hours.notna().all() and good.billing_increment_hours.notna().all()
+
+
+def test_cluster_rows_load_with_the_bundled_data_and_count_towards_providers():
+    df, problems = load(include_cache=False)
+    assert problems == []
+    clusters = df[df.provider.isin(["coreweave", "hyperstack"])]
+    assert len(clusters) == len(read_sheet(CLUSTERS)[0]) and set(clusters.price_origin) == {"bundled"}
+
+
+@pytest.mark.parametrize("hours, minimum, step, billed", [
+    (2.4, None, None, 2.4),  # pay as used
+    (2.4, 168, 168, 168),  # a weekly reservation costs at least a week
+    (170, 168, 168, 336),  # and is paid in whole weeks
+    (2.01, 0, 1 / 60, 2.0 + 1 / 60),  # per minute
+    (3.0, None, 1, 3.0),  # an exact hour is not rounded up
+])
+def test_billed_hours_honour_the_minimum_and_the_increment(hours, minimum, step, billed):
+    assert billed_hours(hours, minimum, step) == pytest.approx(billed)
+
+
+def test_billed_hours_work_on_arrays_with_missing_terms():
+    got = billed_hours(np.array([0.5, 200.0, 1.2]), np.array([168.0, 168.0, np.nan]),
+                       np.array([168.0, np.nan, np.nan]))
+    assert got.tolist() == pytest.approx([168.0, 200.0, 1.2])
+    assert describe(168, 168) == "billed per week, at least 168 h" and describe(None, None) is None
