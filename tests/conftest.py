@@ -6,6 +6,16 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_report_header(config) -> list[str]:
+    """The resolved version of every installed distribution (what `pip freeze` prints), so a CI log
+    says exactly what the suite ran against (README "Dependencies")."""
+    from importlib.metadata import distributions
+
+    names = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions() if d.metadata["Name"]},
+                   key=str.lower)
+    return ["resolved versions: " + " ".join(names)]
+
+
 class Builds:
     """The texts handed to yaml.load and json.loads while a test ran (the calls that turn text
     into objects: where a bomb expands or a deep document recurses)."""

@@ -153,6 +153,7 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     remedy = _remedy(candidates[0], request) if candidates and not chosen.constraints_met else ""
 
     warnings = list(getattr(offers, "attrs", {}).get("problems", []))[:20]
+    warnings += _disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
     warnings += _warnings(chosen, candidates, request, off, spot, engine.spec) + ([remedy] if remedy else [])
     spec = engine.spec
     top_stack = candidates[0].stack if candidates else _lora_probe(request).model_copy(
@@ -167,6 +168,14 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
                 managed_alternatives=_managed(spec, counts, top_stack.method, request))
+
+
+def _disagreeing(disagreements, candidates: list[Candidate]) -> list[str]:
+    """Where two price sheets differ by more than the tolerance on an instance a shown candidate
+    uses (pricing/agreement.py): say so, with both prices and dates (the newer dated one is used)."""
+    shown = {(c.offer.provider, c.offer.region, c.offer.instance_type) for c in candidates}
+    return [f"Price sources disagree: {d}." for d in disagreements
+            if (d.provider, d.region, d.instance_type) in shown][:10]
 
 
 def _managed(spec, counts, method: str, request: PlanRequest) -> list:
