@@ -380,7 +380,27 @@ def build_bundle(
         "requirements.txt": "\n".join(reqs) + "\n",
         "chat_to_text.py": (TEMPLATES / "chat_to_text.py").read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
+        **_axolotl_file(c, model, dataset, options or {}),
     }
+
+
+def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping[str, object]) -> dict[str, str]:
+    """axolotl.yaml when the plan came from an axolotl config (advisor/launch_axolotl.py); its caveats warn."""
+    from advisor.launch_axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
+
+    if not wants_axolotl(options):
+        return {}
+    cfg, notes = axolotl_config(c, model_name=model.name, family=model.family, moe=model.is_moe,
+                                layer=DECODER_LAYERS.get(model.family), dataset=dataset,
+                                epochs=float(options.get("epochs") or 1), optimizer=OPTIM_NAMES[c.optimizer],
+                                ds_file=DS_CONFIG_FILE)
+    for note in notes:
+        warnings.warn(note, LaunchWarning, stacklevel=3)
+    header = (_comment(f"axolotl config written by gpu-advisor for {model.name}: the stack of the estimate")
+              + _comment(f"stack: {c.stack_label or c.method}; {c.nodes} node(s) x {c.gpu_count} {c.gpu_model}")
+              + "# Run from this folder (its deepspeed and datasets paths are relative): axolotl train axolotl.yaml\n"
+              + "".join(_comment(n) for n in notes))
+    return {AXOLOTL_FILE: header + _dump(cfg)}
 
 
 def _comment(text: str) -> str:

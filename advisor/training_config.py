@@ -268,7 +268,8 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
         raise BadInput(f"{k.what}: bf16: expected true, false or auto (got {plain(bf16)[:20]!r}).")
     if bf16 and k.bool("fp16"):
         raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
-    precision = "bf16" if bf16 else ("fp16" if k.bool("fp16") else None)
+    # bf16 false without fp16 loads float32 (normalize_config); unset bf16 is "auto", left to the search
+    precision = "bf16" if bf16 else ("fp16" if k.bool("fp16") else ("fp32" if bf16 is False else None))
     if bf16 == "auto":
         k.notes.append("bf16: auto is read as bf16 (axolotl uses it where the GPU has it)")
     attention = _one_of(k, {"flash_attention": "flash", "sdp_attention": "sdpa", "eager_attention": "eager",
@@ -283,11 +284,14 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
                 "liger_cross_entropy"):
         k.bool(key)  # the kernels Liger brings along; the memory model treats Liger as one switch
     targets = ("all-linear",) if k.bool("lora_target_linear") else k.names("lora_target_modules")
-    ckpt = k.raw("gradient_checkpointing")
+    fsdp_conf = k.data.get("fsdp_config") if isinstance(k.data.get("fsdp_config"), dict) else {}
+    k.int("fsdp_version")  # FSDP 1 or 2: the same sharded memory here
+    ckpt = k.raw("gradient_checkpointing") or fsdp_conf.get("activation_checkpointing")  # FSDP's own switch
     pins = {
         "precision": precision, **_optimizer(k, "optimizer"), **attn,
         "grad_checkpointing": bool(ckpt),  # default false; "offload" / "offload_disk" also checkpoint
         "liger": bool(liger_plugin and liger), "compile": k.raw("torch_compile") is True,  # "auto": off here
+        "loss": "chunked" if k.bool("chunked_cross_entropy") else None,
         **_sharding(k, base),
         **_lora(method, k.int("lora_r", 8 if method != "full" else None), k.int("lora_alpha"),
                 k.num("lora_dropout", 0.0), targets, k.names("lora_modules_to_save"), k.bool("peft_use_dora")),

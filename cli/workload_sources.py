@@ -35,21 +35,47 @@ def source_options(f):
     return f
 
 
-def _fill(options: dict[str, Any], values: dict[str, Any]) -> None:
-    """Set every option the user left empty (flags win)."""
+def _fill(options: dict[str, Any], values: dict[str, Any], taken: dict[str, Any]) -> None:
+    """Set every option the user left empty (flags, then the plan file's own fields in `taken`, win)."""
     for key, value in values.items():
         if key == "pins":
-            _fill(options, value)
-        elif options.get(key) in (None, ()):
+            _fill(options, value, taken)
+        elif options.get(key) in (None, ()) and key not in taken:
             options[key] = value
+
+
+def _from_file(options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The `-f plan.yaml` fields; its dataset / config keys fill the source options the flags left empty,
+    paths relative to the file's folder (a tokenizer only where that path exists: else a Hub id)."""
+    from pathlib import Path
+
+    from advisor.planner.request import read_plan_file
+
+    if not options.get("plan_file"):
+        return {}
+    path = Path(options["plan_file"])
+    file = read_plan_file(path)
+    for key in SOURCE_KEYS:
+        value = file.get(key)
+        if given[key] or value in (None, ""):
+            continue
+        if not isinstance(value, str):
+            raise BadInput(f"--file {plain(path)}: {key}: expected text (got {plain(value)[:40]!r}).")
+        local = path.parent / Path(value).expanduser()
+        if key in ("dataset", "from_config") or (key == "tokenizer" and local.exists()):
+            value = str(local)
+        given[key] = value
+    return file
 
 
 def apply(options: dict[str, Any]):
     """Pop the source options, fill `options` from them, and return a function that records them in
     the finished plan (or None when no source option was given)."""
     given = {k: options.pop(k, None) for k in SOURCE_KEYS}
+    file = _from_file(options, given)
     if not any(given.values()):
         return None
+    view = {**file, **{k: v for k, v in options.items() if v not in (None, ())}}  # what the plan will read
     extra: dict[str, Any] = {}
     warnings: list[str] = []
     dataset, text_field, messages_field = given["dataset"], given["text_field"], given["messages_field"]
@@ -58,7 +84,8 @@ def apply(options: dict[str, Any]):
         from advisor.training_config import read_config
 
         cfg = read_config(given["from_config"])
-        _fill(options, cfg.options)
+        _fill(options, cfg.options, file)
+        view.update({k: v for k, v in options.items() if v not in (None, ())})
         shown = {**{k: v for k, v in cfg.options.items() if k != "pins"}, **cfg.options.get("pins", {})}
         pins = ", ".join(f"{k}={v}" for k, v in shown.items())
         click.echo(f"config ({cfg.framework}): {plain(pins)}", err=True)
@@ -73,36 +100,40 @@ def apply(options: dict[str, Any]):
                      config_ignored=", ".join(cfg.ignored))
         if not dataset and not text_field and not messages_field:
             text_field, messages_field = cfg.text_field, cfg.messages_field
-        dataset = dataset or (cfg.dataset if options.get("tokens") in (None, "") else None)
+        dataset = dataset or (cfg.dataset if view.get("tokens") in (None, "") else None)
         group, micro_batch = cfg.group_by_length, cfg.micro_batch or 1
     if dataset:
-        _count_into(options, dataset, given["tokenizer"], text_field, messages_field, micro_batch, group, extra)
+        _count_into(options, view, dataset, given["tokenizer"], text_field, messages_field, micro_batch, group,
+                    extra)
     elif not given["from_config"] and (given["tokenizer"] or given["text_field"] or given["messages_field"]):
         raise BadInput("--tokenizer / --text-field / --messages-field: only with --dataset.")
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
 
+    lengths = extra.pop("_lengths", None)
+
     def record(plan):
         workload = {**plan.workload, **{k: v for k, v in extra.items() if k.startswith("dataset")}}
         assumptions = {**plan.assumptions, **{k: v for k, v in extra.items() if not k.startswith("dataset")}}
         return plan.model_copy(update={"workload": workload, "assumptions": assumptions,
-                                       "warnings": [*plan.warnings, *warnings]})
+                                       "warnings": [*plan.warnings, *warnings], "workload_lengths": lengths})
 
     return record
 
 
-def _count_into(options, dataset, tokenizer, text_field, messages_field, micro_batch, group, extra) -> None:
+def _count_into(options, view, dataset, tokenizer, text_field, messages_field, micro_batch, group, extra) -> None:
+    """Count `dataset` into options["tokens"]; `view` is what the plan reads (flags over the plan file)."""
     from advisor.planner import PlanRequest
     from cli.tokens import count, summary_rows
 
-    if options.get("tokens") not in (None, "") or options.get("examples") not in (None, ""):
+    if view.get("tokens") not in (None, "") or view.get("examples") not in (None, ""):
         raise BadInput("--dataset: give the workload as --dataset or as --tokens / --examples, not both.")
-    model = options.get("model") or options.get("model_arg")
-    seq_len = options.get("seq_len") or PlanRequest.model_fields["seq_len"].default
+    model = view.get("model") or view.get("model_arg")
+    seq_len = view.get("seq_len") or PlanRequest.model_fields["seq_len"].default
     result = count(dataset, model=model, tokenizer=tokenizer, text_field=text_field, messages_field=messages_field,
                    seq_len=seq_len, micro_batch=micro_batch, group_by_length=group)
     s = result.stats
-    padded = bool(options.get("padded"))
+    padded = bool(view.get("padded"))
     tokens = s.padded_tokens if padded else s.kept_tokens
     options["tokens"] = max(1, round(tokens))
     for what, figure in summary_rows(result):
@@ -114,4 +145,12 @@ def _count_into(options, dataset, tokenizer, text_field, messages_field, micro_b
                  dataset_total_tokens=round(s.total_tokens), dataset_kept_tokens=round(s.kept_tokens),
                  dataset_padded_tokens=round(s.padded_tokens), dataset_padding_waste=round(s.padding_waste, 4),
                  dataset_truncated_rows_share=round(s.truncated_rows_share, 4),
-                 dataset_suggested_seq_len=s.suggested_seq_len)
+                 dataset_suggested_seq_len=s.suggested_seq_len, _lengths=lengths_of(s))
+
+
+def lengths_of(stats):
+    """The plan's copy of the dataset's length histogram (advisor.results.LengthHistogram), for the report."""
+    from advisor.results import LengthHistogram
+
+    return LengthHistogram(bins=stats.histogram, seq_len=stats.seq_len, suggested_seq_len=stats.suggested_seq_len,
+                           exact=stats.exact, counted_rows=stats.counted_rows)

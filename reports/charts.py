@@ -235,9 +235,11 @@ def length_histogram_chart(stats) -> str:
         fig = Figure(figsize=(7.5, 3.5))
         fig.subplots_adjust(left=0.11, right=0.74)
         ax = fig.add_subplot()
-        ax.bar([low for low, _, _ in bins], [rows for _, _, rows in bins],
-               width=[high - low + 1 for low, high, _ in bins], align="edge", color="#0072B2", linewidth=0,
-               label="rows" + ("" if stats.exact else f" (from {stats.counted_rows:,} sampled)"))
+        bars = ax.bar([low for low, _, _ in bins], [rows for _, _, rows in bins],
+                      width=[high - low + 1 for low, high, _ in bins], align="edge", color="#0072B2", linewidth=0,
+                      label="rows" + ("" if stats.exact else f" (from {stats.counted_rows:,} sampled)"))
+        for i, bar in enumerate(bars.patches):
+            bar.set_gid(f"length-bar-{i}")  # one id per bin in the SVG (the report's tests count them)
         for x, colour, name in ((stats.seq_len, "#D55E00", f"seq_len {stats.seq_len:,}"),
                                 (stats.suggested_seq_len, "#009E73", f"suggested {stats.suggested_seq_len:,} (p99)")):
             if x <= bins[-1][1] * 1.5:

@@ -270,6 +270,16 @@ def pareto_table(plan: Plan) -> dict:
     return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Wall time", "Cost"], rows)
 
 
+def lengths_table(plan: Plan) -> dict | None:
+    """The length histogram's bins as text (plan --dataset); None for a plan without a dataset."""
+    h = plan.workload_lengths
+    if h is None:
+        return None
+    rows = [[f"{low:,}-{high:,}", f"{rows:,}"] for low, high, rows in h.bins]
+    return table(["Tokens per row", "Rows" + ("" if h.exact else f" (from {h.counted_rows:,} sampled)")], rows,
+                 numeric=("Tokens per row",))
+
+
 def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
     best_gpu, best_provider = best_tables(plan)
     prices = price_table(plan)
@@ -293,6 +303,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "shown": min(TOP_ROWS, len(plan.candidates)),
         "memory": memory_table(plan),
         "pareto": pareto_table(plan),
+        "lengths": lengths_table(plan),
         "best_gpu": best_gpu,
         "best_provider": best_provider,
         "rejected": table(["Reason", "Options ruled out", "Example"],
@@ -375,12 +386,17 @@ CHART_TEXT = {
                   "(options with no cheaper and faster alternative) is joined in orange, the top-ranked "
                   "option (#1) is a blue star and the naive baseline a black cross. The table below lists "
                   "the Pareto front."),
+    "lengths": ("Token lengths of the dataset",
+                "Histogram of the dataset's rows by token length (plan --dataset), with the plan's seq_len and "
+                "the suggested seq_len (p99 rounded up) marked as dashed lines. The table below gives the bins."),
 }
 
 
 def _charts(plan: Plan) -> dict[str, str]:
     out = {}
-    for key, svg in (("memory", charts.memory_chart(plan)), ("cost-time", charts.cost_time_chart(plan))):
+    lengths = charts.length_histogram_chart(plan.workload_lengths) if plan.workload_lengths else None
+    for key, svg in (("memory", charts.memory_chart(plan)), ("cost-time", charts.cost_time_chart(plan)),
+                     ("lengths", lengths)):
         if svg is not None:
             title, desc = CHART_TEXT[key]
             out[key] = charts.clean_svg(svg, id_prefix=f"chart-{key}", title=title, desc=desc)

@@ -81,7 +81,7 @@ def hostile_plan(data: dict, text: str, fields=TEXT_FIELDS, model: bool = True) 
     data = copy.deepcopy(data)
     if model:
         data["model"]["name"] = "m " + text if text.startswith("-") else text  # a leading '-' is refused
-    for c in data["candidates"] + data["pareto"]:
+    for c in data["candidates"] + data["others"]:  # every stored candidate (schema 4)
         for f in fields:
             c[f] = text  # flat keys win over the nested ones when a plan is loaded
     return data

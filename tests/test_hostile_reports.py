@@ -62,13 +62,12 @@ def spoil(data: dict, text: str) -> dict:
     data = copy.deepcopy(data)
     data["model"]["name"] = "m " + text if text.startswith("-") else text
     data["model"]["source"] = text
-    cands = data["candidates"] + data["pareto"] + [data["baseline"]] + list(data["best_per_gpu"].values())
-    cands += list(data["best_per_provider"].values())
+    cands = data["candidates"] + data["others"]  # every stored candidate (schema 4)
     for c in cands:
         for f in ("provider", "region", "instance_type", "price_source", "stack_label"):
             c[f] = text
         c["notes"] = [text]
-    data["best_per_provider"] = {text: data["candidates"][0]}
+    data["best_per_provider_refs"] = {text: 0}
     data["rejected"] = [{"reason": text, "count": 3, "example": text}]
     data["assumptions"][text] = text
     data["workload"]["dataset"] = text
@@ -189,7 +188,7 @@ def test_control_characters_anywhere_in_a_plan_are_refused(tmp_path, capsys, whe
          rejected=[{"reason": "r", "count": 1, "example": text}]),
      "assumptions key": lambda: data["assumptions"].update({text: 1}),
      "workload value": lambda: data["workload"].update(dataset=text),
-     "best_per_gpu key": lambda: data.update(best_per_gpu={text: c}),
+     "best_per_gpu key": lambda: data.update(best_per_gpu_refs={text: 1}),
      }[where]()
     code, out, err = gpu_advisor(capsys, "report", write(tmp_path, data), "-o", tmp_path / "r.md")
     line = one_line_error(code, err)

@@ -44,7 +44,7 @@ def first(d: dict) -> dict:
 
 
 def _everywhere(d: dict, change) -> None:
-    for c in d["candidates"] + d["pareto"]:
+    for c in d["candidates"] + d["others"]:  # every stored candidate (schema 4)
         change(c)
 
 
@@ -198,7 +198,7 @@ def planned(tmp_path_factory) -> Path:
 
 def test_every_planned_candidate_is_one_consistent_run_and_its_plan_reloads(planned, tmp_path, capsys):
     data = json.loads(planned.read_text())
-    rows = data["candidates"] + data["pareto"] + list(data["best_per_gpu"].values())
+    rows = data["candidates"] + data["others"]  # every stored candidate (schema 4)
     assert rows
     for c in rows:
         assert c["offer"]["gpu_count"] * c["nodes"] == c["stack"]["gpus"]

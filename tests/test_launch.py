@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -328,36 +327,7 @@ def test_sky_yaml_has_the_candidates_machines():
     assert task["resources"] == {"cloud": "lambda", "region": "us-east-1", "instance_type": "gpu_8x_h100_sxm5",
                                  "accelerators": "H100:8", "use_spot": True}
     assert task["num_nodes"] == 2 and "launch.sh" in task["run"] and "requirements.txt" in task["setup"]
-    sky = pytest.importorskip("sky", reason="skypilot not installed: schema checked above only")
-    from sky.utils import common_utils, schemas
-
-    common_utils.validate_schema(task, schemas.get_task_schema(), "task: ")
-    common_utils.validate_schema(task["resources"], schemas.get_resources_schema(), "resources: ")
-    assert sky
-
-
-def test_sky_yaml_loads_with_skypilots_task_loader(tmp_path):
-    pytest.importorskip("sky", reason="skypilot not installed (optional extra)")
-    out = write_bundle(bundle(candidate(nodes=2, spot=True)), tmp_path / "b")
-    # SkyPilot validates the instance against its catalog; give it a one-row AWS catalog in a private HOME.
-    script = textwrap.dedent(f"""
-        import csv, os
-        from sky.catalog import common
-        path = common.get_catalog_path("aws/vms.csv")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,SpotPrice,Region,AvailabilityZone,Arch".split(","))
-            w.writerow(["p4d.24xlarge", "A100", "8.0", "96.0", "1152.0", "", "32.77", "12.0", "us-east-1", "us-east-1a", "x86_64"])
-        import sky
-        task = sky.Task.from_yaml({str(out / 'sky.yaml')!r})
-        (r,) = task.resources
-        print(task.num_nodes, r.cloud, r.region, r.instance_type, r.accelerators, r.use_spot)
-    """)
-    env = dict(os.environ, HOME=str(tmp_path / "home"))
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split("\n")[-2] == "2 AWS us-east-1 p4d.24xlarge {'A100': 8} True"
+    # SkyPilot's own loader (its task schema, then its catalog): tests/test_sky_yaml.py, in a child with a private HOME
 
 
 def test_existing_folder_is_never_overwritten_silently(tmp_path):

@@ -250,7 +250,7 @@ def test_json_validates_against_plan(base):
     text = base.model_dump_json()
     again = Plan.model_validate_json(text)
     data = json.loads(text)
-    assert {"candidates", "pareto", "baseline", "rejected", "assumptions"} <= set(data)
+    assert {"candidates", "others", "pareto_refs", "baseline_ref", "rejected", "assumptions"} <= set(data)
     first = data["candidates"][0]
     assert {"offer", "stack", "shape", "fit", "timing", "cost"} <= set(first)
     for field in ("provider", "region", "instance_type", "gpu_model", "gpu_count", "spot", "method", "precision",

@@ -40,7 +40,7 @@ def test_json_output_validates_and_keeps_the_contract(sheet):
     assert r.exit_code == 0, r.output
     plan = Plan.model_validate_json(r.output)
     data = json.loads(r.output)
-    assert {"candidates", "pareto", "baseline", "rejected", "assumptions"} <= set(data)
+    assert {"candidates", "others", "pareto_refs", "baseline_ref", "rejected", "assumptions"} <= set(data)
     assert {c["offer"]["provider"] for c in data["candidates"]} == {"acme"}
     assert data["candidates"][0]["offer"]["source"] == "acme-list" and data["candidates"][0]["offer"]["price_date"] == "2026-11-20"
     assert plan.command.startswith("gpu-advisor ")

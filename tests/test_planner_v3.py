@@ -196,12 +196,12 @@ def test_a_placeholder_spot_price_is_never_the_spot_headline_while_a_plausible_o
 
 def test_plan_json_carries_each_number_once_and_old_plans_still_load(lora_plan):
     data = json.loads(lora_plan.model_dump_json())
-    assert data["schema_version"] == 3
+    assert data["schema_version"] == 4
     assert "cost_usd" not in data["candidates"][0] and "hours" not in data["candidates"][0]
     old = Plan.model_validate_json(OLD_PLAN.read_text())
     assert old.candidates and old.candidates[0].cost_usd == json.loads(OLD_PLAN.read_text())["candidates"][0]["cost_usd"]
     assert math.isfinite(old.candidates[0].hours)
-    assert old.model_dump_json()  # and it writes back as schema 3
+    assert old.model_dump_json()  # and it writes back as schema 4 (tests/test_plan_refs.py)
 
 
 def test_old_plan_json_still_renders_and_launches(tmp_path, capsys):

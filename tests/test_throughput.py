@@ -375,12 +375,14 @@ def test_band_quantile_gives_the_pessimistic_end_for_a_p80_budget():
 
 def test_sustained_rate_is_per_card_with_its_power_limit():
     """Both 'ada': the 72 W L4 sustains a far lower share of its peak than the 450 W RTX 4090 (measured
-    matmul tables), the 300 W RTX 6000 Ada less than the 350 W L40S on the same die; H100 PCIe below SXM."""
+    matmul tables), the 300 W RTX 6000 Ada less than the 350 W L40S on the same die; H100 PCIe below SXM;
+    the 70 W T4 (measured) below the Turing class default; a card without an entry (V100) gets its class's."""
     from advisor.throughput import sustained_fraction
 
     f = {name: sustained_fraction(get_gpu(name)) for name in ("L4", "RTX4090", "L40S", "RTX6000-Ada", "H100",
-                                                              "H100-PCIE", "A100-80GB")}
+                                                              "H100-PCIE", "A100-80GB", "T4", "V100")}
     assert f["L4"] < 0.6 < f["L40S"] and f["RTX4090"] > 0.9
+    assert f["T4"] < 0.7 < table()["mamf_fraction"]["turing"] and f["V100"] == table()["mamf_fraction"]["volta"]
     assert f["RTX6000-Ada"] < f["L40S"] and f["H100-PCIE"] < f["H100"] < f["A100-80GB"]
     stack = Stack(method="qlora", attention="flash", grad_checkpointing=True)
     l4 = estimate_throughput(LLAMA_8B, stack, Shape(micro_batch=4), "L4")

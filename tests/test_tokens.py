@@ -284,3 +284,99 @@ def test_a_local_model_folder_brings_its_own_tokenizer(capsys, data, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     s = _count(capsys, root / "d.jsonl", "--model", tmp_path / "config.json")["stats"]
     assert s["total_tokens"] == sum(data["lengths"])
+
+
+# ----------------------------------------------------------------------------- the report's length histogram
+
+def _bars(svg_text: str) -> int:
+    """Bins drawn: the chart gives each bar its own id (reports/charts.py length_histogram_chart)."""
+    import re
+
+    return len(set(re.findall(r'id="chart-lengths-length-bar-(\d+)"', svg_text)))
+
+
+def test_the_report_of_a_dataset_plan_draws_its_length_histogram(capsys, data, tmp_path):
+    from advisor.results import Plan
+    from reports.render import render
+
+    root = data["root"]
+    plan = Plan.model_validate(_plan(capsys, "--dataset", root / "d.jsonl", "--tokenizer", root / "tokenizer.json"))
+    # the bins, computed here: width ceil((max + 1) / 24) tokens, from 0 to the longest row
+    top = max(data["lengths"])
+    width = math.ceil((top + 1) / 24)
+    expected = [(b * width, b * width + width - 1, sum(b * width <= n < (b + 1) * width for n in data["lengths"]))
+                for b in range(math.ceil((top + 1) / width))]
+    assert [tuple(b) for b in plan.workload_lengths.bins] == expected
+    assert (plan.workload_lengths.seq_len, plan.workload_lengths.exact) == (32, True)
+    saved = tmp_path / "plan.json"
+    saved.write_text(plan.model_dump_json())
+    for name in ("r.html", "r.md"):  # `gpu-advisor report` loads the saved plan strictly
+        code, _, err = gpu_advisor(capsys, "report", saved, "-o", tmp_path / name)
+        assert code == 0, err
+    html = (tmp_path / "r.html").read_text()
+    assert _bars(html) == len(expected) and "Dataset token lengths" in html
+    assert "(r-lengths.svg)" in (tmp_path / "r.md").read_text()
+    assert _bars((tmp_path / "r-lengths.svg").read_text()) == len(expected)
+    # a plan file saved before the field existed still loads, and draws no histogram
+    old = Plan.model_validate({k: v for k, v in plan.model_dump(mode="json").items() if k != "workload_lengths"})
+    assert old.workload_lengths is None and "chart-lengths" not in render(old, "html")
+
+
+def test_a_plan_without_a_dataset_has_no_length_histogram(capsys, tmp_path):
+    from advisor.results import Plan
+    from reports.render import render, write
+
+    plan = Plan.model_validate(_plan(capsys, "--tokens", 100_000))
+    assert plan.workload_lengths is None
+    assert "chart-lengths" not in render(plan, "html") and "Dataset token lengths" not in render(plan, "md")
+    assert tmp_path / "r-lengths.svg" not in write(plan, tmp_path / "r.md")
+    assert not (tmp_path / "r-lengths.svg").exists()
+
+
+@pytest.mark.parametrize("bins", [[], [[0, 9, -1]], [[5, 2, 1]], [[0, 9, 1], [9, 12, 1]],
+                                  [[i, i, 1] for i in range(300)]])
+def test_a_shared_plan_with_a_malformed_length_histogram_is_refused(capsys, data, bins):
+    from advisor.results import Plan
+
+    root = data["root"]
+    plan = _plan(capsys, "--dataset", root / "d.jsonl", "--tokenizer", root / "tokenizer.json")
+    plan["workload_lengths"]["bins"] = bins
+    with pytest.raises(ValueError, match="workload_lengths"):
+        Plan.model_validate(plan)
+
+
+def test_a_plan_file_names_the_dataset_and_config_and_flags_win(capsys, data, tmp_path):
+    """-f plan.yaml takes dataset / tokenizer / text_field / from_config like the flags, paths relative to it."""
+    root = data["root"]
+    for name in ("d.jsonl", "tokenizer.json"):
+        (tmp_path / name).write_bytes((root / name).read_bytes())
+    # axolotl keys: src/axolotl/utils/schemas/{model,peft,config}.py (commit 067b021c8b87)
+    (tmp_path / "ax.yaml").write_text("base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 4\n"
+                                      "lora_alpha: 8\nsequence_len: 16\n")
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text("dataset: d.jsonl\ntokenizer: tokenizer.json\ntext_field: text\nfrom_config: ax.yaml\n"
+                         "seq_len: 24\n")
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(elsewhere)  # the file's paths are read beside it, not in the working folder
+        plan = _plan(capsys, "-f", plan_file)  # PLAN's --seq-len 32 wins over the file's 24 and the config's 16
+        flagged = _plan(capsys, "-f", plan_file, "--dataset", root / "big.jsonl")
+    assert plan["workload"]["dataset_rows"] == len(TEXTS)
+    assert plan["workload"]["tokens"] == sum(min(n, 32) for n in data["lengths"])
+    assert plan["candidates"] and {c["stack"]["lora_rank"] for c in plan["candidates"]} == {4}
+    assert plan["assumptions"]["config_framework"] == "axolotl" and plan["workload_lengths"]
+    assert flagged["workload"]["dataset_rows"] == len(data["big"])
+
+
+def test_the_plan_files_own_fields_win_over_its_config(capsys, data, tmp_path):
+    root = data["root"]
+    (tmp_path / "ax.yaml").write_text("base_model: meta-llama/Llama-3.2-1B\nadapter: lora\nlora_r: 4\n")
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(f"dataset: {root / 'd.jsonl'}\ntokenizer: {root / 'tokenizer.json'}\n"
+                         "from_config: ax.yaml\nlora_rank: 8\n")
+    plan = _plan(capsys, "-f", plan_file)
+    assert {c["stack"]["lora_rank"] for c in plan["candidates"]} == {8}
+    plan_file.write_text("dataset: [a, b]\n")
+    code, _, err = gpu_advisor(capsys, "plan", *PLAN, "-f", plan_file)
+    assert "dataset: expected text" in one_line_error(code, err)

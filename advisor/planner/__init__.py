@@ -117,7 +117,8 @@ def _settled_selection(cfg, configs: list[Config], priced, request: PlanRequest,
 def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequest, engine: Engine, counts,
              offers, off) -> Plan:
     """The typed Plan: candidates in rank order, Pareto front, best per GPU/provider, baseline,
-    spot alternative, and the warnings a reader must see."""
+    spot alternative, and the warnings a reader must see. One Candidate per scored row, however many
+    views name it (the plan stores it once, advisor/plan_refs.py)."""
     from pricing.cache import stale_days
 
     from advisor.planner import ranking
@@ -128,7 +129,14 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     suspect = ranking.spot_suspect(priced)
     others = _other_names(chosen, priced)
 
-    def candidate(i, rank: int | None = None) -> Candidate:
+    built: dict[int, Candidate] = {}
+
+    def candidate(i) -> Candidate:
+        if int(i) not in built:
+            built[int(i)] = _candidate(i)
+        return built[int(i)]
+
+    def _candidate(i) -> Candidate:
         r = scored_row(int(i))
         o = offer_row(int(r["offer_row"]))
         cfg = configs[int(r["row"])]
@@ -136,13 +144,12 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
         if o["spot"] and suspect[int(r["offer_row"])]:
             extra.append(ranking.SPOT_SUSPECT_NOTE)
         names, regions = others.get(int(r["offer_row"]), ([], []))
-        c = to_candidate(cfg, o, r, request, position.get(int(i), 0) if rank is None else rank, engine.spec,
-                         extra, names, regions)
+        c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
         if not chosen.constraints_met:
             c.notes.extend(misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request))
         return c
 
-    candidates = [candidate(i, k + 1) for k, i in enumerate(chosen.ranked[:request.top])]
+    candidates = [candidate(i) for i in chosen.ranked[:request.top]]  # rank k + 1: their place in `position`
     pareto = [candidate(i) for i in chosen.pareto]
     best_gpu = {c.gpu_model: c for c in (candidate(i) for i in chosen.best["gpu_model"])}
     best_provider = {c.provider: c for c in (candidate(i) for i in chosen.best["provider"])}

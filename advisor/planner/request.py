@@ -283,8 +283,8 @@ class PlanRequest(BaseModel):
         """Flags over the YAML plan file over the defaults. Keys use the CLI's spelling
         (`examples`, `avg_tokens`, `deadline`, `all_stacks`, `gpu`, `spot`, ...)."""
         merged: dict[str, Any] = {}
-        if plan_file:
-            merged.update(read_plan_file(Path(plan_file)))
+        if plan_file:  # the file's dataset / config keys are read by cli/workload_sources.py
+            merged.update({k: v for k, v in read_plan_file(Path(plan_file)).items() if k not in SOURCE_FILE_KEYS})
         merged.update({k: v for k, v in options.items() if v is not None and v != ()})
         return cls(**_to_fields(merged))
 
@@ -292,10 +292,13 @@ class PlanRequest(BaseModel):
 # CLI/plan-file spelling -> PlanRequest field
 _ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model", "checkpoint_every": "checkpoint_interval_hours",
             "bnb_legacy": "bnb_saves_inputs"}
+# `plan --dataset / --from-config ...` as plan-file keys (paths relative to the plan file's folder)
+SOURCE_FILE_KEYS = ("dataset", "text_field", "messages_field", "tokenizer", "from_config")
 FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "epochs", "seq_len", "global_batch", "global_batch_tokens",
              "methods", "budget", "deadline", "providers", "regions", "gpu", "spot", "max_gpus", "max_nodes",
              "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks", "allow_stale",
-             "skip_bad_rows", "checkpoint_every", "padded", "risk", "measured", "no_measured", *PIN_FIELDS)
+             "skip_bad_rows", "checkpoint_every", "padded", "risk", "measured", "no_measured", *PIN_FIELDS,
+             *SOURCE_FILE_KEYS)
 
 
 def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
