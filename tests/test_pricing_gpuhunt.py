@@ -130,9 +130,8 @@ def test_a_zip_under_its_version_folder_is_dated_by_that_version(tmp_path):
     assert set(df.provider) == {"aws"} and set(df.observed_at) == {"2026-11-27T00:00:00Z"}
 
 
-def test_bundled_clusters_and_a_gpuhunt_import_cover_at_least_15_providers(tmp_path):
-    from pricing.loader import load
-
+def import_two_more_providers(tmp_path) -> None:
+    """`prices import` of a gpuhunt folder with two providers the bundled sheet lacks (verda, cloudrift)."""
     folder = catalog_dir(tmp_path)
     storage.dump([item("verda", "1H100.80S.32V", "FIN-01", 2.29, "H100", 1, 80.0, cpu=32, ram=185.0)],
                  str(folder / "verda.csv"))
@@ -140,6 +139,12 @@ def test_bundled_clusters_and_a_gpuhunt_import_cover_at_least_15_providers(tmp_p
                  str(folder / "cloudrift.csv"))
     res = CliRunner().invoke(cli, ["prices", "import", str(folder), "--observed-at", "2026-11-28"])
     assert res.exit_code == 0, res.output
+
+
+def test_bundled_clusters_and_a_gpuhunt_import_cover_at_least_15_providers(tmp_path):
+    from pricing.loader import load
+
+    import_two_more_providers(tmp_path)
     df, problems = load()
     assert problems == [] and df.provider.nunique() >= 15, sorted(df.provider.unique())
 
@@ -148,12 +153,7 @@ def test_a_plan_over_bundled_clusters_and_gpuhunt_ranks_offers_of_at_least_15_pr
     """Issue 26: the planner sees every sheet: the best option per provider spans >= 15 providers."""
     from advisor.planner import plan
 
-    folder = catalog_dir(tmp_path)
-    storage.dump([item("verda", "1H100.80S.32V", "FIN-01", 2.29, "H100", 1, 80.0, cpu=32, ram=185.0)],
-                 str(folder / "verda.csv"))
-    storage.dump([item("cloudrift", "rtx49-7c-kn.1", "us-east-nc-nr-1", 0.39, "RTX4090", 1, 24.0, cpu=7, ram=56.0)],
-                 str(folder / "cloudrift.csv"))
-    assert CliRunner().invoke(cli, ["prices", "import", str(folder), "--observed-at", "2026-11-28"]).exit_code == 0
+    import_two_more_providers(tmp_path)
     p = plan("meta-llama/Llama-3.2-1B", tokens=20e6, methods=("lora",), allow_stale=True)
     providers = set(p.best_per_provider)
     assert len(providers) >= 15, sorted(providers)
