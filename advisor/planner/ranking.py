@@ -15,7 +15,9 @@ from __future__ import annotations
 NEAR_TIE_SHARE = 0.05  # DESIGN.md "Recommendation policy": a near-tie is within 5 % ...
 NEAR_TIE_USD = 1.0  # ... or within $1
 FASTER = 1.25  # "clearly faster": hours buckets of 25 %
-MARKETPLACES = ("vast",)  # sellers that list third-party hosts (vast.ai: hosts rented from individuals)
+# Sellers that list third-party hosts at prices their suppliers set: vast.ai (hosts rented from individuals);
+# Hyperbolic's GPU Marketplace ("Suppliers set their own price", https://docs.hyperbolic.xyz/docs/gpu-marketplace-pricing).
+MARKETPLACES = ("vast", "hyperbolic")
 SUSPECT_SHARE_ROWS = 5  # instance types of one provider at one exact spot/on-demand ratio: a placeholder
 
 
