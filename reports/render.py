@@ -247,7 +247,7 @@ def price_table(plan: Plan) -> dict:
         node_note = f" ({c.nodes} nodes)" if c.nodes > 1 else ""
         rows.append([c.provider, c.region, c.instance_type + node_note, pricing(c), money(c.price_hour),
                      c.price_source, c.price_date, "unknown" if age is None else f"{age:,}",
-                     f"⚠ older than {plan.stale_days:g} days" if stale else "ok"])
+                     f"⚠ undated or older than {plan.stale_days:g} days" if stale else "ok"])
         flags.append(stale)
     return table(["Provider", "Region", "Instance", "Pricing", "$ per hour", "Source", "Date", "Age (days)",
                   "Status"], rows, flags)
