@@ -225,7 +225,9 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     h = hours[by_cost]
     prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
     pareto = by_cost[h < prev]
-    best = {column: _best_per(priced[column], offer_row, order) for column in ("gpu_model", "provider")}
+    # best per GPU / provider follow the final ranking (near-tie preferences included), then the rest
+    final = np.concatenate((ranked, order[~np.isin(order, ranked)])) if len(ranked) else order
+    best = {column: _best_per(priced[column], offer_row, final) for column in ("gpu_model", "provider")}
     baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
     spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
     spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
