@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -24,3 +26,19 @@ def one_line_error(code: int, err: str, expected_code: int = 2) -> str:
     assert "Error:" not in lines[0] and "Traceback" not in err  # no exception class names
     assert "\x1b" not in err
     return lines[0]
+
+
+def saved_plan(folder: Path, *args: str) -> Path:
+    """`gpu-advisor plan ARGS --format json` as a fresh process with its own empty cache, saved to
+    folder/plan.json as users save it (the planner's own output, nothing in-process)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GPU_ADVISOR_CACHE_DIR": str(folder / "cache")}
+    done = subprocess.run([sys.executable, "-m", "advisor", "plan", *args, "--format", "json"], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    path = folder / "plan.json"
+    path.write_text(done.stdout, encoding="utf-8")
+    return path

@@ -13,11 +13,10 @@ import copy
 import errno
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from cli_run import gpu_advisor, one_line_error
+from cli_run import gpu_advisor, one_line_error, saved_plan
 
 from launch_fixtures import candidate, write_plan
 
@@ -88,13 +87,19 @@ INCONSISTENT = {
 }
 
 
-@pytest.mark.parametrize("case", INCONSISTENT)
-def test_inconsistent_or_out_of_bounds_plan_is_refused_by_launch_and_writes_nothing(tmp_path, capsys, benign, case):
+def tampered(folder, benign: dict, case: str):
+    """(path of the benign plan with INCONSISTENT[case] applied, the text its refusal must name)."""
     mutate, named = INCONSISTENT[case]
     data = copy.deepcopy(benign)
     mutate(data)
-    path = tmp_path / "plan.json"
+    path = folder / "plan.json"
     path.write_text(json.dumps(data), encoding="utf-8")
+    return path, named
+
+
+@pytest.mark.parametrize("case", INCONSISTENT)
+def test_inconsistent_or_out_of_bounds_plan_is_refused_by_launch_and_writes_nothing(tmp_path, capsys, benign, case):
+    path, named = tampered(tmp_path, benign, case)
     out = tmp_path / "bundle"
     code, stdout, err = gpu_advisor(capsys, "launch", "--from", path, "--out", out)
     line = one_line_error(code, err)
@@ -105,11 +110,7 @@ def test_inconsistent_or_out_of_bounds_plan_is_refused_by_launch_and_writes_noth
 
 @pytest.mark.parametrize("case", ["fsdp x64 on a 1-GPU offer", "schema_version 999", "epochs 1e308"])
 def test_report_refuses_the_same_plans(tmp_path, capsys, benign, case):
-    mutate, named = INCONSISTENT[case]
-    data = copy.deepcopy(benign)
-    mutate(data)
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
+    path, named = tampered(tmp_path, benign, case)
     code, _, err = gpu_advisor(capsys, "report", path, "-o", tmp_path / "r.html")
     assert named in one_line_error(code, err)
     assert not (tmp_path / "r.html").exists()
@@ -183,17 +184,8 @@ def test_schema_2_plan_still_loads_and_launches(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory) -> Path:
     """A real plan of the bundled sheet (a subprocess: the planner's own output, saved as users save it)."""
-    import subprocess
-
-    folder = tmp_path_factory.mktemp("planned")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GPU_ADVISOR_CACHE_DIR": str(folder / "cache")}
-    done = subprocess.run([sys.executable, "-m", "advisor", "plan", "--model", "qwen2.5-7b", "--tokens", "2e7",
-                           "--max-nodes", "2", "--format", "json"], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    path = folder / "plan.json"
-    path.write_text(done.stdout, encoding="utf-8")
-    return path
+    return saved_plan(tmp_path_factory.mktemp("planned"), "--model", "qwen2.5-7b", "--tokens", "2e7",
+                      "--max-nodes", "2")
 
 
 def test_every_planned_candidate_is_one_consistent_run_and_its_plan_reloads(planned, tmp_path, capsys):

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_run import gpu_advisor, one_line_error
+from cli_run import gpu_advisor, one_line_error, saved_plan
 
 from advisor.plan_refs import VIEWS
 from advisor.results import PLAN_SCHEMA_VERSION, Plan
@@ -23,15 +20,7 @@ DATA = Path(__file__).parent / "data" / "plans"
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory) -> Path:
     """The default 8B plan of the bundled sheet, as `plan --format json` writes it (a subprocess)."""
-    folder = tmp_path_factory.mktemp("planned")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GPU_ADVISOR_CACHE_DIR": str(folder / "cache")}
-    done = subprocess.run([sys.executable, "-m", "advisor", "plan", "--model", "meta-llama/Llama-3.1-8B",
-                           "--tokens", "20M", "--format", "json"], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
-    path = folder / "plan.json"
-    path.write_text(done.stdout, encoding="utf-8")
-    return path
+    return saved_plan(tmp_path_factory.mktemp("planned"), "--model", "meta-llama/Llama-3.1-8B", "--tokens", "20M")
 
 
 def identity(c: dict) -> str:
