@@ -79,6 +79,22 @@ def sheet_path() -> Path:
     return Path(os.environ.get("GPU_ADVISOR_MANAGED_SHEET") or SHEET)
 
 
+def _check_text(row: dict, where: str) -> None:
+    """The price sheets' text rule (pricing.schema): printable, at most MAX_TEXT_CHARS per cell, so
+    nothing from this user-editable sheet reaches a plan, table or report that a sheet row could not."""
+    from pricing.schema import CONTROL_RE, MAX_TEXT_CHARS
+
+    for col, value in row.items():
+        if not isinstance(value, str):  # csv puts surplus fields in a list under None
+            raise PriceInputError(f"{where}: more fields than the header has")
+        bad = CONTROL_RE.search(value)
+        if bad:
+            raise PriceInputError(f"{where}: column '{col}' holds control character U+{ord(bad.group()):04X} "
+                                  "(printable text only)")
+        if len(value) > MAX_TEXT_CHARS:
+            raise PriceInputError(f"{where}: column '{col}' is longer than {MAX_TEXT_CHARS:,} characters")
+
+
 @lru_cache(maxsize=4)
 def _rows(path: str, stamp: float) -> tuple[dict, ...]:
     from pricing import files
@@ -87,6 +103,7 @@ def _rows(path: str, stamp: float) -> tuple[dict, ...]:
     out = []
     for i, row in enumerate(csv.DictReader(text.splitlines()), start=1):
         where = f"{path}: row {i}"
+        _check_text(row, where)
         missing = [c for c in ("provider", "service", "methods", "source") if not (row.get(c) or "").strip()]
         if missing:
             raise PriceInputError(f"{where}: column '{missing[0]}' is empty")

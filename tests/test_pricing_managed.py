@@ -55,8 +55,23 @@ def test_a_named_model_list_is_matched_by_name_and_a_minimum_charge_applies(tmp_
     ("a,FT,0,16,any-hf,lora;sft,1,,0,https://x,,,", "methods"),
     ("a,FT,0,16,any-hf,lora,cheap,,0,https://x,,,", "usd_per_m_tokens"),
     ("a,FT,0,16,any-hf,lora,2,1,0,https://x,,,", "usd_per_m_tokens_high"),
-    ("a,FT,0,16,any-hf,lora,1,,0,,,,", "source")])
+    ("a,FT,0,16,any-hf,lora,1,,0,,,,", "source"),
+    ("a,FT,0,16,any-hf,lora,1,,0,https://x,,,cheap \x1b[2J today", "note"),
+    ("a\u202e,FT,0,16,any-hf,lora,1,,0,https://x,,,", "provider"),
+    ("a,FT,0,16,any-hf,lora,1,,0,https://x,,," + "n" * 1001, "note")])
 def test_a_bad_cell_is_bad_input_naming_its_row_and_column(tmp_path, line, column):
     with pytest.raises(PriceInputError) as err:
         alternatives("x/y", 8, "lora", 1e6, path=sheet(tmp_path, line))
     assert "row 1" in str(err.value) and column in str(err.value) and err.value.exit_code == 2
+
+
+def test_a_managed_sheet_with_a_control_character_is_one_line_before_any_plan(tmp_path, monkeypatch, capsys):
+    """The user-editable sheet follows the price sheets' text rule: an escape sequence in a note is
+    refused in one line naming the file, row and column, and never reaches the terminal."""
+    from cli_run import gpu_advisor, one_line_error
+
+    monkeypatch.setenv("GPU_ADVISOR_MANAGED_SHEET", str(sheet(tmp_path, "a,FT,0,16,any-hf,lora,1,,0,https://x,,,x\x1b[2Jy")))
+    code, out, err = gpu_advisor(capsys, "plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "10M",
+                                 "--methods", "lora")
+    line = one_line_error(code, err)
+    assert "managed.csv: row 1" in line and "'note'" in line and "U+001B" in line and out == ""
