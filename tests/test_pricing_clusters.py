@@ -8,7 +8,6 @@ import csv
 import numpy as np
 import pytest
 
-from pricing.billing import billed_hours, describe
 from pricing.loader import CLUSTERS, load, read_sheet
 
 
@@ -28,19 +27,29 @@ def test_cluster_rows_load_with_the_bundled_data_and_count_towards_providers():
     assert len(clusters) == len(read_sheet(CLUSTERS)[0]) and set(clusters.price_origin) == {"bundled"}
 
 
-@pytest.mark.parametrize("hours, minimum, step, billed", [
-    (2.4, None, None, 2.4),  # pay as used
+def billed(hours, minimum, step):
+    """Hours the planner's costing bills (advisor.planner.costing: offer_billing + billed_hours) for
+    rows that state these terms (NaN: the provider's default)."""
+    import pandas as pd
+
+    from advisor.planner.costing import billed_hours, offer_billing
+
+    priced = pd.DataFrame({"provider": "acme", "min_billed_hours": np.atleast_1d(minimum).astype(float),
+                           "billing_increment_hours": np.atleast_1d(step).astype(float)})
+    return billed_hours(np.atleast_1d(np.asarray(hours, float)), *offer_billing(priced))
+
+
+@pytest.mark.parametrize("hours, minimum, step, expected", [
+    (2.4, np.nan, 1 / 3600, 2.4),  # per second: as used
     (2.4, 168, 168, 168),  # a weekly reservation costs at least a week
     (170, 168, 168, 336),  # and is paid in whole weeks
     (2.01, 0, 1 / 60, 2.0 + 1 / 60),  # per minute
-    (3.0, None, 1, 3.0),  # an exact hour is not rounded up
+    (3.0, np.nan, 1, 3.0),  # an exact hour is not rounded up
 ])
-def test_billed_hours_honour_the_minimum_and_the_increment(hours, minimum, step, billed):
-    assert billed_hours(hours, minimum, step) == pytest.approx(billed)
+def test_billed_hours_honour_the_minimum_and_the_increment(hours, minimum, step, expected):
+    assert billed(hours, minimum, step)[0] == pytest.approx(expected)
 
 
 def test_billed_hours_work_on_arrays_with_missing_terms():
-    got = billed_hours(np.array([0.5, 200.0, 1.2]), np.array([168.0, 168.0, np.nan]),
-                       np.array([168.0, np.nan, np.nan]))
+    got = billed([0.5, 200.0, 1.2], [168.0, 168.0, np.nan], [168.0, 1 / 3600, 1 / 3600])
     assert got.tolist() == pytest.approx([168.0, 200.0, 1.2])
-    assert describe(168, 168) == "billed per week, at least 168 h" and describe(None, None) is None
