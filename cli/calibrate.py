@@ -10,11 +10,11 @@ from pathlib import Path
 
 import click
 
-from advisor.text import plain
+from advisor.text import gb, plain
 
 
 def _gb(value: int | None) -> str:
-    return "not measured" if value is None else f"{value / 1e9:,.2f} GB"
+    return "not measured" if value is None else gb(value, 2)
 
 
 def _ratio(value: float | None) -> str:
