@@ -32,4 +32,10 @@ def validation_message(exc) -> str:
         msg = f"expected {ctx['expected']}"
     if isinstance(ctx.get("error"), Exception):
         msg = str(ctx["error"])
-    return f"--{field.replace('_', '-')}: {msg} (got {err.get('input')!r})."
+    got = repr(err.get("input"))
+    if len(got) > ECHO_CHARS:  # a whole plan or sheet row is the input of a model-level check: name, don't dump
+        got = got[:ECHO_CHARS] + "…"
+    return f"--{field.replace('_', '-')}: {msg} (got {got})."
+
+
+ECHO_CHARS = 120  # how much of a refused value the one-line error repeats

@@ -300,3 +300,25 @@ def test_sky_task_name_is_one_skypilot_accepts(tmp_path, capsys, benign, name, t
     assert code == 0, err
     got = yaml.safe_load((tmp_path / "b" / "sky.yaml").read_text())["name"]
     assert got == task and re.fullmatch(r"[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*", got, re.ASCII)
+
+
+def test_a_refusal_names_the_value_without_repeating_a_whole_document():
+    """A model-level check sees the whole plan (or sheet row) as its input: the one-line error
+    repeats at most ECHO_CHARS of it, never the document."""
+    from pydantic import BaseModel, ValidationError, field_validator
+
+    from advisor.errors import ECHO_CHARS, validation_message
+
+    class Doc(BaseModel):
+        note: str
+
+        @field_validator("note")
+        @classmethod
+        def _printable(cls, v: str) -> str:
+            raise ValueError("control character U+001B refused in note")
+
+    with pytest.raises(ValidationError) as err:
+        Doc(note="x" * 100_000 + "\x1b[2J")
+    line = validation_message(err.value)
+    assert line.startswith("--note: ") and "U+001B refused" in line and "\n" not in line
+    assert len(line) < 200 + ECHO_CHARS and "\x1b" not in line
