@@ -15,6 +15,15 @@ from advisor.results import Candidate
 # *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0; families.json decoder_layer_class).
 DECODER_LAYERS: dict[str, str] = families.decoder_layers()
 DEEPSPEED = ("zero1", "zero2", "zero3")
+# Provider names as price sheets spell them -> SkyPilot's cloud name.
+SKY_NAMES = {"lambdalabs": "lambda", "google": "gcp", "lambda-labs": "lambda", "amazon": "aws"}
+# The SkyPilot release sky.yaml is checked against (the test extra's pin; tests/test_sky_yaml.py loads every
+# planner-written sky.yaml in it) and its clouds: sorted(sky.utils.registry.CLOUD_REGISTRY) in skypilot 0.9.2.
+# Hyperbolic is a cloud from SkyPilot 0.10 (sky/clouds/hyperbolic.py in skypilot-org/skypilot).
+SKYPILOT_CHECKED = "0.9.2"
+SKY_NOTE = "`sky launch sky.yaml` refuses it"  # in the caveat below; sky.yaml repeats that caveat as a comment
+SKYPILOT_CLOUDS = frozenset({"aws", "azure", "cudo", "do", "fluidstack", "gcp", "ibm", "kubernetes", "lambda",
+                             "nebius", "oci", "paperspace", "runpod", "scp", "vast", "vsphere"})
 
 
 def total_gpus(c: Candidate) -> int:
@@ -42,6 +51,11 @@ def cpu_adam(c: Candidate) -> bool:
     (accelerate 1.15.0 Accelerator._prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed,
     whenever offload_optimizer.device != "none" and zero_force_ds_cpu_optimizer is not false)."""
     return c.sharding in DEEPSPEED and c.offload in ("optimizer", "both")
+
+
+def sky_cloud(provider: str) -> str:
+    """The cloud name sky.yaml gives SkyPilot for a price sheet's provider."""
+    return SKY_NAMES.get(provider.lower(), provider.lower())
 
 
 def runs_as(c: Candidate) -> str:
@@ -91,4 +105,9 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
         notes.append(
             f"lora_dropout is written as 0 (the plan's stack says {c.stack.lora_dropout:g}): peft wraps this MoE's "
             "experts with LoRA ParamWrappers, which refuse dropout; the estimate assumed 0 for them.")
+    if sky_cloud(c.provider) not in SKYPILOT_CLOUDS:
+        notes.append(
+            f"SkyPilot {SKYPILOT_CHECKED}, the release sky.yaml is checked against, has no "
+            f"{sky_cloud(c.provider)!r} cloud, so {SKY_NOTE} (a newer SkyPilot may have one): rent the machine at "
+            f"{c.provider}, copy this folder there and run launch.sh.")
     return notes

@@ -27,7 +27,8 @@ import yaml
 
 from advisor.activations import CHUNKED_LOSS_CHUNKS
 from advisor.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
-    DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, total_gpus)
+    DECODER_LAYERS, DEEPSPEED, SKY_NOTE, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_cloud,
+    total_gpus)
 from advisor.errors import AdvisorError, BadInput
 from advisor.modelspec import ModelSpec
 from advisor.results import Candidate
@@ -71,7 +72,6 @@ PRECISIONS = {
     "amp-bf16": ("float32", "bf16"),
     "amp-fp16": ("float32", "fp16"),
 }
-SKY_CLOUDS = {"lambdalabs": "lambda", "google": "gcp", "lambda-labs": "lambda", "amazon": "aws"}
 HEAD_NODE_PLACEHOLDER = "HEAD_NODE_IP"
 MAIN_PROCESS_PORT = 29500
 MAX_GRAD_NORM = 1.0
@@ -280,7 +280,7 @@ def training_args(
 
 
 def sky_task(c: Candidate, model: ModelSpec) -> dict:
-    cloud = SKY_CLOUDS.get(c.provider.lower(), c.provider.lower())
+    cloud = sky_cloud(c.provider)
     setup = "set -e\npip install -r requirements.txt\n"
     if c.attention == "flash":  # a CUDA build; train.py falls back to SDPA without it
         setup += f"pip install flash-attn=={pins()['flash-attn']} --no-build-isolation\n"
@@ -352,6 +352,7 @@ def build_bundle(
         "mp": mixed_precision(c),
         "args": args,
         "notes": notes,
+        "sky_ok": not any(SKY_NOTE in n for n in notes),
         "dataset": dataset,
         "gb": lambda b: f"{b / 1e9:.1f} GB",
         "gib": lambda b: f"{b / 2**30:.1f} GiB",
@@ -376,7 +377,8 @@ def build_bundle(
         "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # issue 21: whose hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
             "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n"),
-        "sky.yaml": "# SkyPilot task: sky launch sky.yaml\n" + _dump(sky_task(c, model)),
+        "sky.yaml": "# SkyPilot task: sky launch sky.yaml\n" + "".join(_comment(n) for n in notes if SKY_NOTE in n)
+                    + _dump(sky_task(c, model)),
         "requirements.txt": "\n".join(reqs) + "\n",
         "chat_to_text.py": (TEMPLATES / "chat_to_text.py").read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from advisor.text import gb, plain
+from cli.options import choice
 
 
 def _gb(value: int | None) -> str:
@@ -45,7 +46,7 @@ def render(cal) -> str:
 
 @click.command()
 @click.argument("measured", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=choice(["table", "json"]), default="table", show_default=True)
 @click.option("--model", "model", default=None,
               help="config.json (or catalog name / Hub id) to estimate with when the run's model name is not one, "
                    "e.g. a plan made from a local config [the measurement's model]")

@@ -24,12 +24,19 @@ from cli.plan import build_plan, plan_options
 @click.option("--dataset", default="data/train.jsonl", show_default=True,
               help="Training data path written into training_args.yaml (JSONL {'text': ...} or .txt).")
 @plan_options
-def launch(from_file: Path | None, rank: int, out_dir: Path, force: bool, dataset: str, **plan_opts) -> None:
+@click.pass_context
+def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path, force: bool, dataset: str,
+           **plan_opts) -> None:
     """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README
     for candidate --rank of a saved plan (--from) or of a plan made now from the plan options."""
     from advisor.launch import build_bundle, write_bundle
 
     plan, where = load_or_build_plan(from_file, plan_opts)
+    if ctx.get_parameter_source("dataset") is not click.core.ParameterSource.COMMANDLINE and \
+            plan.workload.get("dataset"):  # the data the plan counted is the data the bundle trains on
+        dataset = str(plan.workload["dataset"])
+        click.echo(f"dataset: training_args.yaml reads {plain(dataset)} (the plan's dataset; --dataset to change)",
+                   err=True)
     if not plan.candidates:
         raise BadInput(f"{where}: the plan has no candidates{': ' + plan.notice if plan.notice else ''}.")
     if not 1 <= rank <= len(plan.candidates):
@@ -48,7 +55,10 @@ def launch(from_file: Path | None, rank: int, out_dir: Path, force: bool, datase
         click.echo(f"warning: {w.message}", err=True)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
-    click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}   (or: cd {_word(out_dir)} && sky launch sky.yaml)")
+    from advisor.caveats import SKY_NOTE
+
+    sky = "" if SKY_NOTE in files["sky.yaml"] else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
+    click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}{sky}")
 
 
 def _word(path: Path) -> str:
@@ -70,7 +80,11 @@ def load_or_build_plan(from_file: Path | None, plan_opts: dict):
         if not (plan_opts.get("model") or plan_opts.get("model_arg") or plan_opts.get("plan_file")):
             raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json) "
                            "or plan options (--model M --tokens N ...).")
-        return build_plan(**plan_opts), "plan"
+        from cli.workload_sources import apply as apply_sources
+
+        record = apply_sources(plan_opts)  # a plan file's dataset / from_config keys, read as `plan -f` reads them
+        result = build_plan(**plan_opts)
+        return (record(result) if record else result), "plan"
     from cli.report import load_plan
 
     return load_plan(from_file, "--from"), "--from"

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from cli.options import choice
 from pricing.sources import SOURCES
 
 SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
@@ -38,9 +39,9 @@ def prices() -> None:
 @click.option("--region", help="Provider region id, e.g. us-east-1.")
 @click.option("--min-gpus", type=float, default=None, help="Only instances with at least this many GPUs.")
 @click.option("--spot", is_flag=True, help="Show and sort by spot prices (rows without spot are hidden).")
-@click.option("--sort", "sort_by", type=click.Choice(["price", "per-gpu"]), default="per-gpu",
+@click.option("--sort", "sort_by", type=choice(["price", "per-gpu"]), default="per-gpu",
               show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+@click.option("--format", "fmt", type=choice(["table", "csv", "json"]), default="table",
               show_default=True)
 @click.option("--prices", "sheets", multiple=True, type=click.Path(dir_okay=False),
               help="Your price sheet (CSV/YAML/JSON); overrides list prices. Repeatable.")
@@ -134,7 +135,7 @@ def observed_label(observed_at, stale: bool) -> str:
 
 
 @prices.command()
-@click.option("--source", "sources", multiple=True, type=click.Choice(SOURCE_NAMES),
+@click.option("--source", "sources", multiple=True, type=choice(SOURCE_NAMES),
               help="Source to fetch (repeatable; default: all).")
 @click.option("--region", "regions", multiple=True, help="Only these regions (repeatable).")
 @click.option("--endpoint", help="Base URL replacing the source's public one (one --source).")
@@ -227,7 +228,7 @@ def _stamp(iso: str):
 
 
 @prices.command()
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+@click.option("--format", "fmt", type=choice(["table", "json"]), default="table",
               show_default=True)
 def sources(fmt) -> None:
     """Each price source: rows, age, and where it lives."""

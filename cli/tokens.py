@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from advisor.text import plain
+from cli.options import choice
 from cli.output import render_rows
 
 
@@ -75,7 +76,7 @@ def summary_rows(c) -> list[tuple[str, str]]:
 @click.option("--exact", is_flag=True, help="tokenize every row")
 @click.option("--histogram", type=click.Path(dir_okay=False), default=None,
               help="also write the length histogram as an SVG file")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "md", "csv"]), default="table",
+@click.option("--format", "fmt", type=choice(["table", "json", "md", "csv"]), default="table",
               show_default=True)
 def tokens(dataset: str, model, tokenizer, text_field, messages_field, seq_len, micro_batch, group_by_length,
            sample, exact, histogram, fmt) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from advisor.caveats import SKY_NOTE, SKYPILOT_CHECKED, SKYPILOT_CLOUDS
 from advisor.launch import LaunchWarning, build_bundle
 from advisor.planner import plan
 from launch_fixtures import spec
@@ -79,7 +80,7 @@ LOADER = textwrap.dedent(r"""
             out["error"] = f"{type(e).__name__}: {e}"[:500]
         print(json.dumps(out))
     print(json.dumps({"schema": constants.CATALOG_SCHEMA_VERSION, "seeded": sorted(clouds),
-                      "known": sorted(registry.CLOUD_REGISTRY),
+                      "version": sky.__version__, "known": sorted(registry.CLOUD_REGISTRY),
                       "network_attempts": attempts}))
 """)
 
@@ -90,9 +91,18 @@ PLANS = [  # (model, plan fields): together they give 1-GPU, 8-GPU, 2-node and s
 ]
 
 
+CLOUD_VARIABLES = ("SKYPILOT_", "AWS_", "GOOGLE_", "GCE_", "CLOUDSDK_", "AZURE_", "OCI_", "KUBECONFIG")
+
+
 def load_with_skypilot(paths: list[Path], home: Path) -> tuple[dict[str, dict], dict]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKYPILOT_")}
-    env.update(HOME=str(home), SKYPILOT_DISABLE_USAGE_COLLECTION="1", SKYPILOT_DEBUG="0")
+    # A cloud SDK that happens to be installed (boto3 on CI's base Python) looks for credentials while SkyPilot
+    # validates a task: botocore asks the EC2 instance-metadata service at 169.254.169.254 unless
+    # AWS_EC2_METADATA_DISABLED is set (botocore/utils.py, IMDSFetcher, 1.43), google-auth pings the GCE
+    # metadata server unless NO_GCE_CHECK is set (google/auth/compute_engine/_metadata.py). The private HOME holds
+    # no credentials, and the caller's own cloud variables are not passed on.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(CLOUD_VARIABLES)}
+    env.update(HOME=str(home), SKYPILOT_DISABLE_USAGE_COLLECTION="1", SKYPILOT_DEBUG="0",
+               AWS_EC2_METADATA_DISABLED="true", NO_GCE_CHECK="True")
     run = subprocess.run([sys.executable, "-c", LOADER, str(SNAPSHOT)], input=json.dumps([str(p) for p in paths]),
                          env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -133,7 +143,10 @@ def test_skypilot_loads_every_sky_yaml_and_resolves_its_resources(loaded):
     assert summary["network_attempts"] == []
     checked, unlisted, refused = 0, set(), set()
     for path, (provider, region, instance_type, gpu_model, gpus, nodes, spot) in written.items():
-        task = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        task = yaml.safe_load(text)
+        # The bundle says so (a caveat, repeated in sky.yaml) exactly when this SkyPilot has no such cloud.
+        assert (SKY_NOTE in text) == (task["resources"]["cloud"] not in summary["known"]), provider
         if task["resources"]["cloud"] not in summary["known"]:
             refused.add(task["resources"]["cloud"])
             continue
@@ -156,6 +169,12 @@ def test_skypilot_loads_every_sky_yaml_and_resolves_its_resources(loaded):
     # Only providers SkyPilot 0.9.2 has no cloud for (hyperbolic arrived in 0.10; hyperstack and coreweave have none
     # in 0.14.1 either) are left out: a provider whose name we fail to map to SkyPilot's (lambdalabs -> lambda) would show.
     assert refused <= {"hyperstack", "coreweave", "hyperbolic"}, refused
+
+
+def test_the_clouds_the_bundle_trusts_are_the_checked_skypilots(loaded):
+    _, _, summary = loaded
+    assert summary["version"] == SKYPILOT_CHECKED  # the test extra's pin; bump both together
+    assert SKYPILOT_CLOUDS == set(summary["known"])
 
 
 def test_the_check_catches_a_wrong_accelerator_region_or_spot(tmp_path):

@@ -380,3 +380,26 @@ def test_the_plan_files_own_fields_win_over_its_config(capsys, data, tmp_path):
     plan_file.write_text("dataset: [a, b]\n")
     code, _, err = gpu_advisor(capsys, "plan", *PLAN, "-f", plan_file)
     assert "dataset: expected text" in one_line_error(code, err)
+
+
+def test_launch_from_a_plan_file_counts_its_dataset_and_trains_on_it(capsys, data, tmp_path):
+    """`launch -f plan.yaml` reads the file's dataset keys as `plan -f` does: the bundle is the plan's rank 1,
+    and training_args.yaml reads the dataset that was counted (an explicit --dataset still wins)."""
+    import yaml
+
+    root = data["root"]
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(f"dataset: {root / 'd.jsonl'}\ntokenizer: {root / 'tokenizer.json'}\n")
+    planned = _plan(capsys, "-f", plan_file)["candidates"][0]
+    launch = [a for a in PLAN if a not in ("--format", "json")]
+    code, _, err = gpu_advisor(capsys, "launch", *launch, "-f", plan_file, "--out", tmp_path / "b")
+    assert code == 0, err
+    args = yaml.safe_load((tmp_path / "b" / "training_args.yaml").read_text(encoding="utf-8"))
+    assert args["data"]["path"] == str(root / "d.jsonl")
+    assert args["estimate"]["hours"] == planned["timing"]["hours"]
+    assert (args["estimate"]["stack"], args["estimate"]["gpu_model"]) == (planned["label"],
+                                                                          planned["offer"]["gpu_model"])
+    code, _, err = gpu_advisor(capsys, "launch", *launch, "-f", plan_file, "--out", tmp_path / "c",
+                               "--dataset", "mine.jsonl")
+    assert code == 0, err
+    assert yaml.safe_load((tmp_path / "c" / "training_args.yaml").read_text())["data"]["path"] == "mine.jsonl"

@@ -16,6 +16,7 @@ from advisor.planner import costing
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
+from advisor.text import gb
 
 
 @dataclass
@@ -88,10 +89,6 @@ def refresh(cfg, configs: list[Config], weights_gb: float):
                       **{f"train_hours_{q}": v for q, v in hours.items()})
 
 
-def _fmt_gb(b: float) -> str:
-    return f"{b / 1e9:.1f} GB"
-
-
 def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: PlanRequest,
                  rejections: Rejections) -> None:
     """Configs that fit nowhere, counted once per priced offer they would have joined. A few
@@ -125,8 +122,8 @@ def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: 
         best = min(rows, key=need1.__getitem__)  # the first of the leanest
         provider, kind = first_offer[(g, pn)]
         where = f"{g} {column['usable'][best] / 2**30:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
-        rejections.add(f"{where}: {meth} fine-tuning needs {_fmt_gb(need1[best])} per GPU even at micro-batch 1 "
-                       f"(limit {_fmt_gb(column['limit'][best])} with {request.headroom:.0%} headroom)", count,
+        rejections.add(f"{where}: {meth} fine-tuning needs {gb(need1[best])} per GPU even at micro-batch 1 "
+                       f"(limit {gb(column['limit'][best])} with {request.headroom:.0%} headroom)", count,
                        f"{provider} {kind} · {configs[column['row'][best]].stack.label()}")
 
 
@@ -152,7 +149,7 @@ def _host_checks(sc, fitting, priced, asked, rejections: Rejections):
             o = priced.iloc[oi[i[0]]]
             has = (f"{o['ram_gb']:g} GB" if o["ram_gb"] == o["ram_gb"] else "unknown") if what == "host RAM" else \
                 f"{o['vcpus']:g}"
-            wants = _fmt_gb(need[i[0]]) if what == "host RAM" else f"{fitting['vcpus_need'].iat[ci[i[0]]]}"
+            wants = gb(need[i[0]]) if what == "host RAM" else f"{fitting['vcpus_need'].iat[ci[i[0]]]}"
             rejections.add(f"the instance has too little {what} for loading the model, offloaded states and data "
                            f"loading (e.g. needs {wants}, has {has}; advisor/planner/host.py)", len(i),
                            f"{o['provider']} {o['instance_type']}")
