@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -616,12 +617,19 @@ def band_quantile(gpu, stack: Stack, q: float) -> tuple[float, str]:
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     entry, basis = _band_entry(g, stack)
     stored = entry.get("quantiles") or {"0.1": entry["low"], "0.9": entry["high"]}
+    return quantile_factor(stored, q), basis
+
+
+def quantile_factor(stored: Mapping, q: float) -> float:
+    """The factor at quantile `q` from factors stored at some quantiles ({0.1: low, 0.9: high}, ...; 1.0 at
+    0.5): log-linear between them, clamped to the outermost. One rule for the time model's held-out band and
+    a measured run's step-time spread (advisor/planner/configs.py)."""
     knots = sorted([(float(k), math.log(float(v))) for k, v in stored.items()] + [(0.5, 0.0)])
     q = min(max(q, knots[0][0]), knots[-1][0])
     for (q0, v0), (q1, v1) in zip(knots, knots[1:]):
         if q0 <= q <= q1:
-            return math.exp(v0 + (v1 - v0) * (q - q0) / (q1 - q0)), basis
-    return math.exp(knots[-1][1]), basis
+            return math.exp(v0 + (v1 - v0) * (q - q0) / (q1 - q0))
+    return math.exp(knots[-1][1])
 
 
 # --------------------------------------------------------------------------- typed result

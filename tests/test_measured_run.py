@@ -166,6 +166,24 @@ def test_plan_hours_for_the_measured_setup_follow_the_measurement(run, cache, ca
 
 
 @pytest.mark.slow
+def test_risk_p80_budgets_on_the_measured_spread_not_the_time_models_band(run, cache, capsys):
+    """--risk p80 ranks a measured candidate by the 80th percentile of its own measured step times (log-linear
+    between the measured p10/p90 and the median, the held-out band's own rule), not the segment's wider band."""
+    from advisor.throughput import band_quantile
+    from pricing.gpus import get_gpu
+
+    path = relabel(run, "risk.json")
+    s = measurements.load(path).step_seconds
+    c = same_setup(plan_json(capsys, run, "--measured", path, "--risk", "p80"), run["plan"]["candidates"][0])
+    t = c["timing"]
+    slow = (s.p90 / s.median) ** 0.75  # p80 sits 3/4 of the way from the median to p90 on a log scale
+    assert t["risk_quantile"] == 0.8
+    assert t["hours_at_risk"] - t["hours"] == pytest.approx(t["train_hours"] * (slow - 1), rel=1e-3, abs=1e-9)
+    segment = 1 / band_quantile(get_gpu("A100"), Stack(**c["stack"]), 0.2)[0]
+    assert abs(slow - segment) > 1e-3  # the check above can tell the two apart
+
+
+@pytest.mark.slow
 def test_half_the_predicted_rate_doubles_training_hours_in_json_table_and_report(run, cache, capsys, tmp_path):
     before = plan_json(capsys, run)
     top = before["candidates"][0]

@@ -169,6 +169,20 @@ def test_the_pinned_8b_lora_plan_does_not_open_with_a_fp16_marketplace_pair():
     assert v100 and all(any("fp16" in n for n in c.notes) for c in v100)
 
 
+def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
+    """A 30B MoE LoRA fits one H100 only tightly (8-bit AdamW, within the estimator's error band of the limit)
+    and one H200 with room; the H200 costs 10% more, inside a near-tie ($1) of the H100's risk-weighted cost,
+    in the same 25% hours bucket: the safe fit heads the plan and says why."""
+    minute = dict(billing_increment_hours=1 / 3600)  # per-second billing: no rounding in the comparison
+    sheet = pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 2.00, **minute),
+                          offer("beta", "1x-H200", "H200", 1, 2.50, **minute)])
+    p = plan("Qwen/Qwen3-30B-A3B", offers=sheet, tokens=106e6, methods=("lora",), top=5)
+    safe, tight = p.candidates[:2]
+    assert (safe.gpu_model, safe.fit.tight, tight.gpu_model, tight.fit.tight) == ("H200", False, "H100", True)
+    assert tight.cost_usd < safe.cost_usd <= tight.cost.usd_at_risk * 1.08 + 1.0
+    assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
+
+
 def test_the_baseline_uses_the_method_asked_for_and_an_unmet_plan_claims_no_saving():
     p = plan(MODEL, offers=SHEET, tokens=20e6, methods=("qlora",))
     assert p.baseline is not None and p.baseline.stack.method == "qlora"

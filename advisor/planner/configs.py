@@ -267,15 +267,19 @@ def is_calibrated(gpu, stack: Stack) -> bool:
 
 
 def _factor(t: dict, cfg: "Config", q: float) -> float:
-    """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90 (a measured run may
-    have narrowed it), the segment's stored quantiles elsewhere."""
-    tps = t["tokens_per_sec"]
-    if q == 0.1 and t.get("tokens_per_sec_low"):
-        return t["tokens_per_sec_low"] / tps
-    if q == 0.9 and t.get("tokens_per_sec_high"):
-        return t["tokens_per_sec_high"] / tps
-    from advisor.throughput import band_quantile
+    """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
+    run's band (its step-time spread, `band_basis` set by advisor.measurements.apply) interpolated by the
+    held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
+    from advisor.throughput import band_quantile, quantile_factor
 
+    tps = t["tokens_per_sec"]
+    low, high = t.get("tokens_per_sec_low"), t.get("tokens_per_sec_high")
+    if q == 0.1 and low:
+        return low / tps
+    if q == 0.9 and high:
+        return high / tps
+    if "band_basis" in t and low and high:
+        return quantile_factor({0.1: low / tps, 0.9: high / tps}, q)
     return band_quantile(cfg.gpu, cfg.stack, q)[0]
 
 

@@ -4,8 +4,9 @@ matters more than a few dollars, and spot prices that look like placeholders kep
 - One offer, one row: the same provider, GPU, GPU count, price and network under several instance
   names (or regions) is one offer; only its best stack and method is ranked (per node count).
 - Near-ties: within NEAR_TIE_SHARE or NEAR_TIE_USD of the cheapest remaining candidate (or the
-  fastest, with --sort time), prefer a calibrated time model, a card with bf16, a clearly faster run
-  and a non-marketplace seller, in that order; the promoted candidate says why.
+  fastest, with --sort time), prefer a fit clear of the memory limit (not tight: outside the estimator's
+  error band), a calibrated time model, a card with bf16 and a non-marketplace seller, in that order, then
+  a clearly faster run; the promoted candidate says why.
 - Spot sanity: a spot price that is a fixed fraction of on-demand across many instance types of one
   provider (a catalog placeholder, not a market price), or a row noted `spot_suspect`, is suspect.
 """
@@ -59,10 +60,12 @@ def marketplace(priced):
 
 
 def preferences(sc, fitting, priced, request):
-    """Per candidate, the categorical preferences a near-tie is settled by (True is worse): an
-    uncalibrated time model, no bf16, a marketplace seller."""
+    """Per candidate, the categorical preferences a near-tie is settled by (True is worse), in order: a
+    tight fit (an OOM risk no dollar saving in a near-tie is worth), an uncalibrated time model, no bf16,
+    a marketplace seller."""
     ci, oi = sc["cfg_row"].to_numpy(), sc["offer_row"].to_numpy()
-    return {"calibrated": ~fitting["calibrated"].to_numpy(bool)[ci], "bf16": ~fitting["bf16"].to_numpy(bool)[ci],
+    return {"clear of the memory limit": fitting["tight"].to_numpy(bool)[ci],
+            "calibrated": ~fitting["calibrated"].to_numpy(bool)[ci], "bf16": ~fitting["bf16"].to_numpy(bool)[ci],
             "non-marketplace": marketplace(priced)[oi]}
 
 

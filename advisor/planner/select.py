@@ -85,6 +85,7 @@ def refresh(cfg, configs: list[Config], weights_gb: float):
                       ram_need=[host.ram_needed_bytes(weights_gb * 1e9, c.per_node, c.stack.sharding, c.cpu_ram)
                                 for c in configs],
                       calibrated=[bool(c.timed and c.timed.calibrated) for c in configs],
+                      tight=[c.tight for c in configs],
                       global_batch=[c.global_batch for c in configs],
                       **{f"train_hours_{q}": v for q, v in hours.items()})
 
@@ -162,8 +163,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     The ranking, the Pareto front, the best-per lists and the baseline compare on-demand prices at
     each candidate's ranking quantile (its p50 when its segment is calibrated, else its p80; --risk
     for all); with --spot the cheapest plausible spot candidate meeting the constraints is kept
-    beside them. A tight candidate loses to an equal-cost safe one; within a near-tie the
-    calibrated, bf16, faster, non-marketplace option wins (advisor.planner.ranking)."""
+    beside them. A tight candidate loses to an equal-cost safe one; within a near-tie the safe,
+    calibrated, bf16, non-marketplace, then faster option wins (advisor.planner.ranking)."""
     import numpy as np
 
     from advisor.planner import ranking
