@@ -60,12 +60,18 @@ def _need(module: str):
                        "'gpu-cost-advisor[data]'.") from None
 
 
+def existing(path: str | Path) -> Path:
+    """The dataset's local path, or one line saying it is not there (checked before a tokenizer is loaded)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise BadInput(f"--dataset {plain(p)}: no such file or folder.")
+    return p
+
+
 def read_table(path: str | Path, columns: tuple[str, ...] = ()):
     """The dataset as a pyarrow Table (only `columns` where the format can read a subset)."""
-    p = Path(path).expanduser()
+    p = existing(path)
     what = f"--dataset {plain(p)}"
-    if not p.exists():
-        raise BadInput(f"{what}: no such file or folder.")
     if p.is_file() and p.stat().st_size == 0:
         raise BadInput(f"{what}: the dataset has no rows (the file is empty).")
     pa = _need("pyarrow")

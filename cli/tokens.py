@@ -17,8 +17,10 @@ def count(dataset: str, *, model: str | None, tokenizer: str | None, text_field:
           messages_field: str | None, seq_len: int, micro_batch: int = 1, group_by_length: bool = False,
           sample: int | None = None, exact: bool = False):
     """The DatasetCount, with a progress bar on a terminal."""
-    from advisor.dataset_tokens import DEFAULT_SAMPLE, count_dataset, load_tokenizer, terminal_progress, tokenizer_ref
+    from advisor.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer, terminal_progress,
+                                        tokenizer_ref)
 
+    existing(dataset)  # a missing file is named before a tokenizer is fetched
     tok = load_tokenizer(tokenizer_ref(model, tokenizer))
     bar, update = terminal_progress(f"tokenizing {plain(dataset)[-40:]}")
     kwargs = dict(text_field=text_field, messages_field=messages_field, seq_len=seq_len, micro_batch=micro_batch,

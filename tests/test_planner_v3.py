@@ -183,6 +183,22 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
 
 
+def test_stack_level_rejections_count_candidates_so_three_offers_count_three_times():
+    """The 8-bit drop, the leaner-stack pruning and the no-fit reasons all count (stack × priced offer)
+    pairs, the unit of "candidates scored": the same hardware from three sellers triples each count."""
+    def counts(n: int) -> dict[str, int]:
+        sheet = pd.DataFrame([offer(f"seller{i}", "1x-H100", "H100", 1, 2.0 + i / 10) for i in range(n)]
+                             + [offer("tiny", "1x-T4", "T4", 1, 0.3)])
+        p = plan(MODEL, offers=sheet, tokens=20e6, methods=("full", "lora"), top=10)
+        return {r.reason.split(":")[0]: r.count for r in p.rejected}
+
+    one, three = counts(1), counts(3)
+    eight_bit = "8-bit AdamW variants left out"
+    assert one[eight_bit] > 0 and three[eight_bit] == 3 * one[eight_bit]
+    leaner = "stack variants that need more memory than a leaner stack on the same GPU"
+    assert three[leaner] == 3 * one[leaner] > 0
+
+
 def test_the_baseline_uses_the_method_asked_for_and_an_unmet_plan_claims_no_saving():
     p = plan(MODEL, offers=SHEET, tokens=20e6, methods=("qlora",))
     assert p.baseline is not None and p.baseline.stack.method == "qlora"

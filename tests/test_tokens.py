@@ -233,6 +233,9 @@ def test_a_tokenizer_that_cannot_be_loaded_is_one_line(capsys, data, tmp_path, m
     monkeypatch.delenv("HF_TOKEN", raising=False)
     line = one_line_error(*gpu_advisor(capsys, "tokens", root / "d.jsonl", "--model", "llama-3.2-1b")[::2])
     assert "meta-llama/Llama-3.2-1B" in line and "cannot be reached" in line and "HF_TOKEN" in line
+    # a missing dataset is what the line names, before any tokenizer is looked for
+    line = one_line_error(*gpu_advisor(capsys, "tokens", root / "missing.jsonl", "--model", "llama-3.2-1b")[::2])
+    assert "missing.jsonl: no such file" in line
 
 
 # ----------------------------------------------------------------------------- plan --dataset

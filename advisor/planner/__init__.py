@@ -60,8 +60,11 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
     for reason, (n, example) in evaluator.excluded.items():
         rejections.add(reason, n, example)
     configs, needless = _configs.drop_needless_8bit(configs, request)
+    priced_counts = priced.groupby(["gpu_model", "gpu_count"]).size().to_dict()
+    # counted like every other stack-level reason: once per priced offer the config would have joined
     rejections.add("8-bit AdamW variants left out: a standard-AdamW stack fits the same hardware (8-bit only "
-                   "when pinned or when it is what makes the run fit)", needless)
+                   "when pinned or when it is what makes the run fit)",
+                   sum(priced_counts.get((c.gpu_model, c.per_node), 0) for c in needless))
     if request.max_nodes > 1:
         single = off["fabric_gbps"].isna()
         rejections.add("multi-node: no inter-node fabric known for the instance type (pricing/data/fabrics.csv); "
@@ -71,7 +74,6 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
     weights_gb = counts.params_total * 2 / 1e9
     request_weights_gb = weights_gb  # the 16-bit checkpoint a node loads (host RAM rule)
     cfg = config_frame(configs, request, weights_gb, counts.adapters_total * 4 / 1e9)
-    priced_counts = priced.groupby(["gpu_model", "gpu_count"]).size().to_dict()
     reject_nofit(cfg, configs, off, priced_counts, request, rejections)
 
     chosen = _settled_selection(cfg, configs, priced, request, rejections, evaluator, request_weights_gb)

@@ -287,19 +287,19 @@ EIGHT_BIT = ("adamw-8bit", "paged-adamw-8bit")
 ONLY_8BIT_NOTE = "fits only with 8-bit AdamW: no standard-AdamW stack of this method fits this hardware"
 
 
-def drop_needless_8bit(configs: list["Config"], request: PlanRequest) -> tuple[list["Config"], int]:
+def drop_needless_8bit(configs: list["Config"], request: PlanRequest) -> tuple[list["Config"], list["Config"]]:
     """Standard AdamW by default (DESIGN.md): an unpinned 8-bit AdamW config is kept only where no
     standard-AdamW stack of the same method fits the same hardware (GPU model, GPUs per node,
     nodes, fabric): then 8-bit is what makes the run fit. Returns (kept, dropped)."""
     if "optimizer" in request.pins:
-        return configs, 0
+        return configs, []
 
     def hardware(c: "Config") -> tuple:
         return c.gpu_model, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
 
     fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.max_micro_batch > 0}
-    kept = [c for c in configs if c.stack.optimizer not in EIGHT_BIT or hardware(c) not in fits]
-    return kept, len(configs) - len(kept)
+    needless = [c.stack.optimizer in EIGHT_BIT and hardware(c) in fits for c in configs]
+    return ([c for c, x in zip(configs, needless) if not x], [c for c, x in zip(configs, needless) if x])
 
 
 def node_counts(most: int) -> list[int]:
