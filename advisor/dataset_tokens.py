@@ -346,8 +346,8 @@ def _jsonl_sample(p: Path, sample: int, seed: int, what: str):
 def count_dataset(path: str | Path, tokenizer: Tokenizer, *, text_field: str | None = None,
                   messages_field: str | None = None, seq_len: int = 2048, micro_batch: int = 1,
                   group_by_length: bool = False, sample: int | None = DEFAULT_SAMPLE, seed: int = 0,
-                  progress: Callable[[int, int], None] | None = None) -> DatasetCount:
-    """Token statistics of the dataset at `path` (`sample=None`: every row)."""
+                  progress: Callable[[int, int], None] | None = None, padding_up_to: int = 0) -> DatasetCount:
+    """Token statistics of the dataset at `path` (`sample=None`: every row; `padding_up_to`: see length_stats)."""
     what = f"--dataset {plain(path)}"
     if sample is not None and sample < 1:
         raise BadInput(f"--sample: must be at least 1 row (got {sample}).")
@@ -376,7 +376,8 @@ def count_dataset(path: str | Path, tokenizer: Tokenizer, *, text_field: str | N
     rendering = "text" if kind == "text" else (
         "chat template" if tokenizer.has_chat_template else "role: content lines (the tokenizer has no chat template)")
     return DatasetCount(dataset=str(path), field=field, kind=kind, rendering=rendering, tokenizer=tokenizer.name,
-                        seed=seed, stats=length_stats(lengths, rows, seq_len, micro_batch, group_by_length))
+                        seed=seed, stats=length_stats(lengths, rows, seq_len, micro_batch, group_by_length,
+                                                      padding_up_to))
 
 
 def terminal_progress(label: str):

@@ -59,6 +59,8 @@ class LengthStats(BaseModel):
     suggested_padded_tokens: float
     histogram: tuple[tuple[int, int, int], ...] = Field((), description="(low, high, rows) bins of the lengths; "
                                                                        "rows scaled to the dataset when sampled")
+    padding_factors: tuple[float, ...] = Field((), description="computed / kept tokens with padded batches of 1, "
+                                                               "2, ... rows (only when asked: plan --padded)")
 
     @property
     def packed_tokens(self) -> float:
@@ -71,20 +73,26 @@ def nearest_rank(sorted_lengths: np.ndarray, p: float) -> int:
     return int(sorted_lengths[max(1, math.ceil(p / 100 * n)) - 1])
 
 
-def expected_batch_max(sorted_lengths: np.ndarray, k: int) -> float:
+def log_factorials(n: int) -> np.ndarray:
+    """log(m!) for m = 0..n (a cumulative sum of logs: one pass, reused for every batch size)."""
+    return np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))))
+
+
+def expected_batch_max(sorted_lengths: np.ndarray, k: int, log_fact: np.ndarray | None = None) -> float:
     """E[max of k rows drawn without replacement] over ascending `sorted_lengths`."""
     n = len(sorted_lengths)
     k = min(k, n)
     if k <= 1:
         return float(sorted_lengths.mean())
-    i = np.arange(k, n + 1, dtype=np.float64)  # 1-based ranks that can be a k-subset's maximum
-    # log C(i-1, k-1) - log C(n, k), by lgamma: stable for a million rows and any k
-    lg = np.vectorize(math.lgamma, otypes=[np.float64])
-    log_w = lg(i) - lg(i - k + 1) - math.lgamma(k) - (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1))
+    lf = log_factorials(n) if log_fact is None else log_fact
+    i = np.arange(k, n + 1)  # 1-based ranks that can be a k-subset's maximum
+    # log C(i-1, k-1) - log C(n, k) in log-factorials: stable for a million rows and any k
+    log_w = lf[i - 1] - lf[k - 1] - lf[i - k] - (lf[n] - lf[k] - lf[n - k])
     return float(np.dot(np.exp(log_w), sorted_lengths[k - 1:]))
 
 
-def padded_compute(kept_sorted: np.ndarray, micro_batch: int, group_by_length: bool) -> float:
+def padded_compute(kept_sorted: np.ndarray, micro_batch: int, group_by_length: bool,
+                   log_fact: np.ndarray | None = None) -> float:
     """Tokens the GPUs compute over the counted rows when each micro-batch is padded to its longest row."""
     n = len(kept_sorted)
     if micro_batch <= 1:
@@ -93,7 +101,15 @@ def padded_compute(kept_sorted: np.ndarray, micro_batch: int, group_by_length: b
         tops = kept_sorted[np.minimum(np.arange(micro_batch, n + micro_batch, micro_batch), n) - 1]
         sizes = np.diff(np.minimum(np.arange(0, n + micro_batch, micro_batch), n))
         return float(np.dot(tops, sizes))
-    return n * expected_batch_max(kept_sorted, micro_batch)
+    return n * expected_batch_max(kept_sorted, micro_batch, log_fact)
+
+
+def padding_factors(kept_sorted: np.ndarray, up_to: int, group_by_length: bool) -> tuple[float, ...]:
+    """Computed tokens per kept token with padded batches of 1, 2, ... `up_to` rows (index: micro-batch - 1),
+    so `plan --dataset --padded` times each candidate at its own micro-batch."""
+    total = float(kept_sorted.sum())
+    lf = log_factorials(len(kept_sorted)) if up_to > 1 and not group_by_length else None
+    return tuple(padded_compute(kept_sorted, k, group_by_length, lf) / total for k in range(1, up_to + 1))
 
 
 def _scaled(values: np.ndarray, rows: int) -> tuple[float, float]:
@@ -113,8 +129,10 @@ def _histogram(sorted_lengths: np.ndarray, scale: float) -> tuple[tuple[int, int
     return tuple((b * width, (b + 1) * width - 1, round(int(c) * scale)) for b, c in enumerate(counts))
 
 
-def length_stats(lengths, rows: int, seq_len: int, micro_batch: int = 1, group_by_length: bool = False) -> LengthStats:
-    """The statistics of `lengths` (tokens per counted row) for a dataset of `rows` rows."""
+def length_stats(lengths, rows: int, seq_len: int, micro_batch: int = 1, group_by_length: bool = False,
+                 padding_up_to: int = 0) -> LengthStats:
+    """The statistics of `lengths` (tokens per counted row) for a dataset of `rows` rows; with
+    `padding_up_to`, the padding factors of micro-batches 1..padding_up_to too."""
     lengths = np.sort(np.asarray(lengths, dtype=np.int64))
     n = len(lengths)
     if n == 0:
@@ -139,4 +157,5 @@ def length_stats(lengths, rows: int, seq_len: int, micro_batch: int = 1, group_b
         suggested_kept_tokens=float(kept_s.sum()) * scale,
         suggested_padded_tokens=padded_compute(kept_s, micro_batch, group_by_length) * scale,
         histogram=_histogram(lengths, scale),
+        padding_factors=padding_factors(kept, padding_up_to, group_by_length) if padding_up_to else (),
     )

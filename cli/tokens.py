@@ -15,7 +15,7 @@ from cli.output import render_rows
 
 def count(dataset: str, *, model: str | None, tokenizer: str | None, text_field: str | None,
           messages_field: str | None, seq_len: int, micro_batch: int = 1, group_by_length: bool = False,
-          sample: int | None = None, exact: bool = False):
+          sample: int | None = None, exact: bool = False, padding_up_to: int = 0):
     """The DatasetCount, with a progress bar on a terminal."""
     from advisor.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer, terminal_progress,
                                         tokenizer_ref)
@@ -25,7 +25,7 @@ def count(dataset: str, *, model: str | None, tokenizer: str | None, text_field:
     bar, update = terminal_progress(f"tokenizing {plain(dataset)[-40:]}")
     kwargs = dict(text_field=text_field, messages_field=messages_field, seq_len=seq_len, micro_batch=micro_batch,
                   group_by_length=group_by_length, sample=None if exact else (sample or DEFAULT_SAMPLE),
-                  progress=update)
+                  progress=update, padding_up_to=padding_up_to)
     if bar is None:
         return count_dataset(dataset, tok, **kwargs)
     with bar:

@@ -129,18 +129,23 @@ def _count_into(options, view, dataset, tokenizer, text_field, messages_field, m
     if view.get("tokens") not in (None, "") or view.get("examples") not in (None, ""):
         raise BadInput("--dataset: give the workload as --dataset or as --tokens / --examples, not both.")
     model = view.get("model") or view.get("model_arg")
+    from advisor.planner.configs import MAX_MICRO_BATCH
+
     seq_len = view.get("seq_len") or PlanRequest.model_fields["seq_len"].default
-    result = count(dataset, model=model, tokenizer=tokenizer, text_field=text_field, messages_field=messages_field,
-                   seq_len=seq_len, micro_batch=micro_batch, group_by_length=group)
-    s = result.stats
     padded = bool(view.get("padded"))
-    tokens = s.padded_tokens if padded else s.kept_tokens
-    options["tokens"] = max(1, round(tokens))
+    result = count(dataset, model=model, tokenizer=tokenizer, text_field=text_field, messages_field=messages_field,
+                   seq_len=seq_len, micro_batch=micro_batch, group_by_length=group,
+                   padding_up_to=MAX_MICRO_BATCH if padded else 0)
+    s = result.stats
+    options["tokens"] = max(1, round(s.kept_tokens))
+    if padded:  # each candidate computes its own micro-batch's padding (PlanRequest.padding_factor)
+        options["padding"] = s.padding_factors
     for what, figure in summary_rows(result):
         click.echo(f"dataset: {what}: {figure}", err=True)
-    click.echo(f"dataset: plan counts {options['tokens']:,} tokens per epoch ("
-               + (f"padded batches of {micro_batch}" if padded else f"kept at seq_len {seq_len:,}, packed") + ")",
-               err=True)
+    click.echo(f"dataset: plan counts {options['tokens']:,} tokens per epoch (kept at seq_len {seq_len:,}, "
+               + (f"{'grouped' if group else 'random'} padded batches computing {s.padding_factors[1]:.2f}× that at "
+                  f"micro-batch 2, {s.padding_factors[-1]:.2f}× at {MAX_MICRO_BATCH}: each candidate at its own)"
+                  if padded else "packed)"), err=True)
     extra.update(dataset=plain(result.dataset), dataset_rows=s.rows, dataset_exact=s.exact,
                  dataset_total_tokens=round(s.total_tokens), dataset_kept_tokens=round(s.kept_tokens),
                  dataset_padded_tokens=round(s.padded_tokens), dataset_padding_waste=round(s.padding_waste, 4),

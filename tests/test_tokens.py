@@ -406,3 +406,31 @@ def test_launch_from_a_plan_file_counts_its_dataset_and_trains_on_it(capsys, dat
                                "--dataset", "mine.jsonl")
     assert code == 0, err
     assert yaml.safe_load((tmp_path / "c" / "training_args.yaml").read_text())["data"]["path"] == "mine.jsonl"
+
+
+def test_a_padded_dataset_plan_times_each_candidate_at_its_own_micro_batch(capsys, data):
+    """--padded: every candidate computes the padding of its own micro-batch (rows × E[longest of mb random
+    rows], length_stats.padded_compute, checked by brute force above), not that of micro-batch 1."""
+    import numpy as np
+
+    from advisor.length_stats import padded_compute
+
+    root = data["root"]
+    args = ("--dataset", root / "big.jsonl", "--tokenizer", root / "tokenizer.json", "--epochs", "20")
+    packed, padded = _plan(capsys, *args), _plan(capsys, *args, "--padded")
+    assert padded["workload"]["tokens"] == packed["workload"]["tokens"]  # the kept tokens; padding is per candidate
+    kept = np.sort(np.minimum(np.asarray(data["big"]), 32))
+    twins = {(c["offer"]["instance_type"], c["offer"]["region"], c["label"], c["shape"]["micro_batch"]): c
+             for c in packed["candidates"]}
+    compared = 0
+    for c in padded["candidates"]:
+        mb = c["shape"]["micro_batch"]
+        twin = twins.get((c["offer"]["instance_type"], c["offer"]["region"], c["label"], mb))
+        if twin is None:
+            continue
+        factor = padded_compute(kept, mb, False) / kept.sum()
+        assert mb > 1 and factor > 1.1
+        assert c["timing"]["train_hours"] / twin["timing"]["train_hours"] == pytest.approx(factor, rel=2e-3)
+        assert any(f"padded batches of {mb} rows compute {factor:.3f}×" in n for n in c["notes"])
+        compared += 1
+    assert compared

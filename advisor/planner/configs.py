@@ -418,7 +418,8 @@ class Evaluator:
             t = measurements.adjust(t, req, self.engine, cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu,
                                     cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,
                                                                           mfu=req.mfu, network_gbps=network))
-        p50 = math.ceil(req.train_tokens / t["tokens_per_step"]) * t["step_seconds"] / 3600
+        computed = req.train_tokens * req.padding_factor(mb)  # padded batches compute their padding too
+        p50 = math.ceil(computed / t["tokens_per_step"]) * t["step_seconds"] / 3600
         calibrated = "band_basis" in t or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
         q = RISKS[req.risk] if RISKS[req.risk] > 0.5 else (0.5 if calibrated else UNCALIBRATED_QUANTILE)
         hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9), "p90": p50 / _factor(t, cfg, 0.1),

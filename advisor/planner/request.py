@@ -106,6 +106,10 @@ class PlanRequest(BaseModel):
     pins: dict[str, Any] = Field(default_factory=dict, description="stack settings the user fixed (Stack fields); "
                                                                    "every other dimension is searched")
     padded: bool = False
+    # plan --dataset --padded: computed tokens per kept token with padded batches of 1, 2, ... rows (the dataset's
+    # lengths, advisor.length_stats.padding_factors); each candidate is timed at its own micro-batch's factor.
+    # Empty: the tokens are what is computed. Set by cli/workload_sources.py, never read from a plan file.
+    padding: tuple[float, ...] = Field((), max_length=1024)
     # measured runs (advisor/measurements.py): measured.json files, and whether the store applies too
     measured: tuple[str, ...] = Field((), description="measured.json files (launch.sh --benchmark) whose rate "
                                                       "replaces the time model's for matching candidates")
@@ -248,6 +252,8 @@ class PlanRequest(BaseModel):
             raise BadInput(f"--risk: expected one of {', '.join(RISKS)}, got {self.risk!r}.")
         if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
             raise BadInput(f"--budget: must be a positive amount of USD (got {self.budget}).")
+        if not all(math.isfinite(f) and f >= 1.0 for f in self.padding):
+            raise BadInput("--padded: padding factors must be finite and at least 1 (computed >= kept tokens).")
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
             raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
         if self.measured:  # a bad measured.json is refused before any planning (exit 2)
@@ -259,6 +265,10 @@ class PlanRequest(BaseModel):
     @property
     def train_tokens(self) -> float:
         return self.tokens * self.epochs
+
+    def padding_factor(self, micro_batch: int) -> float:
+        """Computed tokens per kept token at this micro-batch (1 for packed batches or --tokens)."""
+        return self.padding[min(micro_batch, len(self.padding)) - 1] if self.padding else 1.0
 
     @property
     def sequences_per_step(self) -> int:
