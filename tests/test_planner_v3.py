@@ -183,6 +183,26 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
 
 
+def test_near_tie_preferences_apply_in_the_policy_order():
+    """Four candidates within one near-tie, same hours: safe beats tight, then unquantized beats QLoRA, then a
+    non-marketplace seller beats a marketplace one (ranking.preferences order; docs/DESIGN.md policy)."""
+    import numpy as np
+
+    from advisor.planner import ranking
+
+    fitting = pd.DataFrame({"tight": [True, False, False, False], "calibrated": [True] * 4, "bf16": [True] * 4,
+                            "method": ["lora", "qlora", "lora", "lora"]})
+    priced = pd.DataFrame({"provider": ["acme", "acme", "vast", "acme"], "notes": [""] * 4})
+    sc = pd.DataFrame({"cfg_row": [0, 1, 2, 3], "offer_row": [0, 1, 2, 3]})
+    prefs = ranking.preferences(sc, fitting, priced, None)
+    key, hours = np.array([10.0, 10.1, 10.2, 10.3]), np.full(4, 2.0)
+    ranked, why = ranking.prefer_in_near_ties(np.arange(4), key, hours, prefs, "cost", 10)
+    assert list(ranked) == [3, 2, 1, 0]  # safe LoRA at acme; safe LoRA at vast; safe QLoRA; the tight one
+    assert "clear of the memory limit" in why[3]
+    ranked, _ = ranking.prefer_in_near_ties(np.arange(3), key, hours, prefs, "cost", 10)
+    assert list(ranked) == [2, 1, 0]  # without the acme LoRA: unquantized (at vast) before QLoRA (at acme)
+
+
 def test_stack_level_rejections_count_candidates_so_three_offers_count_three_times():
     """The 8-bit drop, the leaner-stack pruning and the no-fit reasons all count (stack × priced offer)
     pairs, the unit of "candidates scored": the same hardware from three sellers triples each count."""

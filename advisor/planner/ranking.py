@@ -5,8 +5,9 @@ matters more than a few dollars, and spot prices that look like placeholders kep
   names (or regions) is one offer; only its best stack and method is ranked (per node count).
 - Near-ties: within NEAR_TIE_SHARE or NEAR_TIE_USD of the cheapest remaining candidate (or the
   fastest, with --sort time), prefer a fit clear of the memory limit (not tight: outside the estimator's
-  error band), a calibrated time model, a card with bf16 and a non-marketplace seller, in that order, then
-  a clearly faster run; the promoted candidate says why.
+  error band), a calibrated time model, a card with bf16, unquantized base weights (LoRA over QLoRA: NF4
+  changes the model being tuned) and a non-marketplace seller, in that order, then a clearly faster run;
+  the promoted candidate says why.
 - Spot sanity: a spot price that is a fixed fraction of on-demand across many instance types of one
   provider (a catalog placeholder, not a market price), or a row noted `spot_suspect`, is suspect.
 """
@@ -62,10 +63,11 @@ def marketplace(priced):
 def preferences(sc, fitting, priced, request):
     """Per candidate, the categorical preferences a near-tie is settled by (True is worse), in order: a
     tight fit (an OOM risk no dollar saving in a near-tie is worth), an uncalibrated time model, no bf16,
-    a marketplace seller."""
+    4-bit base weights, a marketplace seller."""
     ci, oi = sc["cfg_row"].to_numpy(), sc["offer_row"].to_numpy()
     return {"clear of the memory limit": fitting["tight"].to_numpy(bool)[ci],
             "calibrated": ~fitting["calibrated"].to_numpy(bool)[ci], "bf16": ~fitting["bf16"].to_numpy(bool)[ci],
+            "unquantized": (fitting["method"] == "qlora").to_numpy(bool)[ci],
             "non-marketplace": marketplace(priced)[oi]}
 
 

@@ -164,7 +164,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     each candidate's ranking quantile (its p50 when its segment is calibrated, else its p80; --risk
     for all); with --spot the cheapest plausible spot candidate meeting the constraints is kept
     beside them. A tight candidate loses to an equal-cost safe one; within a near-tie the safe,
-    calibrated, bf16, non-marketplace, then faster option wins (advisor.planner.ranking)."""
+    calibrated, bf16, unquantized, non-marketplace, then faster option wins (advisor.planner.ranking)."""
     import numpy as np
 
     from advisor.planner import ranking
