@@ -109,7 +109,8 @@ def padding_factors(kept_sorted: np.ndarray, up_to: int, group_by_length: bool) 
     so `plan --dataset --padded` times each candidate at its own micro-batch."""
     total = float(kept_sorted.sum())
     lf = log_factorials(len(kept_sorted)) if up_to > 1 and not group_by_length else None
-    return tuple(padded_compute(kept_sorted, k, group_by_length, lf) / total for k in range(1, up_to + 1))
+    # at least 1: equal lengths pad nothing, and the closed form's weights may sum to 1 - 1e-15
+    return tuple(max(1.0, padded_compute(kept_sorted, k, group_by_length, lf) / total) for k in range(1, up_to + 1))
 
 
 def _scaled(values: np.ndarray, rows: int) -> tuple[float, float]:

@@ -33,6 +33,9 @@ PLAN_SCHEMA_VERSION = 4
 # (pricing.gpus); the model a Hugging Face id, a catalog name or a path.
 NAME_CHARS = 512  # names: provider, region, instance, GPU, family, label, dict keys
 TEXT_CHARS = 20_000  # sentences: sources, notes, warnings, reasons, the command line
+# How the note of a candidate promoted by the near-tie rule starts (advisor/planner/ranking.py writes it; the
+# report's decision card and the plan table's "Why #1" line read it)
+NEAR_TIE_NOTE = "preferred in a near-tie"
 
 
 def check_text(value: str, field: str, limit: int = NAME_CHARS) -> str:

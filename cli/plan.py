@@ -184,6 +184,12 @@ def _summary(plan) -> list[str]:
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
                  f"global batch {w['global_batch']} sequences; {plan.assumptions.get('candidates_scored', 0):,} "
                  "candidates scored.")
+    from advisor.results import NEAR_TIE_NOTE
+
+    if plan.candidates and any(n.startswith(NEAR_TIE_NOTE) for n in plan.candidates[0].notes):
+        from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
+
+        lines.append(f"Why #1: {why(plan)}")
     if plan.baseline is not None:
         b = plan.baseline
         method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from advisor.results import Candidate, Plan
+from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.text import duration, gb, money, pct
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -56,9 +56,9 @@ def why(plan: Plan) -> str:
     by_time = plan.assumptions.get("sort") == "time"
     parts = [("Fastest" if by_time else "Cheapest") + " option that fits" if plan.constraints_met
              else "Closest to the constraints"]
-    tie = [n for n in c.notes if n.startswith("preferred in a near-tie")]
-    if tie:
-        parts[0] += f", {tie[0]}"
+    tie = [n for n in c.notes if n.startswith(NEAR_TIE_NOTE)]
+    if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
+        parts[0] = tie[0][0].upper() + tie[0][1:] if plan.constraints_met else f"{parts[0]}, {tie[0]}"
     if len(plan.candidates) > 1:
         parts.append(_vs(c, plan.candidates[1], "the runner-up"))
     b = plan.baseline

@@ -181,6 +181,14 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     assert (safe.gpu_model, safe.fit.tight, tight.gpu_model, tight.fit.tight) == ("H200", False, "H100", True)
     assert tight.cost_usd < safe.cost_usd <= tight.cost.usd_at_risk * 1.08 + 1.0
     assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
+    # the table says why #1 is not the cheapest row, in the decision card's own sentence
+    from cli.plan import render
+    from reports.card import why
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "100000")  # one line, whatever terminal the suite runs in
+        line = next(x for x in render(p, "table").splitlines() if x.startswith("Why #1: "))
+    assert why(p).startswith("Preferred in a near-tie") and " ".join(line.split()) == f"Why #1: {why(p)}"
 
 
 def test_near_tie_preferences_apply_in_the_policy_order():

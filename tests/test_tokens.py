@@ -434,3 +434,18 @@ def test_a_padded_dataset_plan_times_each_candidate_at_its_own_micro_batch(capsy
         assert any(f"padded batches of {mb} rows compute {factor:.3f}×" in n for n in c["notes"])
         compared += 1
     assert compared
+
+
+def test_padding_factors_are_one_for_equal_lengths_and_grow_with_the_micro_batch():
+    import numpy as np
+
+    from advisor.length_stats import padding_factors
+    from advisor.planner import PlanRequest
+
+    equal = padding_factors(np.full(1000, 37), 64, False)
+    assert all(f == pytest.approx(1.0, abs=1e-9) and f >= 1.0 for f in equal)
+    PlanRequest(model="llama-3.2-1b", tokens=1e6, padded=True, padding=equal)  # accepted as they are
+    spread = padding_factors(np.sort(np.arange(1, 1001)), 64, False)
+    assert spread[0] == 1.0 and all(a < b for a, b in zip(spread, spread[1:]))
+    # E[max of k drawn from 1..N] = k (N + 1) / (k + 1), over the mean (N + 1) / 2: 2k / (k + 1)
+    assert spread[-1] == pytest.approx(2 * 64 / 65, rel=1e-9) and spread[1] == pytest.approx(4 / 3, rel=1e-9)

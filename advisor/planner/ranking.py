@@ -14,6 +14,8 @@ matters more than a few dollars, and spot prices that look like placeholders kep
 
 from __future__ import annotations
 
+from advisor.results import NEAR_TIE_NOTE
+
 NEAR_TIE_SHARE = 0.05  # DESIGN.md "Recommendation policy": a near-tie is within 5 % ...
 NEAR_TIE_USD = 1.0  # ... or within $1
 FASTER = 1.25  # "clearly faster": hours buckets of 25 %
@@ -95,7 +97,7 @@ def prefer_in_near_ties(ranked, key, hours, prefs: dict, sort: str, window: int)
             reasons = [n for n in names if prefs[n][pick] < prefs[n][beaten]]
             if hours[pick] * FASTER <= hours[beaten]:
                 reasons.append(f"faster ({hours[pick]:.1f} h against {hours[beaten]:.1f} h)")
-            why[int(pick)] = ("preferred in a near-tie (within 5% or $1 of a cheaper option) for being "
+            why[int(pick)] = (f"{NEAR_TIE_NOTE} (within 5% or $1 of a cheaper option) for being "
                               + ", ".join(reasons or ["as good"]))
         out.append(pick)
         head.remove(pick)
