@@ -105,9 +105,16 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
         notes.append(
             f"lora_dropout is written as 0 (the plan's stack says {c.stack.lora_dropout:g}): peft wraps this MoE's "
             "experts with LoRA ParamWrappers, which refuse dropout; the estimate assumed 0 for them.")
-    if sky_cloud(c.provider) not in SKYPILOT_CLOUDS:
-        notes.append(
-            f"SkyPilot {SKYPILOT_CHECKED}, the release sky.yaml is checked against, has no "
+    if sky_caveat(c):
+        notes.append(sky_caveat(c))
+    return notes
+
+
+def sky_caveat(c: Candidate) -> str:
+    """Why sky.yaml cannot launch `c` (its provider is no cloud of the checked SkyPilot), or '' when it can:
+    the caveat, the sky.yaml comment, the bundle README's Run block and launch's Run line all follow it."""
+    if sky_cloud(c.provider) in SKYPILOT_CLOUDS:
+        return ""
+    return (f"SkyPilot {SKYPILOT_CHECKED}, the release sky.yaml is checked against, has no "
             f"{sky_cloud(c.provider)!r} cloud, so {SKY_NOTE} (a newer SkyPilot may have one): rent the machine at "
             f"{c.provider}, copy this folder there and run launch.sh.")
-    return notes

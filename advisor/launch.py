@@ -27,7 +27,7 @@ import yaml
 
 from advisor.activations import CHUNKED_LOSS_CHUNKS
 from advisor.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
-    DECODER_LAYERS, DEEPSPEED, SKY_NOTE, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_cloud,
+    DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
     total_gpus)
 from advisor.errors import AdvisorError, BadInput
 from advisor.modelspec import ModelSpec
@@ -352,7 +352,7 @@ def build_bundle(
         "mp": mixed_precision(c),
         "args": args,
         "notes": notes,
-        "sky_ok": not any(SKY_NOTE in n for n in notes),
+        "sky_ok": not sky_caveat(c),
         "dataset": dataset,
         "gb": lambda b: f"{b / 1e9:.1f} GB",
         "gib": lambda b: f"{b / 2**30:.1f} GiB",
@@ -377,8 +377,8 @@ def build_bundle(
         "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # issue 21: whose hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
             "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n"),
-        "sky.yaml": "# SkyPilot task: sky launch sky.yaml\n" + "".join(_comment(n) for n in notes if SKY_NOTE in n)
-                    + _dump(sky_task(c, model)),
+        "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
+                     + _dump(sky_task(c, model))),
         "requirements.txt": "\n".join(reqs) + "\n",
         "chat_to_text.py": (TEMPLATES / "chat_to_text.py").read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),

@@ -55,9 +55,9 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
         click.echo(f"warning: {w.message}", err=True)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
-    from advisor.caveats import SKY_NOTE
+    from advisor.caveats import sky_caveat
 
-    sky = "" if SKY_NOTE in files["sky.yaml"] else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
+    sky = "" if sky_caveat(candidate) else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
     click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}{sky}")
 
 
@@ -80,11 +80,7 @@ def load_or_build_plan(from_file: Path | None, plan_opts: dict):
         if not (plan_opts.get("model") or plan_opts.get("model_arg") or plan_opts.get("plan_file")):
             raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json) "
                            "or plan options (--model M --tokens N ...).")
-        from cli.workload_sources import apply as apply_sources
-
-        record = apply_sources(plan_opts)  # a plan file's dataset / from_config keys, read as `plan -f` reads them
-        result = build_plan(**plan_opts)
-        return (record(result) if record else result), "plan"
+        return build_plan(**plan_opts), "plan"  # a plan file's dataset / from_config keys as `plan -f` reads them
     from cli.report import load_plan
 
     return load_plan(from_file, "--from"), "--from"

@@ -83,16 +83,18 @@ def plan_options(f):
 
 
 def build_plan(**options):
-    """Options as `plan_options` parses them (or a plain dict) -> the `Plan` (advisor.planner)."""
+    """Options as `plan_options` (+ `source_options`) parse them, or a plain dict -> the `Plan` (advisor.planner).
+    The dataset / config sources (flags or plan-file keys) are read first, for `plan` and `launch` alike."""
     from advisor.planner import PlanRequest, plan
 
     options = dict(options)
+    record = apply_sources(options)  # --dataset / --from-config -> tokens, seq_len, pins (flags win)
     plan_file = options.pop("plan_file", None)
     request = PlanRequest.from_options(options, plan_file)
     result = plan(request)
     for w in result.warnings:
         click.echo(f"warning: {plain(w)}", err=True)
-    return result
+    return record(result) if record else result
 
 
 def command_line(options: dict, **extra) -> str:
@@ -303,9 +305,7 @@ def plan(fmt: str, report: str | None, **options) -> None:
     meets --budget / --deadline (the closest are still printed, with how far each misses).
     """
     options["command"] = command_line(options, fmt=fmt)
-    record = apply_sources(options)  # --dataset / --from-config -> tokens, seq_len, pins (flags win)
     result = build_plan(**options)
-    result = record(result) if record else result
     click.echo(render(result, fmt))
     if report:
         import reports

@@ -395,9 +395,10 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
                    "rows for this GPU class and method")
     if cfg.tight:
         out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band")
-    if t is not None and request.padding_factor(t.micro_batch) > 1.0005:
-        out.append(f"padded batches of {t.micro_batch} rows compute {request.padding_factor(t.micro_batch):.3f}× the "
-                   "kept tokens (the dataset's lengths; --packed computes only the kept tokens)")
+    padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
+    if padding > 1.0005:
+        out.append(f"padded batches of {t.micro_batch} rows compute {padding:.3f}× the kept tokens (the dataset's "
+                   "lengths; --packed computes only the kept tokens)")
     if cfg.global_batch != request.sequences_per_step:
         out.append(f"runs {cfg.global_batch} sequences per step instead of {request.sequences_per_step} "
                    f"({st.gpus} GPUs do not divide it)")

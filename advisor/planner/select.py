@@ -180,7 +180,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     usable = host_ok & asked
     sel = usable & ~is_spot
     cost, hours = sc["cost_rank"].to_numpy(), sc["hours_rank"].to_numpy()
-    tight = np.array([c.tight for c in configs], dtype=bool)[sc["row"].to_numpy()]
+    tight = fitting["tight"].to_numpy(bool)[cfg_row]
     over = cost > request.budget if request.budget is not None else np.zeros(len(sc), bool)
     late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(sc), bool)
     if request.budget is not None:
