@@ -12,7 +12,7 @@ def __getattr__(name: str):
 
         return estimate_memory
     if name == "load_model":
-        from advisor.models import load_model
+        from advisor.model.catalog import load_model
 
         return load_model
     if name == "plan":

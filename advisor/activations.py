@@ -57,8 +57,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor import families
-from advisor.architecture import ATTN_IN, ATTN_OUT, MLP_IN, SHARED_IN, Architecture, Layer
+from advisor.model import families
+from advisor.model.architecture import ATTN_IN, ATTN_OUT, MLP_IN, SHARED_IN, Architecture, Layer
 from advisor.stacks import Shape, Stack
 
 FP32 = 4

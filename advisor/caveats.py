@@ -8,7 +8,7 @@ Library versions behind each caveat: accelerate 1.15.0, transformers 5.24.0, pef
 
 from __future__ import annotations
 
-from advisor import families
+from advisor.model import families
 from advisor.results import Candidate
 
 # config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's

@@ -196,7 +196,7 @@ def load_tokenizer(ref: str) -> Tokenizer:
         if not (p / "tokenizer_config.json").is_file() and (p / "tokenizer.json").is_file():
             return Tokenizer(text, _tokenizers_file(p / "tokenizer.json"))
         return _auto(text, p, local=True)
-    from advisor.models import HUB_ID
+    from advisor.model.catalog import HUB_ID
 
     if not HUB_ID.match(text) or text.endswith(".json"):
         raise BadInput(f"--tokenizer {plain(text)}: no such file or folder.")
@@ -256,7 +256,7 @@ def _hub_reachable(timeout: float = 5.0) -> None:
     """One quick request before huggingface_hub's retries (about 45 s of back-off when offline)."""
     import requests
 
-    from advisor.models import _endpoint
+    from advisor.model.catalog import _endpoint
 
     try:
         requests.head(_endpoint(), timeout=timeout)
@@ -275,7 +275,7 @@ def tokenizer_ref(model: str | None, tokenizer: str | None) -> str:
         return str(p.parent)
     if p.is_dir():
         return str(p)
-    from advisor.models import _catalog
+    from advisor.model.catalog import _catalog
 
     entry = _catalog()[1].get(model.strip().lower())
     return entry["id"] if entry else model

@@ -15,9 +15,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
-from advisor.architecture import Architecture, build
 from advisor.memo import Memo
-from advisor.modelspec import ModelSpec
+from advisor.model.architecture import Architecture, build
+from advisor.model.spec import ModelSpec
 from advisor.results import MemoryEstimate, Throughput
 from advisor.stacks import Shape, Stack
 
@@ -51,7 +51,7 @@ class Engine:
     def of(cls, model: ModelSpec | str) -> "Engine":
         """The engine of a model (catalog name, Hub id, path or spec), shared between callers."""
         if isinstance(model, str):
-            from advisor.models import load_model
+            from advisor.model.catalog import load_model
 
             model = load_model(model)
         return _engine(model.model_dump_json())

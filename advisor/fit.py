@@ -7,9 +7,9 @@ estimator's own.
 
 from __future__ import annotations
 
-from advisor.architecture import supported_attention
 from advisor.engine import MAX_SEARCH_MICRO_BATCH, Engine, usable_limit
 from advisor.errors import BadInput
+from advisor.model.architecture import supported_attention
 from advisor.results import FitCheck, MemoryEstimate
 from advisor.stacks import Shape, Stack
 
@@ -65,7 +65,7 @@ def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int,
 
     allowed = supported_attention(engine.spec.family)
     singles: list[Change] = []
-    from advisor import families
+    from advisor.model import families
 
     head = "lm_head" in stack.lora_targets or "lm_head" in stack.modules_to_save
     if not stack.grad_checkpointing:

@@ -30,7 +30,7 @@ from advisor.caveats import (  # noqa: F401 - re-exported: the bundle's facts li
     DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
     total_gpus)
 from advisor.errors import AdvisorError, BadInput
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
 from advisor.text import md, money, plain
 from pricing.files import atomic_write

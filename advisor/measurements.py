@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput
-from advisor.modelspec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import Shape, Stack
 
 SCHEMA = "gpu-advisor/measurement-1"
@@ -127,7 +127,7 @@ class Measurement(BaseModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        from advisor.models import check_model_name
+        from advisor.model.catalog import check_model_name
 
         try:
             return check_model_name(v, "model")

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from advisor.activations import (ActivationEstimate, act_bytes, adapter_bytes, describe, dora_transient,
                                  estimate_activations)
-from advisor import families
-from advisor.architecture import Architecture, default_attention, supported_attention
 from advisor.errors import BadInput
 from advisor.memo import Memo
-from advisor.modelspec import ModelSpec
+from advisor.model import families
+from advisor.model.architecture import Architecture, default_attention, supported_attention
+from advisor.model.spec import ModelSpec
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
 

@@ -89,11 +89,11 @@ def check_count(value: Any, field: str, low: int, high: int) -> None:
 
 
 def _workload_bounds() -> dict[str, tuple[type, float, float]]:
-    """workload key -> (type, low, high): the bounds PlanRequest puts on the same options (advisor.modelspec
+    """workload key -> (type, low, high): the bounds PlanRequest puts on the same options (advisor.model.spec
     MAX_*), so a hand-edited plan cannot carry what `plan` itself refuses into `launch` (num_train_epochs).
     A low of 0.0 for a float means "more than 0" (epochs), as for --epochs."""
-    from advisor.modelspec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
-                                   MAX_USD)
+    from advisor.model.spec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
+                                    MAX_USD)
 
     return {"tokens": (float, 0.0, MAX_TOKENS), "epochs": (float, 0.0, MAX_EPOCHS),
             "train_tokens": (float, 0.0, MAX_TOKENS * MAX_EPOCHS), "seq_len": (int, 1, MAX_SEQ_LEN),
@@ -151,7 +151,7 @@ class ModelInfo(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         """A Hugging Face id, a catalog name or a path: printable, at most 512 characters, no leading '-'."""
-        from advisor.models import check_model_name
+        from advisor.model.catalog import check_model_name
 
         return check_model_name(v, "")
 
@@ -302,7 +302,7 @@ class Offer(BaseModel):
 
     @model_validator(mode="after")
     def _numbers(self) -> "Offer":
-        from advisor.modelspec import MAX_GPUS
+        from advisor.model.spec import MAX_GPUS
 
         if not 1 <= self.gpu_count <= MAX_GPUS:
             raise ValueError(f"gpu_count: must be between 1 and {MAX_GPUS:,} (got {self.gpu_count})")
@@ -408,7 +408,7 @@ class Candidate(BaseModel):
     @model_validator(mode="after")
     def _numbers(self) -> "Candidate":
         """Counts within the physical bounds; every time, cost, price and memory finite and >= 0."""
-        from advisor.modelspec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+        from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"nodes: must be between 1 and {MAX_NODES:,} (got {self.nodes})")

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.results import Throughput
 from advisor.stacks import Shape, Stack
 
@@ -132,7 +132,7 @@ class Counts:
 
 
 def counts(arch, stack: Stack) -> Counts:
-    """Counts from the memory estimate's module inventory (advisor.architecture; a ModelSpec is
+    """Counts from the memory estimate's module inventory (advisor.model.architecture; a ModelSpec is
     built through its engine). Memoised per (method, rank, targets, modules_to_save)."""
     if isinstance(arch, ModelSpec):
         from advisor.engine import Engine

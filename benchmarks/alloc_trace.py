@@ -99,7 +99,7 @@ def synthetic(lengths: list[int], micro_batch: int = 2) -> list[Event]:
 
     from advisor.alloc_trace import _sizes, step_events, tensor_counts
     from advisor.engine import Engine
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack
 
 GB = 10**9
@@ -47,7 +47,7 @@ def _interpolate(table: dict[float, float], billions: float) -> float:
 def _trainable(spec: ModelSpec, params: int, stack: Stack) -> int:
     if stack.method == "full":
         return params
-    from advisor.architecture import build
+    from advisor.model.architecture import build
 
     return build(spec).lora_params(stack.lora_rank, stack.lora_targets)
 

@@ -43,7 +43,7 @@ def main() -> int:
         print(f"{'gpu-advisor ' + ' '.join(case):<95} {secs:6.3f} s  ({secs / base:4.1f}× bare python; goal < 0.5 s)")
 
     from advisor.memory import estimate_memory
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
 
     spec = load_model("meta-llama/Llama-3.1-8B")

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.modelspec import ModelSpec
-from advisor.architecture import default_attention, supported_attention
+from advisor.model.architecture import default_attention, supported_attention
+from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ FACT_SPECS: dict[str, ModelSpec] = {
     "Qwen/Qwen-72B-Chat": _qwen1("Qwen/Qwen-72B-Chat", 8192, 24576, 80, 64, 152064),
 }
 
-# Architectures the estimator does not cover (advisor.modelspec.SUPPORTED_FAMILIES).
+# Architectures the estimator does not cover (advisor.model.spec.SUPPORTED_FAMILIES).
 UNSUPPORTED = {
     "bigscience/T0_3B": "T5 encoder-decoder",
     "bigscience/mt0-xxl": "mT5 encoder-decoder",
@@ -126,7 +126,7 @@ def resolve_model(ref: str) -> tuple[ModelSpec | None, str | None]:
         return None, "GPTQ int4 base (Qwen-*-Chat-Int4) is not bitsandbytes NF4 QLoRA"
     if name in UNSUPPORTED:
         return None, f"architecture not supported ({UNSUPPORTED[name]})"
-    from advisor import models
+    from advisor.model import catalog as models
 
     if name.lower() in {n.lower() for n in models.catalog_names()}:
         return models.load_model(name), None
@@ -204,7 +204,7 @@ def lora_targets(text: str, family: str) -> tuple[str, str | None]:
     if t.startswith("q,k,v,proj,mlp,head"):
         # LitGPT's every linear incl. lm_head (lora_head: true): the block linears by name, plus lm_head
         # (peft's all-linear would leave the output embedding out).
-        from advisor import families
+        from advisor.model import families
 
         fam = families.traits(family)
         names = ["qkv_proj"] if fam.fused_qkv else ["q_proj", "k_proj", "v_proj"]

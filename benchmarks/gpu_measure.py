@@ -39,7 +39,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.modelspec import ModelSpec  # noqa: E402
+from advisor.model.spec import ModelSpec  # noqa: E402
 from advisor.stacks import Shape, Stack  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -134,14 +134,14 @@ def tiny_matrix() -> list[Case]:
 def spec_for(case: Case) -> ModelSpec:
     if case.model == "tiny":
         return TINY
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
 
     return load_model(case.model)
 
 
 def params_of(spec: ModelSpec) -> int:
     try:
-        from advisor.architecture import build
+        from advisor.model.architecture import build
 
         return int(build(spec).params_total)
     except Exception:  # noqa: BLE001 - planning only
@@ -185,7 +185,7 @@ def versions() -> dict[str, str]:
 
 
 def hf_config(spec: ModelSpec) -> dict:
-    from advisor.models import to_hf_config
+    from advisor.model.catalog import to_hf_config
 
     return to_hf_config(spec)
 

@@ -128,7 +128,7 @@ def model_spec(config: dict, name: str = "validation case"):
     """Our ModelSpec for `config`, read as a Hub config.json: the case's keys as written,
     transformers' defaults for the rest (transformers 5 renames some keys when it saves,
     e.g. Qwen3-MoE's num_experts -> num_local_experts; Hub files keep the original names)."""
-    from advisor.models import from_hf_config
+    from advisor.model.catalog import from_hf_config
 
     cfg = {**full_config(config), **config}
     return from_hf_config(cfg, name=name, source="benchmarks.measure (random-initialised)")

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack
 from benchmarks.calibration_rows import canonical_gpu, parse_conf
 
@@ -132,7 +132,7 @@ ALIASES = {
 
 def resolve(ref: str) -> tuple[ModelSpec | None, str | None, str | None]:
     """(spec, assumption, exclusion) for the model text of a published row."""
-    from advisor import models
+    from advisor.model import catalog as models
 
     t = ref.strip()
     m = re.match(r"MPT-(\d+b)", t, re.I)

@@ -10,7 +10,7 @@ import json
 
 import click
 
-from advisor.modelspec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import METHODS
 from advisor.text import count, gb, md, plain
 from cli.options import FIELDS, choice, stack_options
@@ -33,7 +33,7 @@ class Finite(click.FloatRange):
 
 def build_stack(family: str = "llama", **kw):
     """The Stack the estimate options describe (sharding defaults to fsdp on more than one GPU)."""
-    from advisor.architecture import default_attention
+    from advisor.model.architecture import default_attention
     from advisor.stacks import Stack
 
     fields = {k: kw[k] for k in FIELDS if kw.get(k) is not None}
@@ -76,7 +76,7 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     from advisor.errors import BadInput
     from advisor.memory import estimate_memory
-    from advisor.models import load_model, parse_param_count, synthetic_spec
+    from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
     from advisor.stacks import Shape
 
     if (model is None) == (params is None):

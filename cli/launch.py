@@ -88,9 +88,9 @@ def load_or_build_plan(from_file: Path | None, plan_opts: dict):
 
 def model_spec(plan):
     """The plan's model from the catalog; a minimal spec from the plan itself if that is unavailable."""
-    from advisor.modelspec import ModelSpec
+    from advisor.model.spec import ModelSpec
 
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
 
     try:
         return load_model(plan.model.name)

@@ -6,16 +6,16 @@ import json
 
 import click
 
-from advisor.models import human_count
-from advisor.modelspec import SUPPORTED_FAMILIES
+from advisor.model.catalog import human_count
+from advisor.model.spec import SUPPORTED_FAMILIES
 from cli.options import choice
 from cli.output import render_rows, render_table
 
 
 def _rows(family: str | None) -> list[dict]:
-    from advisor.models import catalog
+    from advisor.model.catalog import catalog
 
-    from advisor.architecture import build
+    from advisor.model.architecture import build
 
     rows = []
     for spec in catalog():

@@ -63,7 +63,7 @@ json.dump(TINY_LLAMA, open('$MODEL','w'))"
 else
   MODEL="meta-llama/Llama-3.1-8B"; GPU=H200; SEQ=2048; BATCH=8
   CONFIG="$WORK/llama-3.1-8b/config.json"; mkdir -p "$(dirname "$CONFIG")"
-  "$PY" -c "import json; from advisor.models import load_model, to_hf_config; \
+  "$PY" -c "import json; from advisor.model.catalog import load_model, to_hf_config; \
 json.dump(to_hf_config(load_model('$MODEL')), open('$CONFIG','w'), indent=1)" || { say "FAIL: 8B config"; exit 1; }
 fi
 

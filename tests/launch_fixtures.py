@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.results import Candidate, ModelInfo, Plan
 
 TINY_LLAMA = {  # random-initialised in tests; never downloaded

@@ -16,7 +16,7 @@ from benchmarks.baselines import (
     unsloth_minimum,
     zero_16_bytes,
 )
-from advisor.models import load_model
+from advisor.model.catalog import load_model
 from advisor.stacks import Shape, Stack
 from benchmarks import accuracy
 from benchmarks.calibration_rows import GB, GIB, MEASURED_CSV, load_rows, parse_row
@@ -130,7 +130,7 @@ def test_table_rules_reproduce_their_published_points():
 
 def standin_estimator(spec, stack, shape):
     """Deliberately simple stand-in: 2 B/param weights plus a per-token allowance."""
-    from advisor.architecture import build
+    from advisor.model.architecture import build
 
     base = build(spec).params_total * (0.6 if stack.method == "qlora" else 2)
     act = shape.tokens * spec.hidden_size * spec.num_hidden_layers * 20

@@ -20,9 +20,9 @@ import pytest
 import torch  # the test extra installs torch and transformers: missing is a failure
 import transformers
 
-from advisor import architecture, families
-from advisor.models import load_model
-from advisor.modelspec import SUPPORTED_FAMILIES
+from advisor.model import architecture, families
+from advisor.model.catalog import load_model
+from advisor.model.spec import SUPPORTED_FAMILIES
 
 SEEDS = (0, 1, 2)
 STYLES = ("hub", "save_pretrained", "swapped_aliases")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from advisor.engine import Engine, usable_limit
 from advisor.launch import build_bundle
-from advisor.models import load_model
+from advisor.model.catalog import load_model
 from advisor.planner import plan
 from advisor.stacks import Shape, Stack
 from cli import cli

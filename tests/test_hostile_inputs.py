@@ -2,7 +2,7 @@
 plan files, terminal output and the error style.
 
 Physically impossible values are refused when they are parsed, with one line that names the
-option or file and gives the bound (advisor.modelspec MAX_*), exit 2; text from configs and
+option or file and gives the bound (advisor.model.spec MAX_*), exit 2; text from configs and
 files never reaches the terminal with escape sequences or line breaks; environment failures are
 exit 1 in plain words; no message carries a Python exception class name. Every case ends with
 a one-line error or a correct result; bombs and deep documents are refused before any object is
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cli_run import gpu_advisor, one_line_error  # noqa: E402
 
-from advisor import modelspec
+from advisor.model import spec as modelspec
 
 LLAMA = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008,
          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_run import gpu_advisor, one_line_error
 
-from advisor.models import _catalog
+from advisor.model.catalog import _catalog
 
 
 def _config(model_type: str, has: str | None = None) -> dict:
@@ -128,7 +128,7 @@ def test_zero_sliding_window_means_no_window_as_null_does(tmp_path, capsys):
 
 
 def test_every_catalog_model_still_loads():
-    from advisor.models import catalog
+    from advisor.model.catalog import catalog
 
     assert len(catalog()) == len(_catalog()[0])
 
@@ -141,7 +141,7 @@ def test_a_long_lived_process_keeps_a_bounded_number_of_estimates(monkeypatch):
     computed again is the same answer."""
     import advisor.memo
     from advisor.engine import Engine
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
 
     monkeypatch.setattr(advisor.memo, "MEMO_ENTRIES", 64)

@@ -274,10 +274,10 @@ def test_a_plan_naming_a_local_json_never_prints_its_values(tmp_path, capsys, be
 
 @pytest.mark.parametrize("name", ["орг/модель", "ｍｅｔａ/ｌｌａｍａ", "meta-llama/Llama-3.1-8B\u0301"])
 def test_non_ascii_hub_ids_never_go_to_the_hub(capsys, monkeypatch, name):
-    import advisor.models
+    import advisor.model.catalog
 
     asked: list[str] = []
-    monkeypatch.setattr(advisor.models, "fetch_hub_config", lambda repo: asked.append(repo) or {})
+    monkeypatch.setattr(advisor.model.catalog, "fetch_hub_config", lambda repo: asked.append(repo) or {})
     code, _, err = gpu_advisor(capsys, "estimate", name)
     line = one_line_error(code, err)
     assert "ASCII" in line or "unknown model" in line

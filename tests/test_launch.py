@@ -420,7 +420,7 @@ VERSIONS = Path(__file__).parents[1] / "advisor" / "data" / "launch" / "versions
 def planned() -> dict:
     """Each plan once; per plan one candidate per distinct stack (method, sharding, offload, optimizer,
     attention, Liger)."""
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
     from cli.plan import build_plan
 
     out = {}

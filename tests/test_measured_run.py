@@ -236,7 +236,7 @@ def test_another_shape_is_scaled_by_the_time_model_and_its_band_widened(run, cac
     """Global batch 16 runs micro-batch 16 (measured: 8): the model's own ratio scales the rate, and the
     band is wider than the measured spread, by at most the time model's held-out band."""
     from advisor.engine import Engine
-    from advisor.models import load_model
+    from advisor.model.catalog import load_model
     from advisor.stacks import Shape
     from advisor.throughput import band
     from pricing.gpus import get_gpu

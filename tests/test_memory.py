@@ -10,7 +10,7 @@ import pytest
 
 from advisor.errors import BadInput
 from advisor.memory import estimate_memory, fit_micro_batch, nf4_bytes_per_param
-from advisor.models import load_model, synthetic_spec
+from advisor.model.catalog import load_model, synthetic_spec
 from advisor.stacks import Shape, Stack
 
 GB = 10**9

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor.architecture import supported_attention
 from advisor.memory import estimate_memory
-from advisor.models import catalog
+from advisor.model.architecture import supported_attention
+from advisor.model.catalog import catalog
 from advisor.results import MemoryEstimate
 from advisor.stacks import METHODS, OPTIMIZERS, PRECISIONS, Shape, Stack
 

@@ -12,18 +12,9 @@ from pathlib import Path
 import pytest
 
 from advisor.errors import BadInput
-from advisor.models import (
-    FAMILY_DEFAULTS,
-    SIGLIP_DEFAULTS,
-    catalog,
-    catalog_names,
-    from_hf_config,
-    load_model,
-    parse_param_count,
-    synthetic_spec,
-    to_hf_config,
-)
-from advisor.modelspec import SUPPORTED_FAMILIES, ModelSpec
+from advisor.model.catalog import (FAMILY_DEFAULTS, SIGLIP_DEFAULTS, catalog, catalog_names, from_hf_config, load_model,
+                                   parse_param_count, synthetic_spec, to_hf_config)
+from advisor.model.spec import SUPPORTED_FAMILIES, ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -122,7 +113,7 @@ def test_catalog_entry_survives_a_round_trip_through_config_json(spec):
 
 def test_catalog_is_read_once_without_heavy_imports():
     """Start-up cost is a structure, not a stopwatch: one JSON read, no pandas/torch on the path."""
-    code = ("import sys, advisor.models as m; m.load_model('llama-3.1-8b'); m.catalog(); m.load_model('qwen3-8b'); "
+    code = ("import sys, advisor.model.catalog as m; m.load_model('llama-3.1-8b'); m.catalog(); m.load_model('qwen3-8b'); "
             "m.catalog_names(); print(m._catalog.cache_info().misses); print(sorted(sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     misses, modules = out.splitlines()
@@ -349,7 +340,7 @@ def test_models_command_lists_the_catalog_with_parameter_counts():
     assert len(rows) == len(catalog())
     llama = next(r for r in rows if r["name"] == "meta-llama/Llama-3.1-8B")
     assert "llama-3.1-8b" in llama["aliases"] and llama["family"] == "llama"
-    if "params" in llama:  # present once advisor/architecture.py exists
+    if "params" in llama:  # present once advisor/model/architecture.py exists
         assert 8.0e9 < llama["params"] < 8.1e9
     table = run_cli("models", "--family", "gemma3")
     assert table.returncode == 0 and "medgemma-4b" in table.stdout and "llama" not in table.stdout

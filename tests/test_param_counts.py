@@ -11,12 +11,12 @@ import warnings
 
 import pytest
 
-from advisor.models import catalog, from_hf_config, to_hf_config
+from advisor.model.catalog import catalog, from_hf_config, to_hf_config
 
 import torch  # the test extra installs torch and transformers: missing is a failure
 import transformers
 
-from advisor import architecture
+from advisor.model import architecture
 
 TOLERANCE = 0.001  # 0.1 %
 
@@ -104,7 +104,7 @@ def test_small_config_param_count_matches_transformers(label):
 
 
 def test_every_supported_family_has_a_small_config():
-    from advisor.modelspec import SUPPORTED_FAMILIES
+    from advisor.model.spec import SUPPORTED_FAMILIES
 
     assert {c["model_type"] for c in SMALL_CONFIGS.values()} == set(SUPPORTED_FAMILIES)
 

@@ -9,7 +9,7 @@ import pytest
 
 from advisor.errors import AdvisorError, BadInput
 from advisor.memory import estimate_memory
-from advisor.models import load_model
+from advisor.model.catalog import load_model
 from advisor.planner import plan
 from advisor.results import Breakdown, Plan
 from advisor.stacks import Shape, Stack

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from advisor.models import load_model
+from advisor.model.catalog import load_model
 from advisor.planner import host, plan
 from advisor.results import Plan
 from pricing.gpus import get_gpu

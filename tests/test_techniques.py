@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.activations import CHUNKED_LOSS_CHUNKS, liger_chunk_rows
-from advisor.architecture import build
 from advisor.engine import Engine
 from advisor.errors import BadInput
 from advisor.memory import DEEPSPEED_ZERO3, estimate_memory
-from advisor.models import load_model
+from advisor.model.architecture import build
+from advisor.model.catalog import load_model
 from advisor.stacks import Shape, Stack
 
 GB = 10**9
@@ -130,7 +130,7 @@ def test_liger_with_a_lora_adapter_on_lm_head_is_refused():
 
 
 def test_every_supported_family_has_a_cited_liger_fact():
-    from advisor import families
+    from advisor.model import families
 
     for name, fam in families.table().items():
         assert isinstance(fam.liger, bool)

@@ -9,7 +9,7 @@ import pytest
 
 from advisor.engine import Engine
 from advisor.errors import BadInput
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack
 from advisor.throughput import band, band_quantile, counts, estimate_throughput, flops_per_token, gpu_class, segment, step_time, table
 from pricing.gpus import all_gpus, get_gpu

@@ -22,14 +22,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from advisor.engine import Engine
-from advisor.modelspec import ModelSpec
+from advisor.model.spec import ModelSpec
 from advisor.planner import configs as _configs
 from advisor.planner import offers as _offers
-from advisor.planner.costing import billing, score
 from advisor.planner.configs import Config, Evaluator, stacks_for
+from advisor.planner.configs import TIGHT_FRACTION
+from advisor.planner.costing import billing, score
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
-from advisor.planner.configs import TIGHT_FRACTION
 from advisor.planner.select import Selection, config_frame, misses, reject_nofit, select
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
 

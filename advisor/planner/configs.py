@@ -69,7 +69,7 @@ def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama",
 
 def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tuple[str, ...], family: str,
                 pins: dict[str, Any]) -> tuple[Stack, ...]:
-    from advisor.architecture import supported_attention
+    from advisor.model.architecture import supported_attention
 
     allowed = supported_attention(family)
     if "attention" in pins:
@@ -100,7 +100,7 @@ def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tup
 
 def no_stack_reason(gpu, n_gpus: int, family: str, pins: dict[str, Any]) -> str:
     """Why the pins leave no stack for this hardware (the plan's rejection reason)."""
-    from advisor.architecture import supported_attention
+    from advisor.model.architecture import supported_attention
 
     attention = pins.get("attention")
     if attention == "flash" and not gpu.supports_flash_attention:
@@ -123,7 +123,7 @@ def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str)
     and loss all keep less) and the time model finds it faster, so only the Liger stack is priced; for
     full fine-tuning its fused loss keeps lm_head's weight gradient, which can outweigh short
     sequences' logits, so both are searched. --no-liger plans without it."""
-    from advisor import families
+    from advisor.model import families
 
     if "liger" in pins:
         return (pins["liger"],)

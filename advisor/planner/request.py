@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
-from advisor.modelspec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
-                               MAX_USD, ModelSpec)
+from advisor.model.spec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS, MAX_USD,
+                                ModelSpec)
 from advisor.stacks import METHODS
 
 RISKS = {"p50": 0.5, "p80": 0.8, "p90": 0.9}  # quantile of the run's duration the ranking uses
@@ -35,7 +35,7 @@ def parse_count(value: Any, option: str, maximum: float = MAX_TOKENS) -> float |
     """'50M', '1.5B', '2e9', 1000 -> a positive number up to `maximum` (None and '' stay None)."""
     if value is None or value == "":
         return None
-    from advisor.models import parse_param_count
+    from advisor.model.catalog import parse_param_count
 
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise BadInput(f"--{option}: expected a positive count such as 50M, 1.5B or 2e9 (got a {type(value).__name__}).")
@@ -282,7 +282,7 @@ class PlanRequest(BaseModel):
     def spec(self) -> ModelSpec:
         if isinstance(self.model, ModelSpec):
             return self.model
-        from advisor.models import load_model
+        from advisor.model.catalog import load_model
 
         return load_model(self.model)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from advisor import families
 from advisor.memo import Memo
-from advisor.modelspec import ModelSpec
+from advisor.model import families
+from advisor.model.spec import ModelSpec
 
 # Model types whose routed experts (3-D parameters) and router peft 0.21 wraps with LoRA
 # ParamWrappers under target_modules="all-linear" (families.json expert_lora: peft's

@@ -22,15 +22,15 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from advisor import families
 from advisor.errors import BadInput
-from advisor.modelspec import MAX_HEADS, MAX_PARAMS, SUPPORTED_FAMILIES, ModelSpec, VisionSpec
+from advisor.model import families
+from advisor.model.spec import MAX_HEADS, MAX_PARAMS, SUPPORTED_FAMILIES, ModelSpec, VisionSpec
 from advisor.text import plain, refused_char
 from pricing.files import atomic_write, cache_dir
 
 MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that is not one
 
-CATALOG_PATH = Path(__file__).resolve().parent / "data" / "models.json"
+CATALOG_PATH = Path(__file__).resolve().parents[1] / "data" / "models.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", re.ASCII)  # Hub ids are ASCII; \w alone takes Cyrillic
 DEFAULT_ENDPOINT = "https://huggingface.co"  # $HF_ENDPOINT overrides it, as in huggingface_hub
 HUB_TIMEOUT_S = 10
@@ -137,7 +137,7 @@ def check_model_name(name: str, what: str = "model") -> str:
 
 def _checked(spec: ModelSpec) -> ModelSpec:
     """Refuse a config whose total parameter count no real model comes near (MAX_PARAMS)."""
-    from advisor.architecture import build
+    from advisor.model.architecture import build
 
     total = build(spec).params_total
     if total > MAX_PARAMS:

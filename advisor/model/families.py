@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-TABLE_PATH = Path(__file__).resolve().parent / "data" / "families.json"
+TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "families.json"
 ALL_ATTENTION = ("flash", "sdpa", "eager")
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 

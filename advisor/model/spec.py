@@ -1,14 +1,14 @@
 """ModelSpec: the facts of a causal LM's config.json that memory and time depend on.
 
-One flat, family-agnostic record. `advisor.models` fills it from the catalog, a local
-config.json or the Hub; `advisor.architecture` turns it into modules and parameter counts.
+One flat, family-agnostic record. `advisor.model.catalog` fills it from the catalog, a local
+config.json or the Hub; `advisor.model.architecture` turns it into modules and parameter counts.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from advisor import families
+from advisor.model import families
 
 # model_type values whose architecture the estimator knows (config.json "model_type"), in the
 # order of advisor/data/families.json.
