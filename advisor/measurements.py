@@ -194,7 +194,7 @@ def _first_error(exc: ValidationError) -> str:
 
 def parse(data: Any, what: str) -> Measurement:
     """A measurement from decoded JSON; BadInput (one line naming `what` and the field) otherwise."""
-    from advisor.results import _check_tree
+    from advisor.results.checks import _check_tree
 
     if not isinstance(data, dict):
         raise BadInput(f"{what}: expected a JSON object written by launch.sh --benchmark.")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_run import gpu_advisor, one_line_error, saved_plan
 
-from advisor.plan_refs import VIEWS
+from advisor.results.plan_refs import VIEWS
 from advisor.results import PLAN_SCHEMA_VERSION, Plan
 
 DATA = Path(__file__).parent / "data" / "plans"
@@ -126,15 +126,15 @@ def test_replacing_the_candidates_keeps_what_each_view_named(planned):
 
 
 def test_each_stored_candidate_is_validated_once_however_many_views_name_it(planned, monkeypatch):
-    import advisor.results as results
+    import advisor.results.candidate as candidate_module
 
     plan = Plan.model_validate_json(planned.read_text())
     old = expanded(plan)
     written = len(old["candidates"]) + len(old["pareto"]) + len(old["best_per_gpu"]) + len(old["best_per_provider"]) \
         + (old["baseline"] is not None) + (old["spot_alternative"] is not None)
     checked = []
-    real = results.check_gpu
-    monkeypatch.setattr(results, "check_gpu", lambda name: checked.append(name) or real(name))  # once per offer
+    real = candidate_module.check_gpu
+    monkeypatch.setattr(candidate_module, "check_gpu", lambda name: checked.append(name) or real(name))  # once per offer
     for text in (planned.read_text(), json.dumps(old)):
         checked.clear()
         again = Plan.model_validate_json(text)

@@ -120,7 +120,7 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
              offers, off) -> Plan:
     """The typed Plan: candidates in rank order, Pareto front, best per GPU/provider, baseline,
     spot alternative, and the warnings a reader must see. One Candidate per scored row, however many
-    views name it (the plan stores it once, advisor/plan_refs.py)."""
+    views name it (the plan stores it once, advisor/results/plan_refs.py)."""
     from pricing.cache import stale_days
 
     from advisor.planner import ranking

@@ -1,0 +1,259 @@
+"""One priced way to run the job: the offer it runs on, its memory fit, timing and cost, and the one
+flat view of them (`FLAT`, `Candidate.flat()`) that CSV and tables read."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from advisor.results.checks import TEXT_CHARS, check_count, check_gpu, check_number, check_text
+from advisor.results.estimate import Breakdown
+from advisor.stacks import Shape, Stack
+
+# How the note of a candidate promoted by the near-tie rule starts (advisor/planner/ranking.py writes it; the
+# report's decision card and the plan table's "Why #1" line read it)
+NEAR_TIE_NOTE = "preferred in a near-tie"
+
+
+class Offer(BaseModel):
+    """The instance a candidate runs on, with where its price comes from and when it was seen."""
+
+    provider: str
+    region: str
+    instance_type: str
+    gpu_model: str
+    gpu_count: int = Field(description="GPUs per node (instance)")
+    price_hour: float = Field(0.0, description="on-demand USD per instance-hour (0: no on-demand price)")
+    spot_price_hour: float | None = None
+    source: str = ""
+    price_date: str = Field("", description="date the source observed the price (YYYY-MM-DD)")
+    stale: bool = False
+    interconnect: str = ""
+    notes: str = ""
+    also_in: list[str] = Field(default_factory=list, description="other regions with this identical offer")
+    also_named: list[str] = Field(default_factory=list, description="the same offer (provider, GPU, count, price, "
+                                                                    "network) under other instance names")
+
+    @field_validator("provider", "region", "instance_type", "price_date", "interconnect")
+    @classmethod
+    def _name(cls, v: str, info) -> str:
+        return check_text(v, info.field_name)
+
+    @field_validator("source", "notes")
+    @classmethod
+    def _text(cls, v: str, info) -> str:
+        return check_text(v, info.field_name, TEXT_CHARS)
+
+    @field_validator("also_in", "also_named")
+    @classmethod
+    def _regions(cls, v: list[str]) -> list[str]:
+        for region in v:
+            check_text(region, "also_in")
+        return v
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _gpu(cls, v: str) -> str:
+        return check_gpu(v)
+
+    @model_validator(mode="after")
+    def _numbers(self) -> "Offer":
+        from advisor.model.spec import MAX_GPUS
+
+        if not 1 <= self.gpu_count <= MAX_GPUS:
+            raise ValueError(f"gpu_count: must be between 1 and {MAX_GPUS:,} (got {self.gpu_count})")
+        check_number(self.price_hour, "price_hour")
+        check_number(self.spot_price_hour, "spot_price_hour")
+        return self
+
+
+class MemoryFit(BaseModel):
+    """Peak device memory per GPU against what the GPU offers."""
+
+    peak_bytes: int = Field(description="estimated device memory per GPU (as nvidia-smi shows it)")
+    usable_bytes: int = Field(description="what torch reports as the GPU's total memory")
+    limit_bytes: int = Field(0, description="usable × (1 − headroom): the most a candidate may need")
+    tight: bool = Field(False, description="within the estimator's measured error band of the limit")
+
+
+class Timing(BaseModel):
+    tokens_per_sec: float = 0.0
+    mfu: float = 0.0
+    step_seconds: float = 0.0
+    train_hours: float = 0.0
+    setup_hours: float = 0.0
+    checkpoint_hours: float = Field(0.0, description="writing periodic checkpoints during training")
+    checkpoint_interval_hours: float = Field(0.0, description="hours of training between checkpoints")
+    interruption_hours: float = Field(0.0, description="expected work lost and restarts (hardware failures, and "
+                                                       "spot reclaims on spot)")
+    hours: float = Field(description="wall hours: training + setup + checkpoints + expected interruptions")
+    hours_low: float | None = Field(None, description="wall hours if training runs at the p90 of the time model's "
+                                                      "held-out error (faster)")
+    hours_high: float | None = Field(None, description="... at its p10 (slower): the band to budget with")
+    hours_at_risk: float | None = Field(None, description="wall hours at the ranking quantile (ranking key)")
+    risk_quantile: float = Field(0.5, description="the quantile the ranking used: --risk, or 0.8 for an "
+                                                  "uncalibrated segment at the default p50")
+    calibrated: bool = Field(True, description="the time model has held-out calibration rows for this segment")
+    band_basis: str = Field("", description="the calibration segment and rows behind the band")
+    global_batch: int = Field(0, description="sequences per optimizer step as run (micro-batch × accumulation × GPUs)")
+
+
+class Cost(BaseModel):
+    spot: bool = False
+    price_hour: float = Field(0.0, description="USD per hour of all nodes at the tier used for `usd`")
+    usd: float
+    on_demand_usd: float | None = None
+    spot_usd: float | None = None
+    usd_per_m_tokens: float = 0.0
+    usd_low: float | None = Field(None, description="cost at hours_low (same tier and billing)")
+    usd_high: float | None = Field(None, description="cost at hours_high")
+    usd_at_risk: float | None = Field(None, description="cost at the ranking quantile (ranking key)")
+
+
+def _lora_rank(c: "Candidate") -> int | None:
+    return None if c.stack.method == "full" else c.stack.lora_rank
+
+
+# flat key -> where it lives (dotted path) or how it is derived. Order is the flat view's order.
+FLAT: dict[str, str | Callable[["Candidate"], Any]] = {
+    "provider": "offer.provider", "region": "offer.region", "instance_type": "offer.instance_type",
+    "gpu_model": "offer.gpu_model", "gpu_count": "offer.gpu_count", "nodes": "nodes", "spot": "cost.spot",
+    "method": "stack.method", "precision": "stack.precision", "optimizer": "stack.optimizer",
+    "grad_checkpointing": "stack.grad_checkpointing", "attention": "stack.attention",
+    "sharding": "stack.sharding", "offload": "stack.offload", "lora_rank": _lora_rank,
+    "micro_batch": "shape.micro_batch", "grad_accum": "shape.grad_accum", "seq_len": "shape.seq_len",
+    "peak_memory_bytes": "fit.peak_bytes", "gpu_memory_bytes": "fit.usable_bytes",
+    "headroom_bytes": lambda c: c.fit.usable_bytes - c.fit.peak_bytes,
+    "tokens_per_sec": "timing.tokens_per_sec", "mfu": "timing.mfu", "hours": "timing.hours",
+    "train_hours": "timing.train_hours", "cost_usd": "cost.usd", "cost_on_demand_usd": "cost.on_demand_usd",
+    "cost_spot_usd": "cost.spot_usd", "usd_per_m_tokens": "cost.usd_per_m_tokens",
+    "price_hour": "cost.price_hour", "price_source": "offer.source", "price_date": "offer.price_date",
+    "price_stale": "offer.stale", "stack_label": "label",
+}
+_SUB_MODELS = ("offer", "stack", "shape", "fit", "timing", "cost")
+
+
+class Candidate(BaseModel):
+    """One priced way to run the job: an offer × node count × stack × shape, with its numbers."""
+
+    rank: int = 0
+    offer: Offer
+    nodes: int = 1
+    network_gbps: float | None = Field(None, description="inter-node fabric per node (Gb/s) the time model used")
+    stack: Stack
+    shape: Shape
+    fit: MemoryFit
+    memory: Breakdown | None = None
+    timing: Timing
+    cost: Cost
+    label: str = Field("", description="stack label as tables show it (with the node count)")
+    notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words")
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, v: str) -> str:
+        return check_text(v, "stack_label")
+
+    @field_validator("notes")
+    @classmethod
+    def _notes(cls, v: list[str]) -> list[str]:
+        for note in v:
+            check_text(note, "notes", TEXT_CHARS)
+        return v
+
+    @model_validator(mode="after")
+    def _numbers(self) -> "Candidate":
+        """Counts within the physical bounds; every time, cost, price and memory finite and >= 0."""
+        from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"nodes: must be between 1 and {MAX_NODES:,} (got {self.nodes})")
+        self._consistent(MAX_GPUS)
+        check_text(self.timing.band_basis, "timing.band_basis", TEXT_CHARS)
+        check_count(self.shape.seq_len, "shape.seq_len", 1, MAX_SEQ_LEN)
+        check_count(self.shape.micro_batch, "shape.micro_batch", 1, MAX_BATCH)
+        if self.shape.grad_accum is not None:
+            check_count(self.shape.grad_accum, "shape.grad_accum", 1, MAX_BATCH)
+        if self.rank < 0:
+            raise ValueError(f"rank: must be >= 0 (got {self.rank})")
+        check_number(self.network_gbps, "network_gbps")
+        for part in (self.fit, self.memory, self.timing, self.cost):
+            if part is None:
+                continue
+            for name, value in part.__dict__.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    check_number(value, name)
+        return self
+
+    def _consistent(self, max_gpus: int) -> None:
+        """One run: the offer's GPUs per node × nodes are the stack's ranks (memory assumed that sharding,
+        launch writes that num_processes), and no more GPUs than any run has."""
+        gpus = self.offer.gpu_count * self.nodes
+        if gpus > max_gpus:
+            raise ValueError(f"offer.gpu_count × nodes: {self.offer.gpu_count:,} × {self.nodes:,} = {gpus:,} GPUs, "
+                             f"more than {max_gpus:,} in one run")
+        if self.stack.gpus != gpus:
+            raise ValueError(f"stack.gpus: {self.stack.gpus:,} ranks, but the offer has {self.offer.gpu_count:,} "
+                             f"GPU(s) per node × {self.nodes:,} node(s) = {gpus:,}; a candidate's memory, time and "
+                             "launch files describe one run on all of its GPUs")
+
+    def __getattr__(self, name: str) -> Any:
+        how = FLAT.get(name)
+        if how is None or name in type(self).model_fields:
+            return super().__getattr__(name)  # type: ignore[misc]
+        if callable(how):
+            return how(self)
+        obj: Any = self
+        for part in how.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Candidate":
+        """As pydantic's, and flat keys (`price_date`, `provider`, ...) update the nested field they name."""
+        flat = {k: v for k, v in (update or {}).items() if k in FLAT and k not in type(self).model_fields}
+        if not flat:
+            return super().model_copy(update=update, deep=deep)
+        base = super().model_copy(update={k: v for k, v in update.items() if k not in flat}, deep=deep)
+        return type(self).model_validate({**{k: getattr(base, k) for k in type(self).model_fields}, **flat})
+
+    def estimate_args(self) -> list[str]:
+        """`gpu-advisor estimate MODEL` options that reproduce this candidate's memory and tokens/s."""
+        args = [*self.stack.cli_args(), *self.shape.cli_args(), "--gpu", self.offer.gpu_model, "--nodes", str(self.nodes)]
+        if self.network_gbps:
+            args += ["--internode-gbps", f"{self.network_gbps:g}"]
+        return args
+
+    def flat(self) -> dict[str, Any]:
+        """The flat view (one value per column) for CSV, tables and schema-1 readers."""
+        return {"rank": self.rank, **{k: getattr(self, k) for k in FLAT}}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_keys(cls, data: Any) -> Any:
+        """Accept schema-1 (flat) candidates and flat overrides: flat keys win over nested ones."""
+        if not isinstance(data, dict):
+            return data
+        if not any(k in data for k in FLAT if k not in cls.model_fields):
+            return data
+        out = {k: v for k, v in data.items() if k not in FLAT or k in cls.model_fields}
+        parts: dict[str, dict] = {}
+        for key in _SUB_MODELS:
+            value = out.get(key) or {}
+            parts[key] = dict(value.model_dump(exclude_defaults=False) if isinstance(value, BaseModel) else value)
+        for key, how in FLAT.items():
+            if key not in data or callable(how) or "." not in how:
+                continue
+            part, field = how.split(".")
+            parts[part][field] = data[key]
+        if "lora_rank" in data and data["lora_rank"] is not None:
+            parts["stack"]["lora_rank"] = data["lora_rank"]
+        if "stack_label" in data:
+            out["label"] = data["stack_label"]
+        gpus_per_node = parts["offer"].get("gpu_count", 1) or 1
+        parts["stack"].setdefault("gpus", int(gpus_per_node) * int(out.get("nodes", 1) or 1))
+        if "cost_usd" in data:
+            parts["timing"].setdefault("hours", data.get("hours", 0.0))
+        for key in _SUB_MODELS:
+            out[key] = parts[key]
+        return out

@@ -1,0 +1,137 @@
+"""What `estimate` says about one model × stack × shape: memory by component, the fit on a card and
+the time model's throughput."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from advisor.results.checks import TEXT_CHARS, check_text
+from advisor.stacks import Shape, Stack
+
+
+class Component(BaseModel):
+    """One named memory term, with how it was computed and where the formula comes from."""
+
+    bytes: int
+    formula: str = ""
+    source: str = ""
+
+
+class ModelInfo(BaseModel):
+    name: str
+    family: str
+    source: str
+    params_total: int = Field(ge=0)
+    params_trainable: int = Field(ge=0)
+    params_active: int = Field(ge=0, description="parameters used per token (MoE: routed experts only)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        """A Hugging Face id, a catalog name or a path: printable, at most 512 characters, no leading '-'."""
+        from advisor.model.catalog import check_model_name
+
+        return check_model_name(v, "")
+
+    @field_validator("family")
+    @classmethod
+    def _family(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError(f"model.family: expected a config.json model_type such as llama or qwen2 (letters, "
+                             f"digits, '_', '.', '-'; got {v[:60]!r})")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return check_text(v, "model.source", TEXT_CHARS)
+
+
+class Breakdown(BaseModel):
+    """Peak per-GPU memory by component, bytes. `total` is what the device must hold."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    overhead: int
+    total: int
+
+
+class Reserved(BaseModel):
+    """What the caching allocator makes of the run's allocations."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lengths: str = Field(description="'fixed' (every step at --seq-len) or the length distribution replayed")
+    expandable_segments: bool
+    steps: int
+    needed: int = Field(description="reserved bytes the run needs on the card checked: the smallest device the "
+                                    "replayed allocator does not fail on (fit check)")
+    shows: int = Field(description="what torch.cuda.max_memory_reserved shows on a larger card")
+    fixed_shape_needed: int = Field(description="needed with every step at --seq-len (same replay)")
+    alloc_retries_at_needed: int = Field(description="times the allocator released its cache and retried")
+
+
+class MemoryEstimate(BaseModel):
+    """Everything `estimate` says about one model × stack × shape."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    model: ModelInfo
+    stack: Stack
+    shape: Shape
+    breakdown: Breakdown
+    components: dict[str, Component] = Field(
+        description="every term behind the breakdown (weights.nf4, activations.logits, overhead.cuda_context, ...)"
+    )
+    peak_allocated: int = Field(description="torch.cuda.max_memory_allocated at peak")
+    peak_reserved: int = Field(description="torch.cuda.max_memory_reserved at peak (allocator rounding/fragmentation)")
+    device_total: int = Field(description="as nvidia-smi shows it: reserved + CUDA context")
+    static_bytes: int = Field(description="weights + gradients + optimizer (the 'simple' number)")
+    cpu_ram_bytes: int = Field(0, description="host RAM the offloaded states need, over all GPUs (each node holds "
+                                              "its ranks' share: divide by the node count)")
+    assumptions: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    fit: "FitCheck | None" = None
+    throughput: "Throughput | None" = None
+    reserved: "Reserved | None" = Field(None, description="caching-allocator replay under --lengths "
+                                                         "(advisor.alloc_trace); None: fixed shapes")
+
+
+class FitCheck(BaseModel):
+    gpu: str
+    usable_bytes: int
+    headroom_fraction: float
+    fits: bool
+    free_bytes: int
+    max_micro_batch: int = Field(description="largest micro-batch that fits at this seq_len (0: none)")
+    max_seq_len: int = Field(description="longest sequence that fits at this micro-batch (0: none)")
+    suggestions: list[str] = Field(default_factory=list,
+                                   description="when it does not fit: single changes that make it fit, cheapest first")
+
+
+class Throughput(BaseModel):
+    """Time model output for one setup (totals over all GPUs)."""
+
+    tokens_per_sec: float
+    mfu: float
+    step_seconds: float = Field(description="one optimizer step of micro_batch × seq_len × gpus × grad_accum tokens")
+    flops_per_token: float
+    grad_accum: int = 1
+    nodes: int = 1
+    compute_seconds_per_step: float = 0.0
+    comm_seconds_per_step: float = 0.0
+    tokens_per_sec_low: float = Field(0.0, description="p10 of held-out calibration error for this GPU class × "
+                                                        "method (the pessimistic end; ≤ tokens_per_sec)")
+    tokens_per_sec_high: float = Field(0.0, description="p90 of held-out calibration error (≥ tokens_per_sec)")
+    interval_basis: dict[str, str | int | float] = Field(
+        default_factory=dict, description="segment (GPU class/method), calibration rows behind the band, "
+                                          "low/high factors and a sentence saying where they come from")
+    components: dict[str, float] = Field(default_factory=dict)
+    assumptions: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+MemoryEstimate.model_rebuild()
