@@ -1,22 +1,15 @@
 """gpu-cost-advisor: will this fine-tuning run fit, where, how long, and for how much.
 
-The public API is imported lazily so `import advisor` stays cheap for the CLI.
+The public API (advisor/api.py) is handed on lazily, so that `import advisor.errors` (which runs this
+file first) does not load the estimator and the planner: the CLI imports what each command needs.
 """
 
-__all__ = ["estimate_memory", "plan", "load_model"]
+__all__ = ["estimate_memory", "estimate_throughput", "load_model", "plan"]
 
 
 def __getattr__(name: str):
-    if name == "estimate_memory":
-        from advisor.memory import estimate_memory
+    if name in __all__:
+        from advisor import api
 
-        return estimate_memory
-    if name == "load_model":
-        from advisor.model.catalog import load_model
-
-        return load_model
-    if name == "plan":
-        from advisor.planner import plan
-
-        return plan
+        return getattr(api, name)
     raise AttributeError(name)

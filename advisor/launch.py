@@ -25,11 +25,11 @@ from pathlib import Path
 
 import yaml
 
-from advisor.activations import CHUNKED_LOSS_CHUNKS
 from advisor.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
     DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
     total_gpus)
 from advisor.errors import AdvisorError, BadInput
+from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
 from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
 from advisor.text import md, money, plain
@@ -144,9 +144,9 @@ def _deepspeed_config(c: Candidate) -> dict:
 
 def deepspeed_json(c: Candidate) -> dict:
     """ds_config.json for a DeepSpeed candidate: concrete values only (no "auto"), so DeepSpeed's own
-    DeepSpeedConfig reads exactly what was estimated. The bucket sizes are advisor.memory.DEEPSPEED_ZERO3,
+    DeepSpeedConfig reads exactly what was estimated. The bucket sizes are advisor.estimate.memory.DEEPSPEED_ZERO3,
     the numbers the memory estimate's zero3_* components use."""
-    from advisor.memory import DEEPSPEED_ZERO3 as Z
+    from advisor.estimate.memory import DEEPSPEED_ZERO3 as Z
 
     stage = int(c.sharding[-1])
     mp = mixed_precision(c)

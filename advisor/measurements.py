@@ -16,7 +16,7 @@ by the time model's own ratio between the two shapes (`apply`).
 Band (`apply`): the measured step-time spread (p10-p90 of the timed steps) around the scaled rate,
 widened by an extrapolation error that is zero at the measured shape and grows linearly with the
 shape distance d = |ln(tokens per micro-batch ratio)| + |ln(accumulation ratio)|, reaching the
-time model's own held-out band for the segment (advisor.throughput.band) at d = ln(16): a shape
+time model's own held-out band for the segment (advisor.estimate.throughput.band) at d = ln(16): a shape
 16x away from the one measured is as uncertain as a prediction with no measurement.
 """
 
@@ -332,7 +332,7 @@ def adjust(step: dict, request, engine, stack: Stack, shape: Shape, gpu, nodes: 
     m = best(found, shape)
     if m is None:
         return step
-    from advisor.throughput import band
+    from advisor.estimate.throughput import band
 
     low, high, _ = band(gpu, stack)
     out = apply(step, m, predict(m.shape.shape()), shape, (low, high))
@@ -400,9 +400,9 @@ class Calibration(BaseModel):
 
 
 def compare(m: Measurement, engine=None) -> Calibration:
-    """The estimate (memory: advisor.memory via Engine.memory; time: Engine.step) at the measured
+    """The estimate (memory: advisor.estimate.memory via Engine.memory; time: Engine.step) at the measured
     model, GPU, stack and shape, beside the measurement."""
-    from advisor.engine import Engine
+    from advisor.estimate.engine import Engine
 
     engine = engine or Engine.of(m.model)
     shape = m.shape.shape()

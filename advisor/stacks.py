@@ -21,7 +21,7 @@ Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Offload = Literal["none", "optimizer", "params", "both"]
 AdapterDtype = Literal["fp32", "bf16"]
 Loss = Literal["standard", "chunked"]
-# The training framework the time model predicts for (advisor/throughput.py): "hf" is what `launch` writes
+# The training framework the time model predicts for (advisor/estimate/throughput.py): "hf" is what `launch` writes
 # (transformers Trainer/TRL + peft + accelerate FSDP or DeepSpeed ZeRO + bitsandbytes, eager modules);
 # "tuned" is a torchtitan / llm-foundry-like stack (FSDP2, compile or fused kernels, a lean loop).
 Framework = Literal["hf", "tuned"]

@@ -40,7 +40,7 @@ Estimator = Callable[..., Any]  # (spec, stack, shape) -> object with peak_alloc
 
 
 def default_estimator() -> Estimator:
-    from advisor.memory import estimate_memory
+    from advisor.api import estimate_memory
 
     return estimate_memory
 
@@ -51,8 +51,8 @@ REPLAY = "ours, allocator replay"
 def default_replay() -> Callable[..., Any]:
     """What max_memory_reserved shows on the measured (large) card by the caching-allocator replay at the
     row's fixed shape with the default allocator (the published runs set no expandable segments)."""
-    from advisor.alloc_trace import LengthSpec
-    from advisor.memory import estimate_memory
+    from advisor.estimate.alloc_trace import LengthSpec
+    from advisor.api import estimate_memory
 
     def shows(spec, stack, shape) -> int:
         fixed = LengthSpec(mean=shape.seq_len, std=0, max=shape.seq_len)
@@ -62,7 +62,7 @@ def default_replay() -> Callable[..., Any]:
 
 
 def default_throughput() -> Callable[..., Any]:
-    from advisor.throughput import estimate_throughput
+    from advisor.api import estimate_throughput
 
     return estimate_throughput
 
@@ -226,7 +226,7 @@ def evaluate(rows: list[CalibrationRow], estimate: Estimator | None = None,
 def _replay_errors(rows: list[CalibrationRow], results: list[dict], replay: Callable[..., Any]) -> None:
     """The replayed reserved figure (plus the CUDA context for nvidia-smi rows) and its error, per row
     that measured something reserved."""
-    from advisor.memory import CUDA_CONTEXT_BYTES
+    from advisor.estimate.memory import CUDA_CONTEXT_BYTES
 
     by_id = {r.id: r for r in rows}
     for out in results:

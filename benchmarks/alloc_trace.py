@@ -3,13 +3,13 @@
     python benchmarks/alloc_trace.py [--lengths 24,61,37,90] [--scale 2048]
 
 prints, for fixed and variable lengths, the recorded sequence and the estimator's synthetic one
-(advisor/alloc_trace.py) replayed through the allocator model, with and without expandable segments.
+(advisor/estimate/alloc_trace.py) replayed through the allocator model, with and without expandable segments.
 
 torch.profiler with profile_memory=True records every allocation and free of the CPU allocator
 as a "[memory]" event with its address and signed byte count (torch/profiler/profiler.py,
 export_chrome_trace); pairing frees with allocations by address gives the sequence of a real
 transformers + AdamW step of a tiny random-initialised Llama: the order and lifetimes the
-estimator's synthetic sequence (advisor/alloc_trace.py) follows. `replayed()` runs it through the
+estimator's synthetic sequence (advisor/estimate/alloc_trace.py) follows. `replayed()` runs it through the
 caching-allocator model with every size multiplied by `scale` (to reach GPU-sized blocks).
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.allocator import Event, needed_capacity  # noqa: E402
+from advisor.estimate.allocator import Event, needed_capacity  # noqa: E402
 
 
 def tiny_llama():
@@ -93,12 +93,12 @@ def replayed(events: list[Event], scale: int, expandable: bool) -> dict:
 
 
 def synthetic(lengths: list[int], micro_batch: int = 2) -> list[Event]:
-    """The estimator's own sequence (advisor.alloc_trace.step_events) for the same tiny model and steps:
+    """The estimator's own sequence (advisor.estimate.alloc_trace.step_events) for the same tiny model and steps:
     what `estimate --lengths` replays, here beside the recorded one."""
     import tempfile
 
-    from advisor.alloc_trace import _sizes, step_events, tensor_counts
-    from advisor.engine import Engine
+    from advisor.estimate.alloc_trace import _sizes, step_events, tensor_counts
+    from advisor.estimate.engine import Engine
     from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
 

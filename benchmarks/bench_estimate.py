@@ -42,7 +42,7 @@ def main() -> int:
         secs = best_process([sys.executable, "-m", "advisor", *case], args.repeat)
         print(f"{'gpu-advisor ' + ' '.join(case):<95} {secs:6.3f} s  ({secs / base:4.1f}× bare python; goal < 0.5 s)")
 
-    from advisor.memory import estimate_memory
+    from advisor.api import estimate_memory
     from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
 

@@ -260,7 +260,7 @@ def device_used(device: str) -> tuple[int | None, str]:
 def estimates(spec: ModelSpec, case: Case, gpu: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
-        from advisor.memory import estimate_memory
+        from advisor.api import estimate_memory
 
         est = estimate_memory(spec, case.stack(), case.shape())
         out.update(est_peak_allocated=int(est.peak_allocated), est_peak_reserved=int(est.peak_reserved),
@@ -269,7 +269,7 @@ def estimates(spec: ModelSpec, case: Case, gpu: str | None) -> dict[str, Any]:
         out["est_error"] = f"memory: {type(exc).__name__}: {exc}"
     if gpu:
         try:
-            from advisor.throughput import estimate_throughput
+            from advisor.api import estimate_throughput
 
             t = estimate_throughput(spec, case.stack(), case.shape(), gpu)
             out.update(est_tokens_per_sec=f"{t.tokens_per_sec:.1f}", est_tokens_per_sec_low=f"{t.tokens_per_sec_low:.1f}",

@@ -3,7 +3,7 @@
 Runs every case of `benchmarks.measure.VALIDATION_CASES` (small random-initialised transformers
 models on the CPU, one training step; DoRA, LoRA on lm_head / embed_tokens, modules_to_save and the
 chunked loss among them) and prints, per case and component, the measured bytes,
-the estimate of `advisor.memory.estimate_memory` and the signed error. Goal: within 2 % on
+the estimate of `advisor.api.estimate_memory` and the signed error. Goal: within 2 % on
 weights, gradients and optimizer, within 10 % on activations. Stacks the CPU cannot run are
 listed with their reason.
 
@@ -39,7 +39,7 @@ DUMP = ROOT / "benchmarks" / "results" / "saved_tensors_llama.txt"
 
 
 def _estimate(case):
-    from advisor.memory import estimate_memory
+    from advisor.api import estimate_memory
 
     try:
         return estimate_memory(model_spec(case.config, case.name), case.stack, case.shape), ""

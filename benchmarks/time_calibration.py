@@ -1,7 +1,7 @@
 """Time model vs published throughput, judged on sources it was not fitted to.
 
 Every included row of `benchmarks/throughput_rows.py` (published_throughput.csv + the memory set's
-rows with tokens/s) is predicted by `advisor.throughput.step_time` with the same counts the engine
+rows with tokens/s) is predicted by `advisor.estimate.throughput.step_time` with the same counts the engine
 uses. The few fitted constants (mfu.json `fitted`: training-matmul efficiency, host dispatch time per
 kernel, fixed step overhead, ZeRO-3 parameter fetch) are judged by leave-one-source-out
 cross-validation: fit on every source but one, predict the held-out source, repeat. The fit is
@@ -18,7 +18,7 @@ sources' rows (the best measured MFU per GPU class × method × model size, by a
 Printed: each row's held-out prediction, the per-source held-out table (rows, median |error|, signed
 median, worst) for all sources and for the HF-stack sources, the overall held-out figures, the
 constants fitted on all sources, and the error bands per segment (GPU class × method, and per
-framework where it has rows) that `advisor.throughput.band()` returns. `--write` (the default)
+framework where it has rows) that `advisor.estimate.throughput.band()` returns. `--write` (the default)
 rewrites benchmarks/results/time_calibration.md and mfu.json's `fitted`, `fit`, `bands` and
 `plausibility`.
 
@@ -40,9 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.engine import Engine  # noqa: E402
-from advisor.throughput import (MFU_FILE, Counts, flops_per_token, gpu_class, segment, size_bucket,  # noqa: E402
-                                step_time, sustained_fraction, table)
+from advisor.estimate.engine import Engine  # noqa: E402
+from advisor.estimate.throughput import (MFU_FILE, Counts, flops_per_token, gpu_class, segment, size_bucket, step_time,
+                                         sustained_fraction, table)
 from benchmarks.throughput_rows import TimeRow, load_rows  # noqa: E402
 from pricing.gpus import GPU, get_gpu  # noqa: E402
 
@@ -286,7 +286,7 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
         side = min if q < 0.5 else max
         u[str(q)] = side([u[str(q)]] + [b["quantiles"][str(q)] for b in bands["segments"].values()])
     bands["unseen"].update(low=u["0.1"], high=u["0.9"])
-    # per framework, where its rows allow (advisor.throughput uses a framework's segment from 3 rows on)
+    # per framework, where its rows allow (advisor.estimate.throughput uses a framework's segment from 3 rows on)
     bands["frameworks"] = {}
     for fw in FRAMEWORK_NAMES:
         fsegs: dict[str, list[float]] = {}

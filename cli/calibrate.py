@@ -54,7 +54,7 @@ def calibrate(measured: Path, fmt: str, model: str | None) -> None:
     """Compare a measured run (measured.json from `launch.sh --benchmark`) with the estimate for the same
     model, GPU, stack and shape, and store it so `gpu-advisor plan` uses it for matching candidates."""
     from advisor import measurements
-    from advisor.engine import Engine
+    from advisor.estimate.engine import Engine
 
     m = measurements.load(measured)
     cal = measurements.compare(m, Engine.of(model or m.model))

@@ -75,7 +75,7 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
              expandable_segments, fmt, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     from advisor.errors import BadInput
-    from advisor.memory import estimate_memory
+    from advisor.api import estimate_memory
     from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
     from advisor.stacks import Shape
 
@@ -87,13 +87,13 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     if nodes > 1 and stack.gpus % nodes:
         raise BadInput(f"--nodes: {stack.gpus} GPUs do not split evenly over {nodes} nodes.")
     if lengths is not None:
-        from advisor.alloc_trace import parse_lengths
+        from advisor.estimate.alloc_trace import parse_lengths
 
         lengths = parse_lengths(lengths)
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom, lengths=lengths,
                           expandable_segments=expandable_segments)
     if gpu:
-        from advisor.engine import Engine
+        from advisor.estimate.engine import Engine
 
         est.throughput = Engine.of(spec).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu,
                                                      network_gbps=internode_gbps)
@@ -187,8 +187,8 @@ COMMON_GPUS = ("T4", "A10G", "L4", "RTX4090", "A100", "L40S", "A100-80GB", "H100
 
 def fits_line(est, headroom: float = 0.10) -> str:
     """Which common GPUs hold this estimate with `headroom` kept free (without --gpu): the one limit
-    rule, advisor.engine.usable_limit."""
-    from advisor.engine import usable_limit
+    rule, advisor.estimate.engine.usable_limit."""
+    from advisor.estimate.engine import usable_limit
     from pricing.gpus import get_gpu
 
     yes, no, emulated = [], [], False

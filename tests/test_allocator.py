@@ -1,4 +1,4 @@
-"""The caching-allocator model (advisor/allocator.py) against the behaviour its source documents, a
+"""The caching-allocator model (advisor/estimate/allocator.py) against the behaviour its source documents, a
 real recorded CPU training trace replayed through it, and `estimate --lengths`.
 
 Source of every rule: pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp @ 001074d25084fdb87a799823e395a50f5ec044d3.
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from advisor.allocator import CachingAllocator, MiB, needed_capacity, replay
+from advisor.estimate.allocator import CachingAllocator, MiB, needed_capacity, replay
 from cli_run import gpu_advisor, one_line_error
 
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from advisor.engine import Engine, usable_limit
+from advisor.estimate.engine import Engine, usable_limit
 from advisor.launch import build_bundle
 from advisor.model.catalog import load_model
 from advisor.planner import plan

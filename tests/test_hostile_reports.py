@@ -341,7 +341,7 @@ def test_render_rows_neutralises_terminal_markdown_and_csv():
 
 @pytest.mark.parametrize("text", HOSTILE_TEXT[:8])
 def test_estimate_markdown_and_table_escape_the_model_name_and_source(text):
-    from advisor.memory import estimate_memory
+    from advisor.api import estimate_memory
     from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
     from cli.estimate import render_markdown, render_table

@@ -140,7 +140,7 @@ def test_a_long_lived_process_keeps_a_bounded_number_of_estimates(monkeypatch):
     """N distinct estimates on one engine keep at most the bound in every memo, and an evicted answer
     computed again is the same answer."""
     import advisor.memo
-    from advisor.engine import Engine
+    from advisor.estimate.engine import Engine
     from advisor.model.catalog import load_model
     from advisor.stacks import Shape, Stack
 

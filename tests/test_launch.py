@@ -114,14 +114,15 @@ def test_every_accelerate_config_loads_with_accelerates_launcher(tmp_path, monke
 @pytest.mark.parametrize("gpus", [1, 4])
 def test_deepspeed_reads_the_bundles_zero3_buffers_exactly_as_the_estimate_used_them(monkeypatch, gpus):
     """The bundle's ds_config.json through DeepSpeed's own DeepSpeedConfig / DeepSpeedZeroConfig: the bucket
-    sizes it enforces are the ones advisor.memory sized the zero3_* components with."""
+    sizes it enforces are the ones advisor.estimate.memory sized the zero3_* components with."""
     import json
 
     import deepspeed  # the test extra installs it (pyproject.toml): missing is a failure
 
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    from advisor.memory import DEEPSPEED_ZERO3, estimate_memory
+    from advisor.estimate.memory import DEEPSPEED_ZERO3
+    from advisor.api import estimate_memory
 
     c = candidate(sharding="zero3", gpu_count=gpus, micro_batch=2, grad_accum=4, precision="bf16")
     ds = json.loads(bundle(c)["ds_config.json"])

@@ -169,7 +169,7 @@ def test_plan_hours_for_the_measured_setup_follow_the_measurement(run, cache, ca
 def test_risk_p80_budgets_on_the_measured_spread_not_the_time_models_band(run, cache, capsys):
     """--risk p80 ranks a measured candidate by the 80th percentile of its own measured step times (log-linear
     between the measured p10/p90 and the median, the held-out band's own rule), not the segment's wider band."""
-    from advisor.throughput import band_quantile
+    from advisor.estimate.throughput import band_quantile
     from pricing.gpus import get_gpu
 
     path = relabel(run, "risk.json")
@@ -235,10 +235,10 @@ def test_other_stack_or_gpu_is_not_timed_by_the_run_but_lora_alpha_is_irrelevant
 def test_another_shape_is_scaled_by_the_time_model_and_its_band_widened(run, cache, capsys):
     """Global batch 16 runs micro-batch 16 (measured: 8): the model's own ratio scales the rate, and the
     band is wider than the measured spread, by at most the time model's held-out band."""
-    from advisor.engine import Engine
+    from advisor.estimate.engine import Engine
     from advisor.model.catalog import load_model
     from advisor.stacks import Shape
-    from advisor.throughput import band
+    from advisor.estimate.throughput import band
     from pricing.gpus import get_gpu
 
     path = relabel(run, "shape.json")

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from advisor.api import estimate_memory, fit_micro_batch
 from advisor.errors import BadInput
-from advisor.memory import estimate_memory, fit_micro_batch, nf4_bytes_per_param
+from advisor.estimate.memory import nf4_bytes_per_param
 from advisor.model.catalog import load_model, synthetic_spec
 from advisor.stacks import Shape, Stack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor.memory import estimate_memory
+from advisor.api import estimate_memory
 from advisor.model.architecture import supported_attention
 from advisor.model.catalog import catalog
 from advisor.results import MemoryEstimate

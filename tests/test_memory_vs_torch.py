@@ -193,11 +193,11 @@ def test_validation_matrix_covers_the_promised_ground():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [c.name for c in VALIDATION_CASES])
 def test_estimate_matches_pytorch(name):
-    from advisor import memory
+    from advisor import api
 
     case = _CASES[name]
     m = _measured(case.name, case.stack, case.shape)
-    est = memory.estimate_memory(model_spec(case.config, case.name), case.stack, case.shape)
+    est = api.estimate_memory(model_spec(case.config, case.name), case.stack, case.shape)
     measured = {
         "weights": m.weights,
         "gradients": m.gradients,

@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
+from advisor.api import estimate_memory
 from advisor.errors import AdvisorError, BadInput
-from advisor.memory import estimate_memory
 from advisor.model.catalog import load_model
 from advisor.planner import plan
 from advisor.results import Breakdown, Plan

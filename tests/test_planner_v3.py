@@ -134,7 +134,7 @@ def test_the_same_offer_under_two_names_is_one_row_naming_the_other():
 
 
 def test_standard_adamw_unless_8bit_is_what_makes_it_fit(lora_plan):
-    from advisor.memory import estimate_memory
+    from advisor.api import estimate_memory
     from advisor.planner.configs import ONLY_8BIT_NOTE
 
     for c in every(lora_plan):

@@ -298,7 +298,7 @@ def test_hours_and_cost_carry_the_time_models_held_out_band_and_risk_ranks_by_it
 def test_with_a_frozen_lm_head_liger_never_costs_memory_or_speed_so_the_planner_prices_only_it(model):
     """The planner's shortcut (advisor/planner/configs.py _liger_choices) rests on this dominance."""
     from advisor.model.architecture import supported_attention
-    from advisor.engine import Engine
+    from advisor.estimate.engine import Engine
     from advisor.stacks import Shape, Stack
 
     engine = Engine.of(model)
@@ -367,7 +367,7 @@ def test_every_technique_travels_through_the_yaml_file_the_json_and_the_bundle(t
     (dict(method="full", precision="bf16", optimizer="adamw", sharding="fsdp", gpus=8), 6),
 ])
 def test_checkpoints_hold_what_the_stack_saves(stack, per_param):
-    from advisor.engine import Engine
+    from advisor.estimate.engine import Engine
     from advisor.stacks import Stack
 
     engine = Engine.of("meta-llama/Llama-3.1-8B")

@@ -15,10 +15,11 @@ import warnings
 import pytest
 from click.testing import CliRunner
 
-from advisor.activations import CHUNKED_LOSS_CHUNKS, liger_chunk_rows
-from advisor.engine import Engine
+from advisor.api import estimate_memory
 from advisor.errors import BadInput
-from advisor.memory import DEEPSPEED_ZERO3, estimate_memory
+from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS, liger_chunk_rows
+from advisor.estimate.engine import Engine
+from advisor.estimate.memory import DEEPSPEED_ZERO3
 from advisor.model.architecture import build
 from advisor.model.catalog import load_model
 from advisor.stacks import Shape, Stack

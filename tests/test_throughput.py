@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from advisor.engine import Engine
+from advisor.api import estimate_throughput
 from advisor.errors import BadInput
+from advisor.estimate.engine import Engine
+from advisor.estimate.throughput import (band, band_quantile, counts, flops_per_token, gpu_class, segment, step_time,
+                                         table)
 from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack
-from advisor.throughput import band, band_quantile, counts, estimate_throughput, flops_per_token, gpu_class, segment, step_time, table
 from pricing.gpus import all_gpus, get_gpu
 
 # Llama-3.1-8B config.json values (https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json)
@@ -29,26 +31,26 @@ def tps(stack: Stack, gpu: str = "A100-80GB", mb: int = 4, seq: int = 2048, mode
 
 
 def test_parameter_count_matches_llama_8b():
-    assert counts(LLAMA_8B, Stack()).params_total == pytest.approx(P_8B, rel=0.001)
+    assert counts(Engine.of(LLAMA_8B).arch, Stack()).params_total == pytest.approx(P_8B, rel=0.001)
 
 
 def test_full_finetune_costs_about_6_flops_per_parameter_per_token():
-    model, executed = flops_per_token(counts(LLAMA_8B, Stack()), Stack(), 2048)
+    model, executed = flops_per_token(counts(Engine.of(LLAMA_8B).arch, Stack()), Stack(), 2048)
     # 6·N without the input embedding lookup (~0.5B params) plus attention at s=2048 (~3% of 6N)
     assert 6 * 7.5e9 < model < 6 * 8.4e9
     assert executed == model  # no recompute without checkpointing
 
 
 def test_lora_skips_weight_gradients_so_costs_about_two_thirds():
-    c = counts(LLAMA_8B, Stack(method="lora"))
-    full, _ = flops_per_token(counts(LLAMA_8B, Stack()), Stack(), 512)
+    c = counts(Engine.of(LLAMA_8B).arch, Stack(method="lora"))
+    full, _ = flops_per_token(counts(Engine.of(LLAMA_8B).arch, Stack()), Stack(), 512)
     lora, _ = flops_per_token(c, Stack(method="lora"), 512)
     assert lora / full == pytest.approx(4 / 6, abs=0.03)
 
 
 def test_checkpointing_recomputes_the_decoder_layers_forward_not_the_lm_head():
     stack = Stack(method="full", grad_checkpointing=True)
-    c = counts(LLAMA_8B, stack)
+    c = counts(Engine.of(LLAMA_8B).arch, stack)
     model, executed = flops_per_token(c, stack, 512)
     attn_fwd = 4.0 * 32 * 256 * 4096
     assert executed - model == pytest.approx(2 * (c.matmul_active - c.lm_head) + attn_fwd, rel=1e-9)
@@ -56,7 +58,7 @@ def test_checkpointing_recomputes_the_decoder_layers_forward_not_the_lm_head():
 
 
 def test_attention_flops_grow_with_sequence_length():
-    c = counts(LLAMA_8B, Stack())
+    c = counts(Engine.of(LLAMA_8B).arch, Stack())
     short, _ = flops_per_token(c, Stack(), 1024)
     long, _ = flops_per_token(c, Stack(), 32768)
     # attention per token grows linearly in s: 12·L·d_attn·s/2 (causal) more at 32k
@@ -66,10 +68,10 @@ def test_attention_flops_grow_with_sequence_length():
 def test_training_the_lm_head_beside_lora_adds_its_weight_gradient():
     plain = Stack(method="lora")
     saved = Stack(method="lora", modules_to_save="embed_tokens,lm_head")
-    a, _ = flops_per_token(counts(LLAMA_8B, plain), plain, 512)
-    b, _ = flops_per_token(counts(LLAMA_8B, saved), saved, 512)
+    a, _ = flops_per_token(counts(Engine.of(LLAMA_8B).arch, plain), plain, 512)
+    b, _ = flops_per_token(counts(Engine.of(LLAMA_8B).arch, saved), saved, 512)
     assert b - a == pytest.approx(2 * 128256 * 4096)
-    assert counts(LLAMA_8B, saved).extra_trainable == pytest.approx(2 * 128256 * 4096)
+    assert counts(Engine.of(LLAMA_8B).arch, saved).extra_trainable == pytest.approx(2 * 128256 * 4096)
 
 
 # ----------------------------------------------------------------------------- mechanisms
@@ -377,7 +379,7 @@ def test_sustained_rate_is_per_card_with_its_power_limit():
     """Both 'ada': the 72 W L4 sustains a far lower share of its peak than the 450 W RTX 4090 (measured
     matmul tables), the 300 W RTX 6000 Ada less than the 350 W L40S on the same die; H100 PCIe below SXM;
     the 70 W T4 (measured) below the Turing class default; a card without an entry (V100) gets its class's."""
-    from advisor.throughput import sustained_fraction
+    from advisor.estimate.throughput import sustained_fraction
 
     f = {name: sustained_fraction(get_gpu(name)) for name in ("L4", "RTX4090", "L40S", "RTX6000-Ada", "H100",
                                                               "H100-PCIE", "A100-80GB", "T4", "V100")}
@@ -396,11 +398,11 @@ def test_the_hf_stack_pays_for_its_module_calls_and_trainer_step():
     """The default framework is what `launch` runs: transformers' eager modules (each call through
     Module._call_impl and the hooks), peft's adapter modules and the Trainer's per-step work; a tuned
     framework compiles or fuses them and reaches more of the card's matmul rate."""
-    from advisor.throughput import module_calls
+    from advisor.estimate.throughput import module_calls
 
-    c = counts(LLAMA_8B, Stack(method="lora"))
+    c = counts(Engine.of(LLAMA_8B).arch, Stack(method="lora"))
     hf, tuned = Stack(method="lora"), Stack(method="lora", framework="tuned")
-    assert module_calls(c, tuned) == 0 < module_calls(counts(LLAMA_8B, Stack()), Stack()) < module_calls(c, hf)
+    assert module_calls(c, tuned) == 0 < module_calls(counts(Engine.of(LLAMA_8B).arch, Stack()), Stack()) < module_calls(c, hf)
     assert module_calls(c, hf.model_copy(update={"grad_checkpointing": True})) == 2 * module_calls(c, hf)
     shape = Shape(micro_batch=1, seq_len=256, grad_accum=1)
     a = step_time(c, hf, shape, get_gpu("H100"), with_band=False)

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from advisor.throughput import MFU_FILE, table
+from advisor.estimate.throughput import MFU_FILE, table
 from benchmarks import time_calibration as tc
 from benchmarks.throughput_rows import PUBLISHED_CSV, frameworks, load_rows
 from pricing.gpus import get_gpu

@@ -9,9 +9,9 @@ import itertools
 
 import pytest
 
-from advisor.engine import Engine
+from advisor.estimate.engine import Engine
+from advisor.estimate.throughput import flops_per_token, gpu_class, size_bucket, step_time, sustained_fraction, table
 from advisor.stacks import Shape, Stack
-from advisor.throughput import flops_per_token, gpu_class, size_bucket, step_time, sustained_fraction, table
 from benchmarks import time_calibration as tc
 from benchmarks.throughput_rows import load_rows
 from pricing.gpus import get_gpu
@@ -23,7 +23,7 @@ COUNTS = (1, 2, 4, 8)
 
 
 def _limit(gpu, method: str, params: float) -> tuple[float, dict]:
-    """The stored cap for a setup, looked up here from the JSON itself (not through advisor.throughput): the
+    """The stored cap for a setup, looked up here from the JSON itself (not through advisor.estimate.throughput): the
     segment's own entry, else the loosest of its fallbacks, rescaled to the card's sustained rate (for LoRA,
     QLoRA's too)."""
     caps = table()["plausibility"]["caps"]

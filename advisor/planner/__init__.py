@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from advisor.engine import Engine
+from advisor.estimate.engine import Engine
 from advisor.model.spec import ModelSpec
 from advisor.planner import configs as _configs
 from advisor.planner import offers as _offers
@@ -372,7 +372,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
 
 
 def _band_basis(cfg: Config) -> str:
-    from advisor.throughput import band
+    from advisor.estimate.throughput import band
 
     # measured run hook: a measured step may carry its own basis (H3), preferred when present
     return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Iterable
 
-from advisor.engine import Engine, usable_limit
+from advisor.estimate.engine import Engine, usable_limit
 from advisor.memo import Memo
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
@@ -260,7 +260,7 @@ UNCALIBRATED_QUANTILE = 0.8  # a segment without calibration rows ranks by its p
 
 def is_calibrated(gpu, stack: Stack) -> bool:
     """Whether the time model has held-out calibration rows for this GPU class x method (mfu.json bands)."""
-    from advisor.throughput import segment, table
+    from advisor.estimate.throughput import segment, table
 
     entry = ((table().get("bands") or {}).get("segments") or {}).get(segment(gpu, stack))
     return bool(entry and entry.get("rows", 0) > 0)
@@ -270,7 +270,7 @@ def _factor(t: dict, cfg: "Config", q: float) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
-    from advisor.throughput import band_quantile, quantile_factor
+    from advisor.estimate.throughput import band_quantile, quantile_factor
 
     tps = t["tokens_per_sec"]
     low, high = t.get("tokens_per_sec_low"), t.get("tokens_per_sec_high")

@@ -1,5 +1,5 @@
 """The allocation sequence of training steps, built from the estimator's own terms, and the two
-reserved figures its replay through the caching-allocator model (advisor.allocator) gives.
+reserved figures its replay through the caching-allocator model (advisor.estimate.allocator) gives.
 
 A recorded CPU step (benchmarks/alloc_trace.py, torch.profiler profile_memory=True) shows the order
 the Hugging Face stack allocates and frees in: model states at load, per decoder layer the tensors
@@ -8,7 +8,7 @@ each layer's saved tensors while its input-gradient workspace (and, with checkpo
 recomputed layer) lives and its weight gradients appear; AdamW creates its states at the first
 step(); Trainer's zero_grad(set_to_none=True) frees the gradients before the next forward (without
 accumulation). The sequence here follows that order with each block sized by the estimate at that
-step's shape (`advisor.activations` terms divided over the layers), so a real 8B model needs no run.
+step's shape (`advisor.estimate.activations` terms divided over the layers), so a real 8B model needs no run.
 
 Lengths: a batch of a variable-length dataset is padded to its longest row (transformers
 DataCollatorWithPadding; TRL's default collator), truncated at --seq-len. Steps draw `micro_batch`
@@ -26,8 +26,8 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from advisor.allocator import Event, needed_capacity
 from advisor.errors import BadInput
+from advisor.estimate.allocator import Event, needed_capacity
 from advisor.results import Reserved
 
 MAX_LENGTHS_FILE = 16 * 2**20  # a histogram is small: refuse to read a huge file
@@ -154,7 +154,7 @@ def _sizes(est_at: Estimator, steps: tuple[int, ...]) -> tuple[tuple[tuple[str, 
 def _replayed(step_sizes, layers: int, free_grads: bool, expandable: bool,
               chunks: tuple[int, int] = (7, 7)) -> tuple[int, int, int, int]:
     """(needed capacity, shown reserved, allocated peak, retries at the needed capacity) of the replay."""
-    from advisor.allocator import replay
+    from advisor.estimate.allocator import replay
 
     events = step_events(step_sizes, layers, free_grads, *chunks)
     needed, shows = needed_capacity(events, expandable)
@@ -261,7 +261,7 @@ def _chunks(ids, total: int, count: int) -> list[Event]:
 def tensor_counts(arch, stack) -> tuple[int, int]:
     """(weight tensors, trainable tensors) per decoder layer: its linear weights; LoRA's A and B per
     targeted linear (peft lora.Linear), or every weight for full fine-tuning."""
-    from advisor.activations import lora_target_names
+    from advisor.estimate.activations import lora_target_names
 
     weights = max(1, len(arch.linear_names()))
     if stack.method == "full":

@@ -1,14 +1,14 @@
 """Does a run fit on a GPU, how large may it grow, and if not, which change makes it fit.
 
-Built on the engine's one micro-batch and sequence search (advisor.engine); the suggestions
+Built on the engine's one micro-batch and sequence search (advisor.estimate.engine); the suggestions
 re-estimate each candidate change with the same engine, so every number they print is the
 estimator's own.
 """
 
 from __future__ import annotations
 
-from advisor.engine import MAX_SEARCH_MICRO_BATCH, Engine, usable_limit
 from advisor.errors import BadInput
+from advisor.estimate.engine import MAX_SEARCH_MICRO_BATCH, Engine, usable_limit
 from advisor.model.architecture import supported_attention
 from advisor.results import FitCheck, MemoryEstimate
 from advisor.stacks import Shape, Stack

@@ -4,7 +4,7 @@ Model states follow the ZeRO paper (Rajbhandari et al. 2020, §3 and §5: Ψ par
 K bytes of optimizer state per parameter, partitioned by stage). QLoRA's NF4 storage follows
 Dettmers et al. 2023 (§3: 4-bit NormalFloat with a 64-element block absmax; double
 quantisation stores those constants in 8 bits with a second fp32 level per 256 blocks).
-Activations are in `advisor.activations`. The peak is the start of backward: model states,
+Activations are in `advisor.estimate.activations`. The peak is the start of backward: model states,
 every saved activation and the fp32 loss gradients are alive together. AdamW is the fused
 kernel (HF Trainer's default `adamw_torch_fused` since torch 2.8), which updates in place;
 the foreach variant would add one state-sized temporary during step().
@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.activations import (ActivationEstimate, act_bytes, adapter_bytes, describe, dora_transient,
-                                 estimate_activations)
 from advisor.errors import BadInput
+from advisor.estimate.activations import (ActivationEstimate, act_bytes, adapter_bytes, describe, dora_transient,
+                                          estimate_activations)
 from advisor.memo import Memo
 from advisor.model import families
-from advisor.model.architecture import Architecture, default_attention, supported_attention
-from advisor.model.spec import ModelSpec
+from advisor.model.architecture import Architecture, supported_attention
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
 
@@ -412,52 +411,6 @@ def check(arch: Architecture, stack: Stack) -> None:
             f"--liger: Liger Kernel has no patch for {arch.spec.family} models (it patches {supported}); "
             "use --loss chunked for a chunked cross-entropy without its kernels."
         )
-
-
-
-def estimate_memory(
-    model: ModelSpec | str,
-    stack: Stack | None = None,
-    shape: Shape | None = None,
-    gpu: str | None = None,
-    headroom: float = 0.10,
-    lengths=None,
-    expandable_segments: bool = True,
-) -> MemoryEstimate:
-    """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU);
-    with `lengths` (advisor.alloc_trace.LengthSpec) the reserved figure from the caching-allocator
-    replay; with `gpu`, the fit on that card (advisor.fit). A fresh copy: callers may change it."""
-    from advisor.alloc_trace import apply_reserved
-    from advisor.engine import Engine
-
-    engine = Engine.of(model)
-    stack = stack or Stack(attention=default_attention(engine.spec.family))
-    est = engine.memory(stack, shape or Shape()).model_copy(deep=True)
-    est = apply_reserved(engine, stack, est, lengths, expandable_segments, CUDA_CONTEXT_BYTES)
-    if gpu:
-        from advisor.fit import fit_check
-
-        est.fit, warnings = fit_check(engine, stack, est.shape, gpu, headroom, est)
-        est.warnings += warnings
-    return est
-
-
-def fit_micro_batch(
-    model: ModelSpec | str,
-    stack: Stack,
-    seq_len: int,
-    usable_bytes: int,
-    headroom: float = 0.10,
-    max_micro_batch: int = 64,
-) -> tuple[int, MemoryEstimate]:
-    """Largest micro-batch whose device total fits in usable×(1−headroom), and its estimate
-    (0 and the micro-batch-1 estimate when none fits). See Engine.max_micro_batch."""
-    from advisor.engine import Engine
-
-    engine = Engine.of(model)
-    limit = int(usable_bytes * (1 - headroom))
-    mb = engine.max_micro_batch(stack, seq_len, limit, cap=max_micro_batch)
-    return mb, engine.memory(stack, Shape(micro_batch=max(mb, 1), seq_len=seq_len))
 
 
 def _parts(arch: Architecture):

@@ -54,11 +54,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from advisor.model.spec import ModelSpec
 from advisor.results import Throughput
 from advisor.stacks import Shape, Stack
 
-MFU_FILE = Path(__file__).parent / "data" / "mfu.json"
+MFU_FILE = Path(__file__).parents[1] / "data" / "mfu.json"
 
 
 @lru_cache(maxsize=1)
@@ -132,12 +131,8 @@ class Counts:
 
 
 def counts(arch, stack: Stack) -> Counts:
-    """Counts from the memory estimate's module inventory (advisor.model.architecture; a ModelSpec is
-    built through its engine). Memoised per (method, rank, targets, modules_to_save)."""
-    if isinstance(arch, ModelSpec):
-        from advisor.engine import Engine
-
-        arch = Engine.of(arch).arch
+    """Counts from the memory estimate's module inventory (`arch`, an advisor.model.architecture.Architecture;
+    for a model, `Engine.of(model).arch`). Memoised per (method, rank, targets, modules_to_save)."""
     key = ("counts", stack.method, stack.lora_rank, stack.lora_targets, stack.modules_to_save)
     if key not in arch._memo:
         arch._memo[key] = _counts(arch, stack)
@@ -695,17 +690,5 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
     )
 
 
-def estimate_throughput(model: ModelSpec | str, stack: Stack, shape: Shape, gpu, *, grad_accum: int | None = None,
-                        nodes: int = 1, mfu: float | None = None, network_gbps: float | None = None) -> Throughput:
-    """Library entry point: tokens/s of `model` for one setup (see Engine.throughput).
-    `grad_accum`, when given, replaces the shape's."""
-    from advisor.engine import Engine
-
-    if grad_accum is not None:
-        shape = shape.model_copy(update={"grad_accum": grad_accum})
-    return Engine.of(model).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
-
-
-__all__ = ["Counts", "band", "band_quantile", "counts", "estimate_throughput", "flops_per_token", "gpu_class",
-           "matmul_rate", "mfu_cap", "module_calls", "segment", "size_bucket", "step_time", "sustained_fraction",
-           "table", "throughput"]
+__all__ = ["Counts", "band", "band_quantile", "counts", "flops_per_token", "gpu_class", "matmul_rate", "mfu_cap",
+           "module_calls", "segment", "size_bucket", "step_time", "sustained_fraction", "table", "throughput"]

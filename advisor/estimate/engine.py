@@ -1,10 +1,10 @@
 """One estimation engine per model: memory, fit limits and throughput from one architecture.
 
 `Engine(spec)` builds the module inventory once and answers, for any stack and shape:
-- `memory(stack, shape)`: the per-GPU `MemoryEstimate` (advisor.memory), memoised;
+- `memory(stack, shape)`: the per-GPU `MemoryEstimate` (advisor.estimate.memory), memoised;
 - `max_micro_batch(stack, seq_len, limit)` / `max_seq_len(stack, micro_batch, limit)`: the
   largest shape under a byte limit — the one search every command uses;
-- `throughput(stack, shape, gpu, nodes=...)`: the typed `Throughput` (advisor.throughput) with
+- `throughput(stack, shape, gpu, nodes=...)`: the typed `Throughput` (advisor.estimate.throughput) with
   the shape's gradient accumulation and the node count, so `estimate`, `plan` and `launch` give
   the same tokens/s for the same setup.
 `usable_limit(gpu, headroom)` is the one place the byte limit of a GPU is computed.
@@ -61,7 +61,7 @@ class Engine:
     def check(self, stack: Stack) -> None:
         """Refuse a stack this model cannot run (attention kernel, LoRA targets), once per stack."""
         if stack.key not in self._checked:
-            from advisor.memory import check
+            from advisor.estimate.memory import check
 
             check(self.arch, stack)
             self._checked[stack.key] = True
@@ -80,7 +80,7 @@ class Engine:
             if self._memory_fn is not None:
                 est = self._memory_fn(self.spec, stack, shape)
             else:
-                from advisor.memory import estimate
+                from advisor.estimate.memory import estimate
 
                 est = estimate(self.arch, stack, shape)
             self._memory[key] = est
@@ -163,8 +163,8 @@ class Engine:
     # ---------------------------------------------------------------- time
 
     def checkpoint_bytes(self, stack: Stack) -> int:
-        """Bytes one resumable training checkpoint holds (advisor.memory.checkpoint_bytes)."""
-        from advisor.memory import checkpoint_bytes
+        """Bytes one resumable training checkpoint holds (advisor.estimate.memory.checkpoint_bytes)."""
+        from advisor.estimate.memory import checkpoint_bytes
 
         found = self._checkpoints.get(stack.key)
         if found is None:
@@ -176,8 +176,8 @@ class Engine:
         return found
 
     def counts(self, stack: Stack):
-        """Parameter counts the FLOPs and traffic terms need (advisor.throughput.Counts)."""
-        from advisor.throughput import counts
+        """Parameter counts the FLOPs and traffic terms need (advisor.estimate.throughput.Counts)."""
+        from advisor.estimate.throughput import counts
 
         return counts(self.arch, stack)
 
@@ -187,7 +187,7 @@ class Engine:
         held-out band tokens_per_sec_low / tokens_per_sec_high with the calibration rows behind it,
         interval_rows): what `throughput` reports, as plain floats, without building the typed result
         (the planner times thousands). `gpu` is a pricing.gpus.GPU."""
-        from advisor.throughput import step_time
+        from advisor.estimate.throughput import step_time
 
         return step_time(self.counts(stack), stack, shape, gpu, grad_accum=shape.grad_accum or 1, nodes=nodes,
                          gpus_per_node=max(1, stack.gpus // nodes), mfu=mfu, network_gbps=network_gbps)
@@ -195,8 +195,8 @@ class Engine:
     def throughput(self, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
                    network_gbps: float | None = None) -> Throughput:
         """Tokens per second over all `stack.gpus` GPUs, at the shape's gradient accumulation, with its
-        held-out band (advisor.throughput.band)."""
-        from advisor.throughput import throughput
+        held-out band (advisor.estimate.throughput.band)."""
+        from advisor.estimate.throughput import throughput
 
         return throughput(self.counts(stack), stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
 
