@@ -266,7 +266,7 @@ def training_args(
         "estimate": {
             "stack": c.stack_label,
             "runs_as": runs_as(c),  # what actually trains (DeepSpeed's CPU Adam under ZeRO optimizer offload)
-            # what `launch.sh --benchmark` writes into measured.json as the stack it ran (advisor/measurements.py)
+            # what `launch.sh --benchmark` writes into measured.json as the stack it ran (advisor/workload/measurements.py)
             "stack_settings": c.stack.model_dump(mode="json"),
             "gpu_model": c.gpu_model,
             "tokens_per_sec": c.tokens_per_sec,

@@ -12,7 +12,7 @@ fsdp.py (FSDPConfig: fsdp_version, offload_params, activation_checkpointing, aut
 transformer_layer_cls_to_wrap, min_num_params, reshard_after_forward, state_dict_type) and
 src/axolotl/integrations/liger/args.py (liger_rope, liger_rms_norm, liger_glu_activation,
 liger_fused_linear_cross_entropy; plugin axolotl.integrations.liger.LigerPlugin as in
-examples/deepseek-v2/qlora-fsdp-2_5.yaml). advisor/training_config.py reads it back (the tests' check).
+examples/deepseek-v2/qlora-fsdp-2_5.yaml). advisor/workload/training_config.py reads it back (the tests' check).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`gpu-advisor calibrate measured.json`: the estimate beside a measured run, and the run stored so plans use it.
 
 measured.json is what a launch bundle's `launch.sh --benchmark` writes; it is validated like a plan
-file (advisor/measurements.py) before anything is computed or stored.
+file (advisor/workload/measurements.py) before anything is computed or stored.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def render(cal) -> str:
 def calibrate(measured: Path, fmt: str, model: str | None) -> None:
     """Compare a measured run (measured.json from `launch.sh --benchmark`) with the estimate for the same
     model, GPU, stack and shape, and store it so `gpu-advisor plan` uses it for matching candidates."""
-    from advisor import measurements
+    from advisor.workload import measurements
     from advisor.estimate.engine import Engine
 
     m = measurements.load(measured)

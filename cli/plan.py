@@ -209,7 +209,7 @@ def _summary(plan) -> list[str]:
                        f"{money(s.cost.on_demand_usd)} for the same instance on demand.")
     if plan.managed_summary():
         lines.append(plan.managed_summary())
-    from advisor.measurements import is_measured  # measured run: say which rows follow one
+    from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 
     measured = [c for c in plan.candidates if is_measured(c.timing.band_basis)]
     if measured:

@@ -1,6 +1,6 @@
 """`gpu-advisor tokens DATA --model M`: the dataset in the model's own tokens, and what its lengths cost.
 
-A thin layer over advisor/dataset_tokens.py (reading, tokenizing, sampling) and advisor/length_stats.py
+A thin layer over advisor/workload/dataset_tokens.py (reading, tokenizing, sampling) and advisor/workload/length_stats.py
 (every figure). `count_for_plan` and `summary_lines` are reused by `plan --dataset`.
 """
 
@@ -17,8 +17,8 @@ def count(dataset: str, *, model: str | None, tokenizer: str | None, text_field:
           messages_field: str | None, seq_len: int, micro_batch: int = 1, group_by_length: bool = False,
           sample: int | None = None, exact: bool = False, padding_up_to: int = 0):
     """The DatasetCount, with a progress bar on a terminal."""
-    from advisor.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer, terminal_progress,
-                                        tokenizer_ref)
+    from advisor.workload.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer,
+                                                 terminal_progress, tokenizer_ref)
 
     existing(dataset)  # a missing file is named before a tokenizer is fetched
     tok = load_tokenizer(tokenizer_ref(model, tokenizer))

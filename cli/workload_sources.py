@@ -1,6 +1,6 @@
 """`plan --dataset` and `plan --from-config`: the workload from what the user already has.
 
-Turns a training config (advisor/training_config.py) and a dataset's token count (cli/tokens.py) into
+Turns a training config (advisor/workload/training_config.py) and a dataset's token count (cli/tokens.py) into
 the plan options a user would otherwise type (flags win over both), says on stderr what was read and
 what was not, and records the same in the plan's JSON (workload, assumptions, warnings).
 """
@@ -81,7 +81,7 @@ def apply(options: dict[str, Any]):
     dataset, text_field, messages_field = given["dataset"], given["text_field"], given["messages_field"]
     group, micro_batch = False, 1
     if given["from_config"]:
-        from advisor.training_config import read_config
+        from advisor.workload.training_config import read_config
 
         cfg = read_config(given["from_config"])
         _fill(options, cfg.options, file)

@@ -225,7 +225,7 @@ SVG_CSS = "svg.chart *{stroke-linejoin:round;stroke-linecap:butt}"
 
 
 def length_histogram_chart(stats) -> str:
-    """Rows per token length (advisor.length_stats.LengthStats.histogram), with the run's seq_len and
+    """Rows per token length (advisor.workload.length_stats.LengthStats.histogram), with the run's seq_len and
     the suggested one marked: how much of the dataset a seq_len truncates, at a glance."""
     import matplotlib
     from matplotlib.figure import Figure

@@ -136,7 +136,7 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
     if t.hours_low is not None and t.hours_high is not None:
         parts.append((f" (between {duration(t.hours_low)} and {duration(t.hours_high)}, {money(c.cost.usd_low)} "
                       f"to {money(c.cost.usd_high)}, from "
-                      + ("the run " if t.band_basis.startswith("measured on")  # a measured run (advisor/measurements.py MEASURED)
+                      + ("the run " if t.band_basis.startswith("measured on")  # a measured run (advisor/workload/measurements.py MEASURED)
                          else "the time model's held-out error: ")
                       + f"{t.band_basis})", False))
     if c.train_hours:

@@ -1,6 +1,6 @@
 """`launch` writes axolotl.yaml when the plan came from an axolotl config: the same stack in axolotl's keys.
 
-advisor/training_config.py (the `plan --from-config` reader, written from axolotl's schema) is the
+advisor/workload/training_config.py (the `plan --from-config` reader, written from axolotl's schema) is the
 independent check: the written file, read back, must pin exactly the candidate's stack and shape.
 """
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from advisor.launch import LaunchWarning, build_bundle, write_bundle
-from advisor.training_config import read_config
+from advisor.workload.training_config import read_config
 from cli_run import gpu_advisor
 from launch_fixtures import candidate, spec
 

@@ -191,7 +191,7 @@ def test_bad_configs_are_one_line_and_exit_2(capsys, tmp_path, text, needle):
 
 
 def test_a_deepspeed_file_named_by_the_config_sets_sharding_and_offload(tmp_path):
-    from advisor.training_config import read_config
+    from advisor.workload.training_config import read_config
 
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {
         "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}))
@@ -236,7 +236,7 @@ def test_hostile_unknown_keys_are_listed_without_reaching_the_terminal_raw(capsy
      {"double_quant": False, "lora_rank": 16, "lora_alpha": 32, "lora_dropout": 0.05}),
 ])
 def test_each_frameworks_own_meaning_and_defaults_become_the_pins(tmp_path, text, expected):
-    from advisor.training_config import read_config
+    from advisor.workload.training_config import read_config
 
     (tmp_path / "c.yaml").write_text(text)
     pins = read_config(tmp_path / "c.yaml").options["pins"]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor import measurements
 from advisor.stacks import Stack
+from advisor.workload import measurements
 from cli_run import gpu_advisor, one_line_error
 from launch_fixtures import write_tiny_llama
 

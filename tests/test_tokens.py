@@ -413,7 +413,7 @@ def test_a_padded_dataset_plan_times_each_candidate_at_its_own_micro_batch(capsy
     rows], length_stats.padded_compute, checked by brute force above), not that of micro-batch 1."""
     import numpy as np
 
-    from advisor.length_stats import padded_compute
+    from advisor.workload.length_stats import padded_compute
 
     root = data["root"]
     args = ("--dataset", root / "big.jsonl", "--tokenizer", root / "tokenizer.json", "--epochs", "20")
@@ -439,7 +439,7 @@ def test_a_padded_dataset_plan_times_each_candidate_at_its_own_micro_batch(capsy
 def test_padding_factors_are_one_for_equal_lengths_and_grow_with_the_micro_batch():
     import numpy as np
 
-    from advisor.length_stats import padding_factors
+    from advisor.workload.length_stats import padding_factors
     from advisor.planner import PlanRequest
 
     equal = padding_factors(np.full(1000, 37), 64, False)

@@ -345,7 +345,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     cost_spot = None if np.isnan(r["cost_spot_usd"]) else float(r["cost_spot_usd"])
     network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     usd = float(r["cost_usd"])
-    from advisor.measurements import measured_peak  # measured run: a measured peak above the estimate wins
+    from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
 
     peak, tight = measured_peak(int(cfg.peak), int(cfg.limit), cfg.tight, step, TIGHT_FRACTION)
     return Candidate(

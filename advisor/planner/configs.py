@@ -268,7 +268,7 @@ def is_calibrated(gpu, stack: Stack) -> bool:
 
 def _factor(t: dict, cfg: "Config", q: float) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
-    run's band (its step-time spread, `band_basis` set by advisor.measurements.apply) interpolated by the
+    run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
     from advisor.estimate.throughput import band_quantile, quantile_factor
 
@@ -411,9 +411,9 @@ class Evaluator:
         network = req.network_gbps if req.network_gbps is not None else cfg.fabric_gbps
         t = self.engine.step(cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu, nodes=cfg.nodes,
                              mfu=req.mfu, network_gbps=network)
-        # measured run (advisor/measurements.py): a matching measured.json replaces `t`, before hours
+        # measured run (advisor/workload/measurements.py): a matching measured.json replaces `t`, before hours
         if req.measured or req.use_stored_measurements:
-            from advisor import measurements
+            from advisor.workload import measurements
 
             t = measurements.adjust(t, req, self.engine, cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu,
                                     cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,

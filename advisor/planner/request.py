@@ -107,15 +107,15 @@ class PlanRequest(BaseModel):
                                                                    "every other dimension is searched")
     padded: bool = False
     # plan --dataset --padded: computed tokens per kept token with padded batches of 1, 2, ... rows (the dataset's
-    # lengths, advisor.length_stats.padding_factors); each candidate is timed at its own micro-batch's factor.
+    # lengths, advisor.workload.length_stats.padding_factors); each candidate is timed at its own micro-batch's factor.
     # Empty: the tokens are what is computed. Set by cli/workload_sources.py, never read from a plan file.
     padding: tuple[float, ...] = Field((), max_length=1024)
-    # measured runs (advisor/measurements.py): measured.json files, and whether the store applies too
+    # measured runs (advisor/workload/measurements.py): measured.json files, and whether the store applies too
     measured: tuple[str, ...] = Field((), description="measured.json files (launch.sh --benchmark) whose rate "
                                                       "replaces the time model's for matching candidates")
     use_stored_measurements: bool = Field(True, description="also apply the measurement store's runs "
                                                             "(gpu-advisor calibrate); false: --no-measured")
-    _measurements: Any = PrivateAttr(None)  # read once per request (advisor.measurements.for_request)
+    _measurements: Any = PrivateAttr(None)  # read once per request (advisor.workload.measurements.for_request)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -257,7 +257,7 @@ class PlanRequest(BaseModel):
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
             raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
         if self.measured:  # a bad measured.json is refused before any planning (exit 2)
-            from advisor.measurements import gather
+            from advisor.workload.measurements import gather
 
             self._measurements = gather(self.measured, self.use_stored_measurements)
         return self

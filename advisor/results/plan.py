@@ -35,7 +35,7 @@ MAX_HISTOGRAM_ROWS = 10**15  # a count no dataset reaches
 
 
 class LengthHistogram(BaseModel):
-    """`plan --dataset`'s token lengths (advisor.length_stats.LengthStats.histogram and the seq_lens to mark),
+    """`plan --dataset`'s token lengths (advisor.workload.length_stats.LengthStats.histogram and the seq_lens to mark),
     carried in the plan so the report can draw them (reports/charts.py length_histogram_chart)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -1,6 +1,6 @@
 """What a dataset's token lengths cost to train on: truncation, packing, padding, a better seq_len.
 
-Pure arithmetic over an array of per-row token counts (advisor/dataset_tokens.py counts them), so
+Pure arithmetic over an array of per-row token counts (advisor/workload/dataset_tokens.py counts them), so
 every figure `tokens` and `plan --dataset` print comes from `length_stats` and nowhere else.
 
 - Truncation keeps min(length, seq_len) of each row (TRL SFTConfig max_length "keep_start",

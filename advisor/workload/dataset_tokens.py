@@ -6,7 +6,7 @@ text (`--text-field`) or chat `messages` (`--messages-field`, lists of {role, co
 ShareGPT's {from, value}), rendered through the tokenizer's chat template when it has one
 (transformers apply_chat_template, as TRL's SFTTrainer does) and joined as "role: content" lines
 otherwise (the result says which). Big datasets are counted on a seeded random sample of rows with a
-stated 95 % error bound; small ones exactly. The statistics are advisor/length_stats.py's.
+stated 95 % error bound; small ones exactly. The statistics are advisor/workload/length_stats.py's.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
-from advisor.length_stats import LengthStats, length_stats
 from advisor.text import plain
+from advisor.workload.length_stats import LengthStats, length_stats
 
 DEFAULT_SAMPLE = 20_000  # rows tokenized when a dataset is bigger (--sample); every row below it
 CHUNK = 10_000  # rows per tokenizer call (progress granularity)
