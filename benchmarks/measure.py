@@ -227,7 +227,7 @@ CHUNKED_LOSS_CHUNKS = 8
 
 def chunked_cross_entropy(logits, labels, chunks: int = CHUNKED_LOSS_CHUNKS, ignore_index: int = -100):
     """The reference chunked loss --loss chunked stands for: the launch bundle's own function
-    (advisor/data/launch/train.py, written the way torchtune's CEWithChunkedOutputLoss does it), so the
+    (advisor/launch/templates/train.py, written the way torchtune's CEWithChunkedOutputLoss does it), so the
     harness measures exactly what a bundle runs."""
     return _bundle_script().chunked_cross_entropy(logits, labels, chunks=chunks, ignore_index=ignore_index)
 
@@ -235,7 +235,7 @@ def chunked_cross_entropy(logits, labels, chunks: int = CHUNKED_LOSS_CHUNKS, ign
 def _bundle_script():
     import importlib.util
 
-    from advisor.launch import TEMPLATES
+    from advisor.launch.bundle import TEMPLATES
 
     spec = importlib.util.spec_from_file_location("bundle_train", TEMPLATES / "train.py")
     module = importlib.util.module_from_spec(spec)

@@ -29,7 +29,7 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
            **plan_opts) -> None:
     """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README
     for candidate --rank of a saved plan (--from) or of a plan made now from the plan options."""
-    from advisor.launch import build_bundle, write_bundle
+    from advisor.launch.bundle import build_bundle, write_bundle
 
     plan, where = load_or_build_plan(from_file, plan_opts)
     if ctx.get_parameter_source("dataset") is not click.core.ParameterSource.COMMANDLINE and \
@@ -55,7 +55,7 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
         click.echo(f"warning: {w.message}", err=True)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
-    from advisor.caveats import sky_caveat
+    from advisor.launch.caveats import sky_caveat
 
     sky = "" if sky_caveat(candidate) else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
     click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}{sky}")

@@ -75,7 +75,7 @@ def _age_days(c: Candidate, plan: Plan) -> int | None:
 
 def risks(plan: Plan, c: Candidate) -> list[str]:
     """What could make the three numbers wrong, in plain words, most serious first."""
-    from advisor.caveats import caveats
+    from advisor.launch.caveats import caveats
     from reports.render import is_stale
 
     out: list[str] = []

@@ -212,7 +212,7 @@ def candidate_table(plan: Plan) -> dict:
 def launch_caveats(plan: Plan) -> list[dict]:
     """What `gpu-advisor launch` would warn about for the shown rows (advisor.launch.caveats, the one list),
     each caveat once with the ranks it applies to."""
-    from advisor.caveats import caveats
+    from advisor.launch.caveats import caveats
 
     moe = plan.model.params_active < plan.model.params_total
     ranks: dict[str, list[str]] = {}

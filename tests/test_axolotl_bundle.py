@@ -12,7 +12,7 @@ import warnings
 import pytest
 import yaml
 
-from advisor.launch import LaunchWarning, build_bundle, write_bundle
+from advisor.launch.bundle import LaunchWarning, build_bundle, write_bundle
 from advisor.workload.training_config import read_config
 from cli_run import gpu_advisor
 from launch_fixtures import candidate, spec

@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.launch import build_bundle
+from advisor.launch.bundle import build_bundle
 from advisor.model.catalog import load_model
 from advisor.planner import plan
 from advisor.stacks import Shape, Stack

@@ -382,12 +382,12 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize("errno_, words", [(13, "permission"), (28, "space"), (30, "read-only")])
 def test_write_failures_are_plain_words_exit_1(tmp_path, capsys, monkeypatch, errno_, words):
-    import advisor.launch
+    import advisor.launch.bundle
 
     def fail(path, *a, **k):
         raise OSError(errno_, os.strerror(errno_), str(path))
 
-    monkeypatch.setattr(advisor.launch, "atomic_write", fail)
+    monkeypatch.setattr(advisor.launch.bundle, "atomic_write", fail)
     path = write(tmp_path, plan_data(tmp_path))
     code, _, err = gpu_advisor(capsys, "launch", "--from", path, "--out", tmp_path / "b")
     line = one_line_error(code, err, expected_code=1)

@@ -203,9 +203,9 @@ def test_every_planned_candidate_is_one_consistent_run_and_its_plan_reloads(plan
 
 def test_a_full_disk_during_launch_leaves_no_partial_bundle_and_a_rerun_needs_no_force(tmp_path, capsys, benign,
                                                                                      monkeypatch):
-    import advisor.launch
+    import advisor.launch.bundle
 
-    real = advisor.launch.atomic_write
+    real = advisor.launch.bundle.atomic_write
     written: list[str] = []
 
     def third_file_fails(path, *a, **k):
@@ -217,19 +217,19 @@ def test_a_full_disk_during_launch_leaves_no_partial_bundle_and_a_rerun_needs_no
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(benign), encoding="utf-8")
     out = tmp_path / "bundle"
-    monkeypatch.setattr(advisor.launch, "atomic_write", third_file_fails)
+    monkeypatch.setattr(advisor.launch.bundle, "atomic_write", third_file_fails)
     code, _, err = gpu_advisor(capsys, "launch", "--from", path, "--out", out)
     assert "space" in one_line_error(code, err, expected_code=1)
     assert len(written) == 2  # two files were written before the disk filled
     assert set(os.listdir(tmp_path)) <= {"cache", "plan.json"}  # neither the bundle nor its staging folder
-    monkeypatch.setattr(advisor.launch, "atomic_write", real)
+    monkeypatch.setattr(advisor.launch.bundle, "atomic_write", real)
     code, _, err = gpu_advisor(capsys, "launch", "--from", path, "--out", out)  # no --force needed
     assert code == 0, err
     assert set(os.listdir(out)) == BUNDLE_FILES
 
 
 def test_force_into_a_folder_keeps_its_other_files_and_a_failure_changes_none(tmp_path, capsys, benign, monkeypatch):
-    import advisor.launch
+    import advisor.launch.bundle
 
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(benign), encoding="utf-8")
@@ -237,18 +237,18 @@ def test_force_into_a_folder_keeps_its_other_files_and_a_failure_changes_none(tm
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     (out / "launch.sh").write_text("old")
-    real = advisor.launch.atomic_write
+    real = advisor.launch.bundle.atomic_write
 
     def fail_last(p, *a, **k):
         if Path(p).name == "training_args.yaml":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(p))
         return real(p, *a, **k)
 
-    monkeypatch.setattr(advisor.launch, "atomic_write", fail_last)
+    monkeypatch.setattr(advisor.launch.bundle, "atomic_write", fail_last)
     code, _, err = gpu_advisor(capsys, "launch", "--from", path, "--out", out, "--force")
     one_line_error(code, err, expected_code=1)
     assert sorted(os.listdir(out)) == ["launch.sh", "notes.txt"] and (out / "launch.sh").read_text() == "old"
-    monkeypatch.setattr(advisor.launch, "atomic_write", real)
+    monkeypatch.setattr(advisor.launch.bundle, "atomic_write", real)
     code, _, err = gpu_advisor(capsys, "launch", "--from", path, "--out", out, "--force")
     assert code == 0, err
     assert set(os.listdir(out)) == BUNDLE_FILES | {"notes.txt"} and (out / "notes.txt").read_text() == "mine"

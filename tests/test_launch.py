@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from advisor.launch import DECODER_LAYERS, LaunchWarning, build_bundle, write_bundle
+from advisor.launch.bundle import DECODER_LAYERS, LaunchWarning, build_bundle, write_bundle
 from launch_fixtures import candidate, spec, write_plan
 
 # (sharding, offload, gpus per node, nodes) -> the accelerate mode it must become
@@ -414,7 +414,7 @@ PLANS = {  # plans on the bundled sheet whose candidates cover every stack the p
     "moe-lora": dict(model="qwen3-30b-a3b", tokens="50M", methods="lora", top=20),
     "70b-full": dict(model="llama-3.1-70b", tokens="100M", methods="full", max_nodes=2, all_stacks=True, top=100),
 }
-VERSIONS = Path(__file__).parents[1] / "advisor" / "data" / "launch" / "versions.json"
+VERSIONS = Path(__file__).parents[1] / "advisor" / "launch" / "templates" / "versions.json"
 
 
 @pytest.fixture(scope="module")
@@ -558,7 +558,7 @@ def test_training_args_use_no_argument_transformers_deprecates(planned):
 def _train_py():
     import importlib.util
 
-    from advisor.launch import TEMPLATES
+    from advisor.launch.bundle import TEMPLATES
 
     spec_ = importlib.util.spec_from_file_location("bundle_train_py", TEMPLATES / "train.py")
     module = importlib.util.module_from_spec(spec_)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor.launch import LaunchWarning, build_bundle, write_bundle
+from advisor.launch.bundle import LaunchWarning, build_bundle, write_bundle
 from launch_fixtures import TINY_LLAMA, candidate, spec, write_tiny_llama
 
 pytestmark = pytest.mark.slow
@@ -58,7 +58,7 @@ CENSUS = textwrap.dedent("""
 
     atexit.register(_write)
 """)
-VERSIONS = Path(__file__).parents[1] / "advisor" / "data" / "launch" / "versions.json"
+VERSIONS = Path(__file__).parents[1] / "advisor" / "launch" / "templates" / "versions.json"
 
 
 def train(out: Path, tmp_path: Path, lr: float, expect: tuple[str, ...] = ()) -> list[float]:
@@ -99,7 +99,7 @@ def unpinned_modules(out: Path) -> list[str]:
 
 
 def assert_pinned_versions_ran(out: Path, census: Path) -> None:
-    """requirements.txt names every stack package (advisor/data/launch/versions.json) that train.py imported
+    """requirements.txt names every stack package (advisor/launch/templates/versions.json) that train.py imported
     (the unpinned ones were hidden, so the run had only the pinned ones), each at the version installed here,
     which is its pin: the bundle pins what this run tested."""
     table = json.loads(VERSIONS.read_text())

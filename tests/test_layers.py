@@ -19,8 +19,8 @@ ALLOWED = {
     "advisor": {"pricing"},
     # reports render result types: advisor.results (+ the shared formatters and errors) and the
     # one atomic file writer; never the planner, the engine or the CLI
-    # + advisor.caveats: what a launch bundle for a candidate differs in, a pure function of the result
-    "reports": {"advisor.results", "advisor.text", "advisor.errors", "advisor.stacks", "advisor.caveats",
+    # + advisor.launch.caveats: what a launch bundle for a candidate differs in, a pure function of the result
+    "reports": {"advisor.results", "advisor.text", "advisor.errors", "advisor.stacks", "advisor.launch.caveats",
                 "pricing.files"},
     "cli": {"advisor", "pricing", "reports"},
 }

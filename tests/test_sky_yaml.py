@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor.caveats import SKY_NOTE, SKYPILOT_CHECKED, SKYPILOT_CLOUDS
-from advisor.launch import LaunchWarning, build_bundle
+from advisor.launch.bundle import LaunchWarning, build_bundle
+from advisor.launch.caveats import SKY_NOTE, SKYPILOT_CHECKED, SKYPILOT_CLOUDS
 from advisor.planner import plan
 from launch_fixtures import spec
 

@@ -49,7 +49,7 @@ NCCL_BUFFER_BYTES = 256 * MiB
 PARAM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
 
 # DeepSpeed ZeRO-3 buffer settings the estimate uses and `gpu-advisor launch` writes into the bundle's
-# ds_config.json (advisor.launch.deepspeed_json): DeepSpeed's own defaults, deepspeed 0.19.8
+# ds_config.json (advisor.launch.bundle.deepspeed_json): DeepSpeed's own defaults, deepspeed 0.19.8
 # runtime/zero/config.py DeepSpeedZeroConfig (reduce_bucket_size 5e8 line 113, stage3_prefetch_bucket_size 5e7
 # line 222, stage3_param_persistence_threshold 1e5 line 228, stage3_max_live_parameters 1e9 line 245,
 # stage3_max_reuse_distance 1e9 line 251), written explicitly so a DeepSpeed upgrade cannot move them.

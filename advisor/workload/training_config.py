@@ -197,7 +197,7 @@ def _fsdp(keys: _Keys, key: str, config_key: str) -> dict[str, Any]:
     words = value if isinstance(value, list) else str(value or "").split()
     conf = conf if isinstance(conf, dict) else {}
     offload = "offload" in words or bool(conf.get("fsdp_offload_params") or conf.get("offload_params"))
-    # FSDP's CPU offload moves parameters, gradients and the optimizer step to the CPU (advisor/launch.py)
+    # FSDP's CPU offload moves parameters, gradients and the optimizer step to the CPU (advisor/launch/bundle.py)
     return {"sharding": "fsdp", **({"offload": "both"} if offload else {})}
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import yaml
 
-from advisor.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
-    DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
-    total_gpus)
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
+from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
+    DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
+    total_gpus)
 from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
 from advisor.text import md, money, plain
@@ -76,7 +76,7 @@ HEAD_NODE_PLACEHOLDER = "HEAD_NODE_IP"
 MAIN_PROCESS_PORT = 29500
 MAX_GRAD_NORM = 1.0
 DS_CONFIG_FILE = "ds_config.json"  # the bundle's DeepSpeed config (deepspeed_json), next to train.py
-TEMPLATES = Path(__file__).resolve().parent / "data" / "launch"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def mixed_precision(c: Candidate) -> str:
@@ -304,7 +304,7 @@ def sky_task(c: Candidate, model: ModelSpec) -> dict:
 
 @functools.cache
 def pins() -> dict[str, str]:
-    """Package -> exact version the bundle pins (advisor/data/launch/versions.json, cited there)."""
+    """Package -> exact version the bundle pins (advisor/launch/templates/versions.json, cited there)."""
     return dict(json.loads((TEMPLATES / "versions.json").read_text(encoding="utf-8"))["packages"])
 
 
@@ -387,8 +387,8 @@ def build_bundle(
 
 
 def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping[str, object]) -> dict[str, str]:
-    """axolotl.yaml when the plan came from an axolotl config (advisor/launch_axolotl.py); its caveats warn."""
-    from advisor.launch_axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
+    """axolotl.yaml when the plan came from an axolotl config (advisor/launch/axolotl.py); its caveats warn."""
+    from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 
     if not wants_axolotl(options):
         return {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from advisor.caveats import DEEPSPEED, expert_lora
+from advisor.launch.caveats import DEEPSPEED, expert_lora
 from advisor.results import Candidate
 
 AXOLOTL_FILE = "axolotl.yaml"
@@ -84,7 +84,7 @@ def _adapter(c: Candidate, family: str, moe: bool) -> dict:
 def axolotl_config(c: Candidate, *, model_name: str, family: str, moe: bool, layer: str | None, dataset: str,
                    epochs: float, optimizer: str, ds_file: str) -> tuple[dict, list[str]]:
     """The axolotl config for candidate `c` and the caveats of writing it (as LaunchWarnings by the caller).
-    `optimizer` is the transformers OptimizerNames spelling launch already writes (advisor/launch.py)."""
+    `optimizer` is the transformers OptimizerNames spelling launch already writes (advisor/launch/bundle.py)."""
     st = c.stack
     precision, note = precision_keys(c.precision)
     notes = [note] if note else []
