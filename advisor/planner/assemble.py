@@ -1,0 +1,223 @@
+"""The typed Plan from a selection: one `Candidate` per shown row (it only copies what the stages
+computed), the views that name them, the plan's workload and assumptions, and the managed alternatives."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from advisor.estimate.engine import Engine
+from advisor.planner import configs as _configs
+from advisor.planner.configs import TIGHT_FRACTION, Config
+from advisor.planner.costing import billing
+from advisor.planner.request import PlanRequest
+from advisor.planner.select import Selection, misses
+from advisor.planner.wording import _disagreeing, _notes, _remedy, _warnings
+from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
+
+
+def _lora_probe(request: PlanRequest):
+    from advisor.stacks import Stack
+
+    lora = {k: v for k, v in request.pins.items() if k.startswith("lora_") or k in ("dora", "modules_to_save")}
+    return Stack(method="lora", **lora)
+
+
+def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequest, engine: Engine, counts,
+             offers, off) -> Plan:
+    """The typed Plan: candidates in rank order, Pareto front, best per GPU/provider, baseline,
+    spot alternative, and the warnings a reader must see. One Candidate per scored row, however many
+    views name it (the plan stores it once, advisor/results/plan_refs.py)."""
+    from pricing.cache import stale_days
+
+    from advisor.planner import ranking
+
+    sc = chosen.scored
+    position = {int(i): k + 1 for k, i in enumerate(chosen.ranked)}  # place in the full ranking (0: outside)
+    scored_row, offer_row = _rows(sc), _rows(priced)
+    suspect = ranking.spot_suspect(priced)
+    others = _other_names(chosen, priced)
+
+    built: dict[int, Candidate] = {}
+
+    def candidate(i) -> Candidate:
+        if int(i) not in built:
+            built[int(i)] = _candidate(i)
+        return built[int(i)]
+
+    def _candidate(i) -> Candidate:
+        r = scored_row(int(i))
+        o = offer_row(int(r["offer_row"]))
+        cfg = configs[int(r["row"])]
+        extra = [chosen.why[int(i)]] if int(i) in chosen.why else []
+        if o["spot"] and suspect[int(r["offer_row"])]:
+            extra.append(ranking.SPOT_SUSPECT_NOTE)
+        names, regions = others.get(int(r["offer_row"]), ([], []))
+        c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
+        if not chosen.constraints_met:
+            c.notes.extend(misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request))
+        return c
+
+    candidates = [candidate(i) for i in chosen.ranked[:request.top]]  # rank k + 1: their place in `position`
+    pareto = [candidate(i) for i in chosen.pareto]
+    best_gpu = {c.gpu_model: c for c in (candidate(i) for i in chosen.best["gpu_model"])}
+    best_provider = {c.provider: c for c in (candidate(i) for i in chosen.best["provider"])}
+    baseline = candidate(chosen.baseline[0]) if len(chosen.baseline) else None
+    spot = candidate(chosen.spot[0]) if len(chosen.spot) else None
+    saving = (baseline.cost_usd - candidates[0].cost_usd) if (baseline and candidates and chosen.constraints_met) \
+        else None
+    remedy = _remedy(candidates[0], request) if candidates and not chosen.constraints_met else ""
+
+    warnings = list(getattr(offers, "attrs", {}).get("problems", []))[:20]
+    warnings += _disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
+    warnings += _warnings(chosen, candidates, request, off, spot, engine.spec) + ([remedy] if remedy else [])
+    spec = engine.spec
+    top_stack = candidates[0].stack if candidates else _lora_probe(request).model_copy(
+        update={"method": request.methods[0]})
+    trainable = counts.params_total if top_stack.method == "full" else engine.counts(top_stack).adapters_total
+    info = ModelInfo(name=spec.name, family=spec.family, source=spec.source, params_total=int(counts.params_total),
+                     params_trainable=int(trainable), params_active=int(counts.matmul_active))
+    return Plan(model=info, workload=_workload(request), candidates=candidates, pareto=pareto, baseline=baseline,
+                best_per_gpu=best_gpu, best_per_provider=best_provider, spot_alternative=spot,
+                rejected=chosen.rejections.to_list(), assumptions=_assumptions(chosen, configs, request, engine),
+                warnings=warnings, command=request.command, stale_days=stale_days(),
+                generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
+                notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
+                managed_alternatives=_managed(spec, counts, top_stack.method, request))
+
+
+def _managed(spec, counts, method: str, request: PlanRequest) -> list:
+    """Per-token services that list this model for the method (for QLoRA, their LoRA: the same adapter
+    comes back), priced for the plan's tokens x epochs (pricing/managed.py)."""
+    from pricing.managed import alternatives
+
+    for m in (method, "lora") if method == "qlora" else (method,):
+        found = alternatives(spec.name, counts.params_total / 1e9, m, request.tokens, request.epochs)
+        if found:
+            return found
+    return []
+
+
+def _other_names(chosen: Selection, priced) -> dict[int, tuple[list[str], list[str]]]:
+    """Per offer row shown: the other instance names and the other regions of the same offer
+    (ranking.offer_identity)."""
+    from advisor.planner.ranking import offer_identity
+
+    ident = offer_identity(priced)
+    shown = {int(o) for o in chosen.scored["offer_row"].to_numpy()[chosen.shown(10_000)]}
+    groups: dict[int, list[int]] = {}
+    for row, key in enumerate(ident):
+        groups.setdefault(int(key), []).append(row)
+    names, regions = priced["instance_type"].astype(str).to_numpy(), priced["region"].astype(str).to_numpy()
+    out = {}
+    for row in shown:
+        mates = [m for m in groups[int(ident[row])] if m != row]
+        out[row] = (sorted({f"{names[m]} ({regions[m]})" for m in mates if names[m] != names[row]})[:20],
+                    sorted({regions[m] for m in mates if names[m] == names[row] and regions[m] != regions[row]}))
+    return out
+
+
+def _rows(frame):
+    """Row i of a DataFrame as a dict of its cells (DataFrame.iloc builds a Series per call, a
+    hundred times slower; a plan reads about fifty rows)."""
+    columns = {name: frame[name].to_numpy() for name in frame.columns}
+    return lambda i: {name: values[i] for name, values in columns.items()}
+
+
+def _workload(request: PlanRequest) -> dict:
+    return {"tokens": int(request.tokens), "epochs": request.epochs, "train_tokens": int(request.train_tokens),
+            "seq_len": request.seq_len, "global_batch": request.sequences_per_step,
+            "global_batch_tokens": request.sequences_per_step * request.seq_len,
+            "methods": ",".join(request.methods), "budget_usd": request.budget,
+            "deadline_hours": request.deadline_hours, "max_nodes": request.max_nodes,
+            "max_gpus": request.max_gpus, "spot": request.spot, "padded": request.padded,
+            "pins": ", ".join(f"{k}={v}" for k, v in request.pins.items()) or None}
+
+
+def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest, engine: Engine) -> dict:
+    b = billing()
+    setup, ckpt, rel = b["setup"], b["checkpoint"], b["reliability"]
+    return {
+        "headroom": request.headroom, "mfu_override": request.mfu, "sort": request.sort, "risk": request.risk,
+        "hours_band": "p10-p90 of the time model's held-out error for the GPU class and method "
+                      "(benchmarks/results/time_calibration.md)",
+        "candidates_scored": chosen.n_scored, "candidates_meeting_constraints": chosen.n_meeting,
+        "configs_evaluated": len(configs), "memory_estimates": engine.estimates_made,
+        "setup_hours": request.setup_hours if request.setup_hours is not None else
+        f"{setup['provisioning_hours']} h provisioning + download at {setup['download_gb_s']} GB/s + final save",
+        "checkpoints": (f"every {request.checkpoint_interval_hours:g} h" if request.checkpoint_interval_hours else
+                        "Young's optimum interval sqrt(2 x write time x MTBF)")
+        + f", written at {ckpt['write_gb_s_per_node']} GB/s per node",
+        "hardware_interruptions_per_gpu_hour": rel["hardware_interruptions_per_gpu_hour"],
+        "spot_interruptions_per_instance_hour": (rel["spot_interruptions_per_instance_hour"]
+                                                 if request.interruptions_per_hour is None
+                                                 else request.interruptions_per_hour),
+        "pricing": "on-demand ranking" + ("; best spot option beside it" if request.spot else ""),
+        "stale_prices": "ranked" if request.allow_stale else "left out while fresh offers exist",
+        "billing": "per provider, advisor/data/billing.json", "currency": "USD",
+        "time_model": "advisor/throughput.py + advisor/data/mfu.json",
+        "precision_rule": "full: mixed precision with fp32 master weights (amp, or DeepSpeed bf16/fp16 mode); "
+                          "LoRA/QLoRA: 16-bit frozen weights, fp32 adapters; fp16 where the GPU has no bf16",
+        "tight_band": f"{TIGHT_FRACTION:.0%} of the limit (worst under-estimate on high-confidence measurements)",
+        "optimizers": request.pins.get("optimizer") or ", ".join(_configs.OPTIMIZERS),
+        "multi_node": "only over a known inter-node fabric (pricing/data/fabrics.csv or the sheet's cluster_gbps)",
+    }
+
+
+def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
+    import numpy as np
+
+    stale = o.get("stale", False)
+    spot_price = o.get("spot_price_hour")
+    also = o.get("also_in")
+    return Offer(provider=str(o["provider"]), region=str(o["region"]), instance_type=str(o["instance_type"]),
+                 gpu_model=str(o["gpu_model"]), gpu_count=int(o["gpu_count"]), price_hour=float(o["price_hour"]),
+                 spot_price_hour=None if spot_price is None or spot_price != spot_price else float(spot_price),
+                 source=str(o.get("source", "")), price_date=str(o.get("price_date") or "date unknown")[:40],
+                 stale=bool(stale) if isinstance(stale, (bool, np.bool_)) else False,
+                 interconnect=str(o.get("interconnect") or ""), notes=str(o.get("notes") or ""),
+                 also_in=list(dict.fromkeys((list(also) if isinstance(also, (list, tuple)) else []) + also_regions)),
+                 also_named=also_named)
+
+
+def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_notes=(),
+                 also_named=(), also_regions=()) -> Candidate:
+    """One priced config as a typed Candidate (offer row `o`, scored row `r`): it only copies what
+    the evaluator (StepTime) and costing (the scored row) computed."""
+    import numpy as np
+
+    stack, nodes, t = cfg.stack, cfg.nodes, cfg.timed
+    step = t.step
+    cost_spot = None if np.isnan(r["cost_spot_usd"]) else float(r["cost_spot_usd"])
+    network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
+    usd = float(r["cost_usd"])
+    from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
+
+    peak, tight = measured_peak(int(cfg.peak), int(cfg.limit), cfg.tight, step, TIGHT_FRACTION)
+    return Candidate(
+        rank=rank, offer=_offer(o, list(also_named), list(also_regions)), nodes=nodes, network_gbps=network if nodes > 1 else None,
+        stack=stack, shape=cfg.shape(request.seq_len, request.padded),
+        fit=MemoryFit(peak_bytes=peak, usable_bytes=int(cfg.gpu.usable_bytes), limit_bytes=int(cfg.limit),
+                      tight=tight),
+        memory=cfg.breakdown,
+        timing=Timing(tokens_per_sec=float(step["tokens_per_sec"]), mfu=float(step["mfu"]),
+                      step_seconds=float(step["step_seconds"]), train_hours=float(r["train_hours"]),
+                      setup_hours=float(r["setup_hours"]), checkpoint_hours=float(r["checkpoint_hours"]),
+                      checkpoint_interval_hours=float(r["checkpoint_interval_hours"]),
+                      interruption_hours=float(r["interruption_hours"]), hours=float(r["hours"]),
+                      hours_low=float(r["hours_p10"]), hours_high=float(r["hours_p90"]),
+                      hours_at_risk=float(r["hours_rank"]), risk_quantile=t.rank_quantile,
+                      calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch),
+        cost=Cost(spot=bool(o["spot"]), price_hour=float(o["price"]) * nodes, usd=usd,
+                  on_demand_usd=float(r["cost_on_demand_usd"]), spot_usd=cost_spot,
+                  usd_per_m_tokens=usd / (request.train_tokens / 1e6), usd_low=float(r["cost_p10"]),
+                  usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
+        label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
+        notes=_notes(cfg, request, spec) + list(extra_notes),
+    )
+
+
+def _band_basis(cfg: Config) -> str:
+    from advisor.estimate.throughput import band
+
+    # measured run hook: a measured step may carry its own basis (H3), preferred when present
+    return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])
