@@ -1,19 +1,15 @@
-"""Numbers and untrusted text as people read them — the one formatter of each kind.
+"""Untrusted text as people read it — the one filter of each kind.
 
-Money, sizes and durations look the same in the CLI, the reports and the launch README.
 Text that came from a file or a server (model names, provider names, price sources) is data:
 `plain` makes it safe for a terminal or a one-line cell (no ANSI escapes, no control
 characters, no line breaks), `md` for Markdown (also escapes markup and HTML), and CSV cells go
-through `pricing.files.csv_safe` (spreadsheet formulas neutralised).
+through `pricing.files.csv_safe` (spreadsheet formulas neutralised). Numbers, sizes and money are
+formatted by advisor/units.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
-
-GB = 1e9
-GiB = 2**30
 
 # ESC-introduced sequences (CSI, OSC ... BEL/ST, two-char escapes), then any other C0/C1 control or DEL.
 _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
@@ -23,47 +19,6 @@ _ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\
 _REFUSED = "\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff"
 _CONTROL = re.compile(f"[{_REFUSED}]")
 MD_SPECIAL = "\\`*_[]|~$@"
-
-
-def money(v: float | None, digits: int = 2) -> str:
-    """'$1,234.56' ('n/a' when unknown)."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return f"${v:,.{digits}f}"
-
-
-def count(n: float) -> str:
-    """7_241_732_096 -> '7.24B', 999_885_952 -> '1.00B' (three significant figures, never '1e+03M')."""
-    n = int(n)
-    for div, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if abs(n) >= div * 0.9995:  # rounds to at least 1.00 of this unit
-            v = n / div
-            digits = 2 if abs(v) < 9.995 else 1 if abs(v) < 99.95 else 0
-            return f"{v:,.{digits}f}{unit}"
-    return str(n)
-
-
-def gb(n: float, digits: int = 1) -> str:
-    """Bytes as GB (10^9), with the unit."""
-    return f"{n / GB:,.{digits}f} GB"
-
-
-def gib(n: float, digits: int = 1) -> str:
-    """Bytes as GiB (2^30), with the unit."""
-    return f"{n / GiB:,.{digits}f} GiB"
-
-
-def duration(h: float) -> str:
-    """Hours as people say them: '45 min', '6.2 h', '130.0 h (5.4 days)'."""
-    if h < 1:
-        return f"{h * 60:.0f} min"
-    if h < 48:
-        return f"{h:.1f} h"
-    return f"{h:,.1f} h ({h / 24:.1f} days)"
-
-
-def pct(x: float) -> str:
-    return f"{x * 100:.0f}%"
 
 
 def plain(value: object) -> str:

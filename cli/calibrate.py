@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from advisor.text import gb, plain
+from advisor.text import plain
+from advisor.units import gb
 from cli.options import choice
 
 

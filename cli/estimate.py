@@ -12,7 +12,8 @@ import click
 
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import METHODS
-from advisor.text import count, gb, md, plain
+from advisor.text import md, plain
+from advisor.units import count, gb
 from cli.options import FIELDS, choice, stack_options
 
 GB = 1e9

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from advisor.text import GB, money, plain
+from advisor.text import plain
+from advisor.units import GB, money
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options

@@ -101,7 +101,8 @@ def _filter(df, gpu, provider, region, min_gpus, spot):
 
 
 def _table(df, spot: bool) -> None:
-    from advisor.text import money, plain
+    from advisor.units import money
+    from advisor.text import plain
     from cli.output import render_rows
     from pricing.cache import stale_days
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
-from advisor.text import duration, gb, money, pct
+from advisor.units import duration, gb, money, pct
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
 FEW_CALIBRATION_ROWS = 3

@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 from advisor.errors import BadInput
 from advisor.results import Candidate, Plan
-from advisor.text import duration, gb, md, money, pct, plain
+from advisor.text import md, plain
+from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
 
 from reports import charts

@@ -20,8 +20,8 @@ ALLOWED = {
     # reports render result types: advisor.results (+ the shared formatters and errors) and the
     # one atomic file writer; never the planner, the engine or the CLI
     # + advisor.launch.caveats: what a launch bundle for a candidate differs in, a pure function of the result
-    "reports": {"advisor.results", "advisor.text", "advisor.errors", "advisor.stacks", "advisor.launch.caveats",
-                "pricing.files"},
+    "reports": {"advisor.results", "advisor.text", "advisor.units", "advisor.errors", "advisor.stacks",
+                "advisor.launch.caveats", "pricing.files"},
     "cli": {"advisor", "pricing", "reports"},
 }
 # the one shim allowed to reach up: `python -m advisor` delegates to the CLI package

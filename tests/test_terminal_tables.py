@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.text import count
+from advisor.units import count
 from cli_run import gpu_advisor, one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]

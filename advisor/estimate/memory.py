@@ -27,9 +27,7 @@ from advisor.model import families
 from advisor.model.architecture import Architecture, supported_attention
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
-
-GiB = 2**30
-MiB = 2**20
+from advisor.units import MiB
 
 # CUDA context + cuBLAS/cuDNN module images once torch initialises a device: 0.3-0.6 GiB with
 # lazy module loading (CUDA >= 11.7; shared/reference/GPU_SPECS.md "Memory"; PyTorch notes on

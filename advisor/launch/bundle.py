@@ -32,7 +32,8 @@ from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's f
     total_gpus)
 from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
-from advisor.text import md, money, plain
+from advisor.text import md, plain
+from advisor.units import money
 from pricing.files import atomic_write
 
 

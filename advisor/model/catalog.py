@@ -489,7 +489,7 @@ def synthetic_spec(params: int) -> ModelSpec:
 
 
 def human_count(n: int) -> str:
-    """7_241_732_096 -> '7.24B' (advisor.text.count, the one count formatter)."""
-    from advisor.text import count
+    """7_241_732_096 -> '7.24B' (advisor.units.count, the one count formatter)."""
+    from advisor.units import count
 
     return count(n)

@@ -16,7 +16,7 @@ from advisor.planner import costing
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
-from advisor.text import gb
+from advisor.units import gb
 
 
 @dataclass

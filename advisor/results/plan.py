@@ -171,7 +171,7 @@ class Plan(BaseModel):
     def managed_summary(self) -> str:
         """One sentence: the cheapest managed per-token service for the same tokens beside the self-hosted
         top pick ("" when no service lists the model and method). The table, report and card all print it."""
-        from advisor.text import money
+        from advisor.units import money
 
         if not self.managed_alternatives:
             return ""

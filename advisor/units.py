@@ -1,0 +1,54 @@
+"""Units and numbers as people read them: the byte constants, and the one formatter of each kind.
+
+Bytes are integers internally; GB (10^9) and GiB (2^30) are shown with their unit. Money, sizes and
+durations look the same in the CLI, the reports and the launch README.
+"""
+
+from __future__ import annotations
+
+import math
+
+GB = 1e9
+GiB = 2**30
+MiB = 2**20
+
+
+def money(v: float | None, digits: int = 2) -> str:
+    """'$1,234.56' ('n/a' when unknown)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    return f"${v:,.{digits}f}"
+
+
+def count(n: float) -> str:
+    """7_241_732_096 -> '7.24B', 999_885_952 -> '1.00B' (three significant figures, never '1e+03M')."""
+    n = int(n)
+    for div, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if abs(n) >= div * 0.9995:  # rounds to at least 1.00 of this unit
+            v = n / div
+            digits = 2 if abs(v) < 9.995 else 1 if abs(v) < 99.95 else 0
+            return f"{v:,.{digits}f}{unit}"
+    return str(n)
+
+
+def gb(n: float, digits: int = 1) -> str:
+    """Bytes as GB (10^9), with the unit."""
+    return f"{n / GB:,.{digits}f} GB"
+
+
+def gib(n: float, digits: int = 1) -> str:
+    """Bytes as GiB (2^30), with the unit."""
+    return f"{n / GiB:,.{digits}f} GiB"
+
+
+def duration(h: float) -> str:
+    """Hours as people say them: '45 min', '6.2 h', '130.0 h (5.4 days)'."""
+    if h < 1:
+        return f"{h * 60:.0f} min"
+    if h < 48:
+        return f"{h:.1f} h"
+    return f"{h:,.1f} h ({h / 24:.1f} days)"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
