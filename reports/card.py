@@ -13,6 +13,7 @@ import re
 
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.units import duration, gb, money, pct
+from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
 FEW_CALIBRATION_ROWS = 3
@@ -68,15 +69,12 @@ def why(plan: Plan) -> str:
 
 
 def _age_days(c: Candidate, plan: Plan) -> int | None:
-    from reports.render import price_age_days
-
     return price_age_days(c, plan.generated_at)
 
 
 def risks(plan: Plan, c: Candidate) -> list[str]:
     """What could make the three numbers wrong, in plain words, most serious first."""
     from advisor.launch.caveats import caveats
-    from reports.render import is_stale
 
     out: list[str] = []
     t = c.timing

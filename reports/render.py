@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
@@ -24,6 +23,7 @@ from pricing.files import atomic_write
 
 from reports import charts
 from reports.card import decision_card
+from reports.price_age import is_stale, price_age_days
 
 TOP_ROWS = 10
 FORMATS = ("html", "md")
@@ -73,27 +73,6 @@ def stack(c: Candidate) -> str:
 
 def pricing(c: Candidate) -> str:
     return "spot" if c.spot else "on-demand"
-
-
-# ---------- price age ----------------------------------------------------------------------
-
-def _parse(ts: str) -> datetime | None:
-    try:
-        d = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
-    except (ValueError, AttributeError):
-        return None
-    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
-
-
-def price_age_days(c: Candidate, generated_at: str) -> int | None:
-    when, now = _parse(c.price_date), _parse(generated_at) or datetime.now(timezone.utc)
-    return None if when is None else (now - when).days
-
-
-def is_stale(c: Candidate, plan: Plan) -> bool:
-    """Stale as the sheet said when planned, or older than the plan's stale threshold now."""
-    age = price_age_days(c, plan.generated_at)
-    return c.price_stale or (age is not None and age > plan.stale_days)
 
 
 # ---------- context ------------------------------------------------------------------------

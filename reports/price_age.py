@@ -1,0 +1,28 @@
+"""How old a shown price is: the days since its source observed it, and whether a report calls it stale
+(the plan's threshold, or the sheet's own mark). The decision card and the report's tables read the same
+two functions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from advisor.results import Candidate, Plan
+
+
+def _parse(ts: str) -> datetime | None:
+    try:
+        d = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+
+
+def price_age_days(c: Candidate, generated_at: str) -> int | None:
+    when, now = _parse(c.price_date), _parse(generated_at) or datetime.now(timezone.utc)
+    return None if when is None else (now - when).days
+
+
+def is_stale(c: Candidate, plan: Plan) -> bool:
+    """Stale as the sheet said when planned, or older than the plan's stale threshold now."""
+    age = price_age_days(c, plan.generated_at)
+    return c.price_stale or (age is not None and age > plan.stale_days)
