@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from pricing import files
+from pricing.schema import COLUMNS
 
 STALE_DAYS = 30.0  # default threshold; GPU_ADVISOR_STALE_DAYS overrides
 
@@ -55,8 +56,6 @@ def atomic_write(path: Path, data: bytes | str, mode: int | None = None) -> None
 
 def write_sheet(name: str, df, *, source: str, url: str | None, kind: str = "fetch") -> dict:
     """Store a validated sheet and its metadata; returns the metadata."""
-    from pricing.schema import COLUMNS
-
     cols = [c for c in COLUMNS if c in df.columns]
     frame = df[cols].copy()
     for col in ("fetched_at", "observed_at"):

@@ -51,7 +51,8 @@ import sys
 import threading
 import time
 
-from pricing.errors import FetchError
+from pricing import files
+from pricing.errors import FetchError, PriceInputError
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 CHUNK = 64 * 1024
@@ -488,9 +489,6 @@ def _text_of(resp) -> str:
 def get_json(url: str, *, session=None, method: str = "GET", **kw):
     """Parsed JSON, or a FetchError saying what came back instead (HTML page, empty, junk,
     nested too deep, too large)."""
-    from pricing import files
-    from pricing.errors import PriceInputError
-
     resp = request(method, url, session=session, **kw)
     body = resp.content
     if not body.strip():

@@ -26,7 +26,8 @@ import math
 from pathlib import Path
 
 from pricing import agreement, cache, files, spreadsheet
-from pricing.errors import PriceInputError
+from pricing.errors import PriceInputError, unknown
+from pricing.gpus import canonical_name, get_gpu
 from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, validate
 
 SNAPSHOT = Path(__file__).parent / "data" / "snapshot.csv"
@@ -163,8 +164,6 @@ def _cell(v):
 def _derive(df, path: Path, mtime: str):
     """Fill the columns a user sheet may leave out, where they can be derived (vectorised)."""
     import pandas as pd
-
-    from pricing.gpus import canonical_name, get_gpu
 
     n = len(df)
     df = df.astype(object)  # a copy; plain objects (pandas 3 would infer 'str' columns)
@@ -409,8 +408,6 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     found = sorted(df["provider"].unique())
     for prov, frac in parse_discounts(discounts or {}).items():
         if prov not in found:
-            from pricing.errors import unknown
-
             raise unknown("--discount", prov, found)
         # public sheets only: a user's row is discounted only when its apply_discount says yes
         own = df[ORIGIN].eq("user").to_numpy() & ~df["_discount"].fillna(False).astype(bool).to_numpy()

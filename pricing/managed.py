@@ -25,7 +25,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from pricing import files
 from pricing.errors import PriceInputError
+from pricing.schema import CONTROL_RE, MAX_TEXT_CHARS
 
 SHEET = Path(__file__).parent / "data" / "managed_finetuning.csv"
 ANY = "any-hf"
@@ -82,8 +84,6 @@ def sheet_path() -> Path:
 def _check_text(row: dict, where: str) -> None:
     """The price sheets' text rule (pricing.schema): printable, at most MAX_TEXT_CHARS per cell, so
     nothing from this user-editable sheet reaches a plan, table or report that a sheet row could not."""
-    from pricing.schema import CONTROL_RE, MAX_TEXT_CHARS
-
     for col, value in row.items():
         if not isinstance(value, str):  # csv puts surplus fields in a list under None
             raise PriceInputError(f"{where}: more fields than the header has")
@@ -97,8 +97,6 @@ def _check_text(row: dict, where: str) -> None:
 
 @lru_cache(maxsize=4)
 def _rows(path: str, stamp: float) -> tuple[dict, ...]:
-    from pricing import files
-
     text = files.read_text(Path(path), path)
     out = []
     for i, row in enumerate(csv.DictReader(text.splitlines()), start=1):

@@ -15,7 +15,9 @@ import importlib
 import os
 from dataclasses import dataclass
 
-from pricing.errors import FetchError, PriceInputError
+from pricing import cache, http
+from pricing.errors import FetchError, PriceInputError, unknown
+from pricing.schema import validate
 from pricing.sources import SOURCES
 
 
@@ -48,8 +50,6 @@ def stamp(df):
 
 def _redacted(df):
     """A fetched frame whose text cells name no URL password (sources put the URL in `source`)."""
-    from pricing import http
-
     df = df.copy()
     for col in ("source", "notes"):
         if col in df.columns:
@@ -59,14 +59,9 @@ def _redacted(df):
 
 def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool = False,
             notify=None) -> list[Outcome]:
-    from pricing import cache, http
-    from pricing.schema import validate
-
     names = list(sources or SOURCES)
     bad = [n for n in names if n not in SOURCES]
     if bad:
-        from pricing.errors import unknown
-
         raise unknown("--source", bad[0], SOURCES)
     if endpoint and len(names) != 1:
         raise PriceInputError("--endpoint: give exactly one --source with it "

@@ -40,6 +40,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pricing.gpus import canonical_name, family, named_family
+
 # name -> kind; order is the order written to CSV and shown in JSON.
 COLUMNS: dict[str, str] = {
     "provider": "str",
@@ -170,8 +172,6 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False,
     """
     import numpy as np
     import pandas as pd
-
-    from pricing.gpus import canonical_name, family, named_family
 
     problems: list[Problem] = []
     n = len(df)
@@ -352,8 +352,6 @@ def _repeated_keys(frame, bad, rows, sheet: str) -> list[Problem]:
 
 def _offer_model():
     from pydantic import BaseModel, Field, field_validator, model_validator
-
-    from pricing.gpus import canonical_name
 
     class Offer(BaseModel):
         """One priced instance, as a typed row (same rules as `validate`)."""

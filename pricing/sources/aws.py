@@ -14,6 +14,9 @@ from __future__ import annotations
 import csv
 import datetime as dt
 
+from pricing import files, http
+from pricing.errors import FetchError
+from pricing.gpus import get_gpu
 from pricing.instances import lookup
 from pricing.schema import Problem
 
@@ -26,9 +29,6 @@ PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.csv"
 def parse_lines(lines, region: str, url: str, fetched_at: str):
     """Lines of one offer file -> (DataFrame, problems). Raises FetchError if no header."""
     import pandas as pd
-
-    from pricing.errors import FetchError
-    from pricing.gpus import get_gpu
 
     lines = iter(lines)
     meta: dict[str, str] = {}
@@ -103,8 +103,6 @@ MAX_LINE = 1024 * 1024  # no line of a real offer file comes near this
 def _lines(chunks, url: str):
     """Decoded lines of a streamed body; a body that stops mid-line is a truncated download,
     a line over MAX_LINE bytes is refused (a hostile body could be one endless line)."""
-    from pricing.errors import FetchError
-
     tail = b""
     for chunk in chunks:
         parts = (tail + chunk).split(b"\n")
@@ -123,9 +121,6 @@ def fetch(base_url: str, regions=None, session=None, progress=None):
     """Stream each region's offer file and parse it line by line, within the streamed-body
     limits of pricing.http (deadline, GPU_ADVISOR_HTTP_MAX_STREAM_BYTES) and a CSV field limit."""
     import pandas as pd
-
-    from pricing import files, http
-    from pricing.errors import FetchError
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     frames, problems = [], []

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from pricing import http
+from pricing.errors import FetchError
+from pricing.gpus import get_gpu
 from pricing.http import field
 from pricing.instances import lookup
 from pricing.schema import Problem
@@ -39,8 +42,6 @@ def classify(item: dict) -> str | None:
 def parse_items(items: list, url: str, fetched_at: str):
     """Items from every page -> (DataFrame in our schema, problems)."""
     import pandas as pd
-
-    from pricing.gpus import get_gpu
 
     prices: dict[tuple[str, str], dict] = {}
     problems: list[Problem] = []
@@ -92,9 +93,6 @@ def fetch(base_url: str, regions=None, session=None, progress=None):
     from urllib.parse import urljoin
 
     from requests.models import PreparedRequest
-
-    from pricing import http
-    from pricing.errors import FetchError
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     max_pages = http.settings()["max_pages"]

@@ -22,8 +22,11 @@ import re
 import zipfile
 from pathlib import Path
 
-from pricing.errors import PriceInputError
-from pricing.schema import Problem
+from pricing import files, http
+from pricing.errors import FetchError, PriceInputError
+from pricing.gpus import get_gpu
+from pricing.instances import resolve_gpu
+from pricing.schema import Problem, empty_frame
 
 NAME = "gpuhunt"
 DEFAULT_URL = "https://dstack-gpu-pricing.s3.eu-west-1.amazonaws.com/v3"  # gpuhunt's CATALOG_URL
@@ -75,9 +78,6 @@ def parse_csv(text: str, provider: str, *, source: str, observed_at: str | None,
     """One provider's gpuhunt CSV -> (DataFrame in our schema, problems)."""
     import pandas as pd
 
-    from pricing.gpus import get_gpu
-    from pricing.instances import resolve_gpu
-
     storage = _gpuhunt()
     log = logging.getLogger(storage.__name__)
     collect = _Collect()
@@ -124,7 +124,6 @@ def is_catalog(path: Path) -> bool:
         return True
     if path.suffix.lower() != ".csv":
         return False
-    from pricing import files
 
     try:
         with files.open_regular(path, str(path), files.MAX_SHEET_BYTES) as f:  # no FIFO or device
@@ -142,9 +141,6 @@ def import_path(path, observed_at: str | None = None):
     import datetime as dt
 
     import pandas as pd
-
-    from pricing import files
-    from pricing.schema import empty_frame
 
     path = Path(path)
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -173,8 +169,6 @@ def import_path(path, observed_at: str | None = None):
 
 def _zip_csvs(data: bytes, where: str, max_bytes: int | None = None):
     """(name, text) of each CSV in a catalog.zip, each bounded in size once unpacked."""
-    from pricing import http
-
     limit = max_bytes or http.settings()["max_bytes"]
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
@@ -198,9 +192,6 @@ def fetch(base_url: str, regions=None, session=None, progress=None, providers=No
     import datetime as dt
 
     import pandas as pd
-
-    from pricing import http
-    from pricing.errors import FetchError
 
     _gpuhunt()
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

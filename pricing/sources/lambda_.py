@@ -12,8 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from pricing import http
+from pricing.gpus import get_gpu, named_family
 from pricing.http import field
-from pricing.gpus import named_family
 from pricing.instances import lookup, resolve_gpu
 from pricing.schema import Problem
 
@@ -24,8 +25,6 @@ KEY_ENV = "LAMBDA_API_KEY"
 
 def parse(payload, url: str, fetched_at: str):
     import pandas as pd
-
-    from pricing.gpus import get_gpu
 
     data = field(payload, "data", url, dict)
     rows, problems = [], []
@@ -74,8 +73,6 @@ def parse(payload, url: str, fetched_at: str):
 
 
 def fetch(base_url: str, regions=None, session=None, progress=None, key: str = ""):
-    from pricing import http
-
     url = base_url.rstrip("/") + "/instance-types"
     payload = http.get_json(url, session=session, headers={"Authorization": f"Bearer {key}"})
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

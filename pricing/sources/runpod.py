@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import datetime as dt
 
+from pricing import http
+from pricing.errors import FetchError
+from pricing.gpus import get_gpu
 from pricing.http import field
 from pricing.instances import resolve_gpu
 from pricing.schema import Problem
@@ -25,9 +28,6 @@ COUNTS = (1, 2, 4, 8)
 
 def parse(payload, url: str, fetched_at: str):
     import pandas as pd
-
-    from pricing.errors import FetchError
-    from pricing.gpus import get_gpu
 
     if isinstance(payload, dict) and payload.get("errors"):
         first = payload["errors"][0]
@@ -61,8 +61,6 @@ def parse(payload, url: str, fetched_at: str):
 
 
 def fetch(base_url: str, regions=None, session=None, progress=None, key: str = ""):
-    from pricing import http
-
     payload = http.get_json(base_url, session=session, method="POST", json={"query": QUERY},
                             headers={"Authorization": f"Bearer {key}"})
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

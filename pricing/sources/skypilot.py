@@ -23,8 +23,11 @@ import io
 import re
 from pathlib import Path
 
+from pricing import files, http
+from pricing.errors import FetchError
+from pricing.gpus import get_gpu
 from pricing.instances import lookup, resolve_gpu
-from pricing.schema import Problem
+from pricing.schema import Problem, empty_frame
 
 NAME = "skypilot"
 # Newest catalog folder per cloud in skypilot-org/skypilot-catalog (PROVENANCE.md).
@@ -149,7 +152,6 @@ def parse_rows(rows: list[dict], cloud: str, source: str, fetched_at: str, sheet
         if (itype, region) in seen:
             continue  # one row per (type, region): first zone / data centre wins
         seen.add((itype, region))
-        from pricing.gpus import get_gpu
 
         out.append({
             "provider": cloud, "region": region or "default", "instance_type": itype,
@@ -218,8 +220,6 @@ def read_text(text: str, cloud: str, source: str, fetched_at: str, sheet: str,
               notes: str | None = None):
     """One vms.csv as text -> (DataFrame, problems). An unreadable file (no Price column, a
     field over pricing.files.MAX_CSV_FIELD characters, broken quoting) is one row-0 problem."""
-    from pricing import files
-
     with files.csv_field_limit() as limit:
         try:
             reader = csv.DictReader(io.StringIO(text))
@@ -247,9 +247,6 @@ def import_path(path, fetched_at: str | None = None, source: str | None = None,
 
     import pandas as pd
 
-    from pricing import files
-    from pricing.schema import empty_frame
-
     path = Path(path)
     frames, problems = [], []
     for f in files_in(path):
@@ -273,8 +270,6 @@ def fetch(base_url: str, regions=None, session=None, progress=None, clouds=None)
 
     import pandas as pd
 
-    from pricing import http
-
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     frames, problems = [], []
     for cloud in clouds or CLOUD_FILES:
@@ -285,8 +280,6 @@ def fetch(base_url: str, regions=None, session=None, progress=None, clouds=None)
         df, probs = read_text(text, cloud, f"skypilot:{url}", now, url)
         sheet_level = [p for p in probs if p.row == 0]
         if sheet_level:
-            from pricing.errors import FetchError
-
             if sheet_level[0].column == "Price":
                 raise FetchError(url, "response is not a SkyPilot vms.csv (no 'Price' column)")
             raise FetchError(url, f"response is not a usable vms.csv: {sheet_level[0].message}")

@@ -13,6 +13,8 @@ import json
 import re
 import statistics
 
+from pricing import http
+from pricing.gpus import get_gpu
 from pricing.http import field
 from pricing.instances import resolve_gpu
 from pricing.schema import Problem
@@ -26,8 +28,6 @@ QUERY = {"verified": {"eq": True}, "rentable": {"eq": True}, "type": "on-demand"
 
 def parse(payload, url: str, fetched_at: str):
     import pandas as pd
-
-    from pricing.gpus import get_gpu
 
     offers = field(payload, "offers", url, list)
     groups: dict[tuple, list[dict]] = {}
@@ -69,8 +69,6 @@ def parse(payload, url: str, fetched_at: str):
 
 
 def fetch(base_url: str, regions=None, session=None, progress=None, key: str = ""):
-    from pricing import http
-
     url = base_url.rstrip("/") + "/bundles/"
     payload = http.get_json(url, session=session, params={"q": json.dumps(QUERY)},
                             headers={"Authorization": f"Bearer {key}"})
