@@ -10,9 +10,12 @@ from pathlib import Path
 
 import click
 
+from advisor.estimate.engine import Engine
 from advisor.text import plain
 from advisor.units import gb
+from advisor.workload import measurements
 from cli.options import choice
+from cli.output import render_rows
 
 
 def _gb(value: int | None) -> str:
@@ -25,8 +28,6 @@ def _ratio(value: float | None) -> str:
 
 def render(cal) -> str:
     """The comparison as a text table plus the lines that say what it means."""
-    from cli.output import render_rows
-
     rows = [["tokens/s", f"{cal.measured_tokens_per_sec:,.0f}",
              "n/a (CPU run)" if cal.estimated_tokens_per_sec is None else f"{cal.estimated_tokens_per_sec:,.0f}",
              _ratio(cal.tokens_per_sec_ratio),
@@ -54,9 +55,6 @@ def render(cal) -> str:
 def calibrate(measured: Path, fmt: str, model: str | None) -> None:
     """Compare a measured run (measured.json from `launch.sh --benchmark`) with the estimate for the same
     model, GPU, stack and shape, and store it so `gpu-advisor plan` uses it for matching candidates."""
-    from advisor.workload import measurements
-    from advisor.estimate.engine import Engine
-
     m = measurements.load(measured)
     cal = measurements.compare(m, Engine.of(model or m.model))
     path = measurements.store(m)

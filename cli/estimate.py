@@ -10,11 +10,18 @@ import json
 
 import click
 
+from advisor.api import estimate_memory
+from advisor.errors import BadInput
+from advisor.estimate.alloc_trace import parse_lengths
+from advisor.estimate.engine import Engine, usable_limit
+from advisor.model.architecture import default_attention
+from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
-from advisor.stacks import METHODS
+from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
 from advisor.units import count, gb
 from cli.options import FIELDS, choice, stack_options
+from pricing.gpus import get_gpu
 
 GB = 1e9
 GiB = 2**30
@@ -34,9 +41,6 @@ class Finite(click.FloatRange):
 
 def build_stack(family: str = "llama", **kw):
     """The Stack the estimate options describe (sharding defaults to fsdp on more than one GPU)."""
-    from advisor.model.architecture import default_attention
-    from advisor.stacks import Stack
-
     fields = {k: kw[k] for k in FIELDS if kw.get(k) is not None}
     fields["sharding"] = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
     fields["attention"] = kw.get("attention") or default_attention(family)
@@ -75,11 +79,6 @@ def build_stack(family: str = "llama", **kw):
 def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, lengths,
              expandable_segments, fmt, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
-    from advisor.errors import BadInput
-    from advisor.api import estimate_memory
-    from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
-    from advisor.stacks import Shape
-
     if (model is None) == (params is None):
         raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
@@ -88,14 +87,10 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     if nodes > 1 and stack.gpus % nodes:
         raise BadInput(f"--nodes: {stack.gpus} GPUs do not split evenly over {nodes} nodes.")
     if lengths is not None:
-        from advisor.estimate.alloc_trace import parse_lengths
-
         lengths = parse_lengths(lengths)
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom, lengths=lengths,
                           expandable_segments=expandable_segments)
     if gpu:
-        from advisor.estimate.engine import Engine
-
         est.throughput = Engine.of(spec).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu,
                                                      network_gbps=internode_gbps)
     for w in est.warnings:
@@ -189,9 +184,6 @@ COMMON_GPUS = ("T4", "A10G", "L4", "RTX4090", "A100", "L40S", "A100-80GB", "H100
 def fits_line(est, headroom: float = 0.10) -> str:
     """Which common GPUs hold this estimate with `headroom` kept free (without --gpu): the one limit
     rule, advisor.estimate.engine.usable_limit."""
-    from advisor.estimate.engine import usable_limit
-    from pricing.gpus import get_gpu
-
     yes, no, emulated = [], [], False
     for name in COMMON_GPUS:
         gpu = get_gpu(name)

@@ -10,8 +10,13 @@ from pathlib import Path
 import click
 
 from advisor.errors import BadInput
+from advisor.launch.bundle import build_bundle, write_bundle
+from advisor.launch.caveats import sky_caveat
+from advisor.model.catalog import load_model
+from advisor.model.spec import ModelSpec
 from advisor.text import plain
 from cli.plan import build_plan, plan_options
+from cli.report import load_plan
 
 
 @click.command()
@@ -29,8 +34,6 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
            **plan_opts) -> None:
     """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README
     for candidate --rank of a saved plan (--from) or of a plan made now from the plan options."""
-    from advisor.launch.bundle import build_bundle, write_bundle
-
     plan, where = load_or_build_plan(from_file, plan_opts)
     if ctx.get_parameter_source("dataset") is not click.core.ParameterSource.COMMANDLINE and \
             plan.workload.get("dataset"):  # the data the plan counted is the data the bundle trains on
@@ -55,7 +58,6 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
         click.echo(f"warning: {w.message}", err=True)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
-    from advisor.launch.caveats import sky_caveat
 
     sky = "" if sky_caveat(candidate) else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
     click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}{sky}")
@@ -81,17 +83,12 @@ def load_or_build_plan(from_file: Path | None, plan_opts: dict):
             raise BadInput("--from: give a plan JSON (gpu-advisor plan --format json > plan.json) "
                            "or plan options (--model M --tokens N ...).")
         return build_plan(**plan_opts), "plan"  # a plan file's dataset / from_config keys as `plan -f` reads them
-    from cli.report import load_plan
 
     return load_plan(from_file, "--from"), "--from"
 
 
 def model_spec(plan):
     """The plan's model from the catalog; a minimal spec from the plan itself if that is unavailable."""
-    from advisor.model.spec import ModelSpec
-
-    from advisor.model.catalog import load_model
-
     try:
         return load_model(plan.model.name)
     except Exception as exc:  # noqa: BLE001 - offline / unknown name: the bundle needs only name + family

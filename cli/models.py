@@ -6,17 +6,14 @@ import json
 
 import click
 
-from advisor.model.catalog import human_count
+from advisor.model.architecture import build
+from advisor.model.catalog import catalog, human_count
 from advisor.model.spec import SUPPORTED_FAMILIES
 from cli.options import choice
 from cli.output import render_rows, render_table
 
 
 def _rows(family: str | None) -> list[dict]:
-    from advisor.model.catalog import catalog
-
-    from advisor.model.architecture import build
-
     rows = []
     for spec in catalog():
         if family and spec.family != family:

@@ -18,6 +18,7 @@ import sys
 from typing import Iterable, Sequence
 
 from advisor.text import md, plain
+from pricing.files import csv_safe
 
 FORMATS = ("table", "md", "csv")
 FOLD = 22  # the narrowest a text column is folded to before columns are left out
@@ -122,8 +123,6 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """CSV with every text cell neutralised for spreadsheets (numbers stay numbers)."""
-    from pricing.files import csv_safe
-
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([csv_safe(h) for h in headers])

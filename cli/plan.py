@@ -12,11 +12,17 @@ from pathlib import Path
 
 import click
 
-from advisor.text import plain
+from advisor import planner
+from advisor.planner import PlanRequest
+from advisor.results import FLAT, NEAR_TIE_NOTE
+from advisor.text import md, plain
 from advisor.units import GB, money
+from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
+import reports
+from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
 
 FORMATS = ("table", "json", "md", "csv")
 
@@ -86,13 +92,11 @@ def plan_options(f):
 def build_plan(**options):
     """Options as `plan_options` (+ `source_options`) parse them, or a plain dict -> the `Plan` (advisor.planner).
     The dataset / config sources (flags or plan-file keys) are read first, for `plan` and `launch` alike."""
-    from advisor.planner import PlanRequest, plan
-
     options = dict(options)
     record = apply_sources(options)  # --dataset / --from-config -> tokens, seq_len, pins (flags win)
     plan_file = options.pop("plan_file", None)
     request = PlanRequest.from_options(options, plan_file)
-    result = plan(request)
+    result = planner.plan(request)
     for w in result.warnings:
         click.echo(f"warning: {plain(w)}", err=True)
     return record(result) if record else result
@@ -187,11 +191,8 @@ def _summary(plan) -> list[str]:
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
                  f"global batch {w['global_batch']} sequences; {plan.assumptions.get('candidates_scored', 0):,} "
                  "candidates scored.")
-    from advisor.results import NEAR_TIE_NOTE
 
     if plan.candidates and any(n.startswith(NEAR_TIE_NOTE) for n in plan.candidates[0].notes):
-        from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
-
         lines.append(f"Why #1: {why(plan)}")
     if plan.baseline is not None:
         b = plan.baseline
@@ -210,7 +211,6 @@ def _summary(plan) -> list[str]:
                        f"{money(s.cost.on_demand_usd)} for the same instance on demand.")
     if plan.managed_summary():
         lines.append(plan.managed_summary())
-    from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 
     measured = [c for c in plan.candidates if is_measured(c.timing.band_basis)]
     if measured:
@@ -228,8 +228,6 @@ def _summary(plan) -> list[str]:
 def render(plan, fmt: str) -> str:
     """The plan as JSON, CSV (the candidates' flat view), a Markdown table or a text table that
     fits the terminal (cli.output.render_table)."""
-    from advisor.text import md
-
     if fmt == "json":
         return plan.model_dump_json(indent=2)
     if fmt == "csv":
@@ -283,8 +281,6 @@ def _csv_value(key: str, value):
 
 
 def _flat_columns():
-    from advisor.results import FLAT
-
     out = ["rank"]
     for key in FLAT:
         out += [key, *_CSV_BANDS.get(key, ())]
@@ -309,8 +305,6 @@ def plan(fmt: str, report: str | None, **options) -> None:
     result = build_plan(**options)
     click.echo(render(result, fmt))
     if report:
-        import reports
-
         for path in reports.write(result, Path(report)):
             click.echo(f"wrote {path}", err=True)
     if not result.constraints_met:

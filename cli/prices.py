@@ -10,8 +10,20 @@ import sys
 
 import click
 
+from advisor.text import plain
+from advisor.units import money
 from cli.options import choice
-from pricing.sources import SOURCES
+from cli.output import render_rows
+from pricing import cache, files
+from pricing.cache import stale_days
+from pricing.errors import PriceInputError, PricingError, unknown
+from pricing.files import to_csv
+from pricing.gpus import get_gpu
+from pricing.http import redact
+from pricing.loader import load, read_sheet, sources_status
+from pricing.refresh import base_url, refresh as run
+from pricing.schema import validate
+from pricing.sources import SOURCES, gpuhunt, skypilot
 
 SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
 
@@ -19,7 +31,6 @@ SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
 def _warn(problems, limit: int = 10) -> None:
     if not problems:
         return
-    from advisor.text import plain
 
     click.echo(f"warning: {len(problems)} price row(s) skipped:", err=True)
     for p in problems[:limit]:
@@ -53,8 +64,6 @@ def prices() -> None:
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="Show at most N rows (0 = all).")
 def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, skip_bad_rows, limit) -> None:
     """List GPU instance offers with their source and date."""
-    from pricing.loader import load
-
     df, problems = load(user_sheets=sheets, discounts=list(discount), skip_bad_rows=skip_bad_rows)
     _warn([str(p) for p in problems])
     df = _filter(df, gpu, provider, region, min_gpus, spot)
@@ -67,20 +76,14 @@ def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount,
     if fmt == "json":
         click.echo(df.to_json(orient="records", indent=1))
     elif fmt == "csv":
-        from pricing.files import to_csv
-
         click.echo(to_csv(df), nl=False)
     else:
         _table(df, spot)
 
 
 def _filter(df, gpu, provider, region, min_gpus, spot):
-    from pricing.errors import PriceInputError, unknown
-
     known = set(df["provider"])  # before any filter: every provider we have prices for
     if gpu:
-        from pricing.gpus import get_gpu
-
         gpu = get_gpu(gpu).name  # unknown GPU: exit 2 with suggestions
         df = df[df["gpu_model"] == gpu]
     if provider:
@@ -101,11 +104,6 @@ def _filter(df, gpu, provider, region, min_gpus, spot):
 
 
 def _table(df, spot: bool) -> None:
-    from advisor.units import money
-    from advisor.text import plain
-    from cli.output import render_rows
-    from pricing.cache import stale_days
-
     if not len(df):
         click.echo("no offers match", err=True)
         return
@@ -143,11 +141,6 @@ def observed_label(observed_at, stale: bool) -> str:
 @click.option("--offline", is_flag=True, help="Fetch nothing; report what the cache holds.")
 def refresh(sources, regions, endpoint, offline) -> None:
     """Fetch live prices into the cache (a failed fetch keeps the last good sheet)."""
-    from pricing.errors import PricingError
-    from pricing.refresh import refresh as run
-
-    from advisor.text import plain
-
     outcomes = run(sources or None, regions, endpoint, offline,
                    notify=lambda m: click.echo(plain(m), err=True))
     if offline:
@@ -170,12 +163,6 @@ def import_(path, name, observed_at) -> None:
     schema into the cache."""
     from pathlib import Path
 
-    from pricing import cache, files
-    from pricing.errors import PriceInputError
-    from pricing.loader import read_sheet
-    from pricing.schema import validate
-    from pricing.sources import gpuhunt, skypilot
-
     p = Path(path)
     stamp = _iso_date(observed_at)
     if not p.is_dir():  # a FIFO, a device or a missing path is refused before anything reads it
@@ -196,7 +183,6 @@ def import_(path, name, observed_at) -> None:
         raise PriceInputError(f"PATH: no valid offers in {p}; nothing imported")
     meta = cache.write_sheet(f"import-{name or p.stem}", good, source=str(p.resolve()),
                              url=None, kind="import")
-    from advisor.text import plain
 
     undated = int(good["observed_at"].isna().sum()) if "observed_at" in good else len(good)
     click.echo(plain(f"imported {meta['rows']} offers from {p} into {cache.sheet_path(meta['name'])}"
@@ -208,8 +194,6 @@ def _iso_date(text: str | None) -> str | None:
     if text is None:
         return None
     import datetime as dt
-
-    from pricing.errors import PriceInputError
 
     try:
         when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
@@ -236,11 +220,6 @@ def sources(fmt) -> None:
     import json
     import os
 
-    from pricing.loader import sources_status
-    from pricing.http import redact
-    from pricing.refresh import base_url
-    from pricing.sources import SOURCES
-
     status = sources_status()
     fetchers = [{"name": n, "url": redact(base_url(n)),
                  "key": (k and ("set" if os.environ.get(k) else f"missing ({k})")) or "not needed"}
@@ -248,7 +227,6 @@ def sources(fmt) -> None:
     if fmt == "json":
         click.echo(json.dumps({"sheets": status, "fetchers": fetchers}, indent=1))
         return
-    from advisor.text import plain
 
     click.echo("sheets (highest precedence first: --prices files, then cache, then bundled):")
     for s in status:

@@ -11,6 +11,11 @@ from pathlib import Path
 import click
 
 from advisor.errors import BadInput
+from advisor.results import Plan
+from advisor.text import plain
+from pricing.errors import PriceInputError
+from pricing.files import load_json, read_text
+import reports
 
 
 MAX_PLAN_BYTES = 5_000_000  # the README's limit: ~1,600 candidates at ~3 KB each (the default --top 10 is ~40 KB)
@@ -22,11 +27,6 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
     that is a Hub id, a catalog name or a path, finite numbers). Any problem is one BadInput line
     naming the option (`what`), the file and the field."""
     from pydantic import ValidationError
-
-    from advisor.results import Plan
-    from advisor.text import plain
-    from pricing.errors import PriceInputError
-    from pricing.files import load_json, read_text
 
     name = plain(path)
     if path.is_dir():
@@ -63,10 +63,7 @@ def report(plan_file: Path, out: Path) -> None:
     The plan file is data: every field is validated on load (printable text only, GPUs from the
     GPU table, finite numbers) and every value is escaped in the report. Prints the files written.
     """
-    from advisor.text import plain
-
     plan = load_plan(plan_file)
-    import reports
 
     for path in reports.write(plan, out, plan_file=plan_file.name):
         click.echo(plain(path))

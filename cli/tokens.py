@@ -9,17 +9,18 @@ from __future__ import annotations
 import click
 
 from advisor.text import plain
+from advisor.workload.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer, terminal_progress,
+                                             tokenizer_ref)
 from cli.options import choice
 from cli.output import render_rows
+from pricing.files import atomic_write
+from reports import charts
 
 
 def count(dataset: str, *, model: str | None, tokenizer: str | None, text_field: str | None,
           messages_field: str | None, seq_len: int, micro_batch: int = 1, group_by_length: bool = False,
           sample: int | None = None, exact: bool = False, padding_up_to: int = 0):
     """The DatasetCount, with a progress bar on a terminal."""
-    from advisor.workload.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer,
-                                                 terminal_progress, tokenizer_ref)
-
     existing(dataset)  # a missing file is named before a tokenizer is fetched
     tok = load_tokenizer(tokenizer_ref(model, tokenizer))
     bar, update = terminal_progress(f"tokenizing {plain(dataset)[-40:]}")
@@ -97,9 +98,6 @@ def tokens(dataset: str, model, tokenizer, text_field, messages_field, seq_len, 
 
 def write_histogram(result, path: str) -> None:
     """The length histogram as a sanitised SVG (reports/charts.py), written atomically."""
-    from pricing.files import atomic_write
-    from reports import charts
-
     svg = charts.clean_svg(charts.length_histogram_chart(result.stats), id_prefix="chart-lengths",
                            title="Token lengths of the dataset",
                            desc=f"Rows per token length of {plain(result.dataset)}; seq_len {result.stats.seq_len} and "

@@ -12,7 +12,13 @@ from typing import Any
 import click
 
 from advisor.errors import BadInput
+from advisor.planner import PlanRequest
+from advisor.planner.configs import MAX_MICRO_BATCH
+from advisor.planner.request import read_plan_file
+from advisor.results import LengthHistogram
 from advisor.text import plain
+from advisor.workload.training_config import read_config
+from cli.tokens import count, summary_rows
 
 SOURCE_KEYS = ("dataset", "text_field", "messages_field", "tokenizer", "from_config")
 
@@ -49,8 +55,6 @@ def _from_file(options: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]
     paths relative to the file's folder (a tokenizer only where that path exists: else a Hub id)."""
     from pathlib import Path
 
-    from advisor.planner.request import read_plan_file
-
     if not options.get("plan_file"):
         return {}
     path = Path(options["plan_file"])
@@ -81,8 +85,6 @@ def apply(options: dict[str, Any]):
     dataset, text_field, messages_field = given["dataset"], given["text_field"], given["messages_field"]
     group, micro_batch = False, 1
     if given["from_config"]:
-        from advisor.workload.training_config import read_config
-
         cfg = read_config(given["from_config"])
         _fill(options, cfg.options, file)
         view.update({k: v for k, v in options.items() if v not in (None, ())})
@@ -123,13 +125,9 @@ def apply(options: dict[str, Any]):
 
 def _count_into(options, view, dataset, tokenizer, text_field, messages_field, micro_batch, group, extra) -> None:
     """Count `dataset` into options["tokens"]; `view` is what the plan reads (flags over the plan file)."""
-    from advisor.planner import PlanRequest
-    from cli.tokens import count, summary_rows
-
     if view.get("tokens") not in (None, "") or view.get("examples") not in (None, ""):
         raise BadInput("--dataset: give the workload as --dataset or as --tokens / --examples, not both.")
     model = view.get("model") or view.get("model_arg")
-    from advisor.planner.configs import MAX_MICRO_BATCH
 
     seq_len = view.get("seq_len") or PlanRequest.model_fields["seq_len"].default
     padded = bool(view.get("padded"))
@@ -155,7 +153,5 @@ def _count_into(options, view, dataset, tokenizer, text_field, messages_field, m
 
 def lengths_of(stats):
     """The plan's copy of the dataset's length histogram (advisor.results.LengthHistogram), for the report."""
-    from advisor.results import LengthHistogram
-
     return LengthHistogram(bins=stats.histogram, seq_len=stats.seq_len, suggested_seq_len=stats.suggested_seq_len,
                            exact=stats.exact, counted_rows=stats.counted_rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from advisor.launch.caveats import caveats
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.units import duration, gb, money, pct
 from reports.price_age import is_stale, price_age_days
@@ -74,8 +75,6 @@ def _age_days(c: Candidate, plan: Plan) -> int | None:
 
 def risks(plan: Plan, c: Candidate) -> list[str]:
     """What could make the three numbers wrong, in plain words, most serious first."""
-    from advisor.launch.caveats import caveats
-
     out: list[str] = []
     t = c.timing
     if not t.calibrated:

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from advisor.errors import BadInput
+from advisor.launch.caveats import caveats
 from advisor.results import Candidate, Plan
 from advisor.text import md, plain
 from advisor.units import duration, gb, money, pct
@@ -192,8 +193,6 @@ def candidate_table(plan: Plan) -> dict:
 def launch_caveats(plan: Plan) -> list[dict]:
     """What `gpu-advisor launch` would warn about for the shown rows (advisor.launch.caveats, the one list),
     each caveat once with the ranks it applies to."""
-    from advisor.launch.caveats import caveats
-
     moe = plan.model.params_active < plan.model.params_total
     ranks: dict[str, list[str]] = {}
     for c in plan.candidates[:TOP_ROWS]:

@@ -132,6 +132,7 @@ def test_a_3_5_mb_lora_target_list_is_refused_by_its_length_before_it_is_scanned
                                                                                  monkeypatch):
     """The length is checked first: no character scan (advisor.text.refused_char, the target regex) and no
     model check sees the 3.5 MB string."""
+    import advisor.results.checks
     import advisor.stacks
     import advisor.text
 
@@ -147,7 +148,7 @@ def test_a_3_5_mb_lora_target_list_is_refused_by_its_length_before_it_is_scanned
         seen.append(len(text))
         return real_refused(text)
 
-    monkeypatch.setattr(advisor.text, "refused_char", refused)
+    monkeypatch.setattr(advisor.results.checks, "refused_char", refused)  # where plan fields are checked
     monkeypatch.setattr(advisor.stacks, "_MODULE_LIST", CountingPattern())
     data = copy.deepcopy(benign)
     first(data)["stack"]["lora_targets"] = "q_proj," * 500_000  # 3.5 MB

@@ -27,8 +27,10 @@ from typing import Callable
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
-from advisor.estimate.allocator import Event, needed_capacity
-from advisor.results import Reserved
+from advisor.estimate.activations import lora_target_names
+from advisor.estimate.allocator import Event, needed_capacity, replay
+from advisor.results import Component, Reserved
+from advisor.stacks import Shape
 
 MAX_LENGTHS_FILE = 16 * 2**20  # a histogram is small: refuse to read a huge file
 STEPS = 16  # training steps replayed: enough for the long batches of a spread to meet cached short ones
@@ -154,8 +156,6 @@ def _sizes(est_at: Estimator, steps: tuple[int, ...]) -> tuple[tuple[tuple[str, 
 def _replayed(step_sizes, layers: int, free_grads: bool, expandable: bool,
               chunks: tuple[int, int] = (7, 7)) -> tuple[int, int, int, int]:
     """(needed capacity, shown reserved, allocated peak, retries at the needed capacity) of the replay."""
-    from advisor.estimate.allocator import replay
-
     events = step_events(step_sizes, layers, free_grads, *chunks)
     needed, shows = needed_capacity(events, expandable)
     return needed, shows.peak_reserved, shows.peak_allocated, replay(events, needed, expandable).num_alloc_retries
@@ -223,9 +223,6 @@ def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: b
     """`est` (a fresh copy) with its reserved figure, allocator slack and device total from the replay
     under `lengths`; the fit check then uses the needed figure. Without lengths the estimate keeps
     its fixed-shape figure and says so."""
-    from advisor.results import Component
-    from advisor.stacks import Shape
-
     if lengths is None:
         est.assumptions["lengths"] = "fixed shapes (every step at --seq-len)"
         return est
@@ -261,8 +258,6 @@ def _chunks(ids, total: int, count: int) -> list[Event]:
 def tensor_counts(arch, stack) -> tuple[int, int]:
     """(weight tensors, trainable tensors) per decoder layer: its linear weights; LoRA's A and B per
     targeted linear (peft lora.Linear), or every weight for full fine-tuning."""
-    from advisor.estimate.activations import lora_target_names
-
     weights = max(1, len(arch.linear_names()))
     if stack.method == "full":
         return weights, weights

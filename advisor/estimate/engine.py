@@ -15,8 +15,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
+from advisor.estimate.memory import check, checkpoint_bytes, estimate
+from advisor.estimate.throughput import counts, step_time, throughput
 from advisor.memo import Memo
 from advisor.model.architecture import Architecture, build
+from advisor.model.catalog import load_model
 from advisor.model.spec import ModelSpec
 from advisor.results import MemoryEstimate, Throughput
 from advisor.stacks import Shape, Stack
@@ -51,8 +54,6 @@ class Engine:
     def of(cls, model: ModelSpec | str) -> "Engine":
         """The engine of a model (catalog name, Hub id, path or spec), shared between callers."""
         if isinstance(model, str):
-            from advisor.model.catalog import load_model
-
             model = load_model(model)
         return _engine(model.model_dump_json())
 
@@ -61,8 +62,6 @@ class Engine:
     def check(self, stack: Stack) -> None:
         """Refuse a stack this model cannot run (attention kernel, LoRA targets), once per stack."""
         if stack.key not in self._checked:
-            from advisor.estimate.memory import check
-
             check(self.arch, stack)
             self._checked[stack.key] = True
 
@@ -80,8 +79,6 @@ class Engine:
             if self._memory_fn is not None:
                 est = self._memory_fn(self.spec, stack, shape)
             else:
-                from advisor.estimate.memory import estimate
-
                 est = estimate(self.arch, stack, shape)
             self._memory[key] = est
         return est
@@ -164,8 +161,6 @@ class Engine:
 
     def checkpoint_bytes(self, stack: Stack) -> int:
         """Bytes one resumable training checkpoint holds (advisor.estimate.memory.checkpoint_bytes)."""
-        from advisor.estimate.memory import checkpoint_bytes
-
         found = self._checkpoints.get(stack.key)
         if found is None:
             fields = dict(stack.__dict__, gpus=1, offload="none")  # what a checkpoint holds does not depend on them
@@ -177,8 +172,6 @@ class Engine:
 
     def counts(self, stack: Stack):
         """Parameter counts the FLOPs and traffic terms need (advisor.estimate.throughput.Counts)."""
-        from advisor.estimate.throughput import counts
-
         return counts(self.arch, stack)
 
     def step(self, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
@@ -187,8 +180,6 @@ class Engine:
         held-out band tokens_per_sec_low / tokens_per_sec_high with the calibration rows behind it,
         interval_rows): what `throughput` reports, as plain floats, without building the typed result
         (the planner times thousands). `gpu` is a pricing.gpus.GPU."""
-        from advisor.estimate.throughput import step_time
-
         return step_time(self.counts(stack), stack, shape, gpu, grad_accum=shape.grad_accum or 1, nodes=nodes,
                          gpus_per_node=max(1, stack.gpus // nodes), mfu=mfu, network_gbps=network_gbps)
 
@@ -196,8 +187,6 @@ class Engine:
                    network_gbps: float | None = None) -> Throughput:
         """Tokens per second over all `stack.gpus` GPUs, at the shape's gradient accumulation, with its
         held-out band (advisor.estimate.throughput.band)."""
-        from advisor.estimate.throughput import throughput
-
         return throughput(self.counts(stack), stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
 
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from advisor.errors import BadInput
 from advisor.estimate.engine import MAX_SEARCH_MICRO_BATCH, Engine, usable_limit
+from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.results import FitCheck, MemoryEstimate
 from advisor.stacks import Shape, Stack
+from pricing.gpus import get_gpu
 
 
 def fit_check(engine: Engine, stack: Stack, shape: Shape, gpu_name: str, headroom: float,
               est: MemoryEstimate) -> tuple[FitCheck, list[str]]:
     """The fit of `est` on `gpu_name` with `headroom` kept free, and warnings about the card."""
-    from pricing.gpus import get_gpu
-
     if not 0 <= headroom < 1:
         raise BadInput("--headroom: must be a fraction in [0, 1), e.g. 0.1.")
     gpu = get_gpu(gpu_name)
@@ -65,7 +65,6 @@ def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int,
 
     allowed = supported_attention(engine.spec.family)
     singles: list[Change] = []
-    from advisor.model import families
 
     head = "lm_head" in stack.lora_targets or "lm_head" in stack.modules_to_save
     if not stack.grad_checkpointing:

@@ -54,8 +54,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from advisor.errors import BadInput
 from advisor.results import Throughput
 from advisor.stacks import Shape, Stack
+from pricing.gpus import GPU, get_gpu
 
 MFU_FILE = Path(__file__).parents[1] / "data" / "mfu.json"
 
@@ -593,8 +595,6 @@ def band(gpu, stack: Stack) -> tuple[float, float, str]:
     interval holds the point estimate; segments with fewer calibration rows get wider bands
     (benchmarks/time_calibration.py writes them into mfu.json `bands`). Hours and cost scale by the
     inverse: hours_high = hours / low_factor."""
-    from pricing.gpus import GPU, get_gpu
-
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     entry, basis = _band_entry(g, stack)
     return float(entry["low"]), float(entry["high"]), basis
@@ -605,8 +605,6 @@ def band_quantile(gpu, stack: Stack, q: float) -> tuple[float, str]:
     (stored at 0.1, 0.2, 0.8, 0.9; 0.5 is the point estimate, 1.0; log-linear between, clamped to
     0.1-0.9). For a pessimistic budget at the 80th percentile of hours: hours_p80 = hours /
     band_quantile(gpu, stack, 0.2)[0]."""
-    from pricing.gpus import GPU, get_gpu
-
     if not 0.0 < q < 1.0:
         raise ValueError(f"band_quantile: q must be in (0, 1), got {q}")
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
@@ -634,12 +632,8 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
                network_gbps: float | None = None) -> Throughput:
     """Tokens per second (total over `stack.gpus` GPUs on `nodes` nodes) at the shape's gradient
     accumulation (1 when unknown), with every term visible and the held-out error band."""
-    from pricing.gpus import GPU, get_gpu
-
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     if mfu is not None and not 0 < mfu <= 1:
-        from advisor.errors import BadInput
-
         raise BadInput(f"--mfu: must be a fraction in (0, 1], got {mfu}.")
     grad_accum = shape.grad_accum or 1
     gpn = max(1, stack.gpus // nodes)

@@ -22,11 +22,12 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-
-import yaml
+from typing import TYPE_CHECKING
 
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
+from advisor.estimate.memory import DEEPSPEED_ZERO3
+from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
     DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
     total_gpus)
@@ -35,6 +36,9 @@ from advisor.results import Candidate
 from advisor.text import md, plain
 from advisor.units import money
 from pricing.files import atomic_write
+
+if TYPE_CHECKING:  # PyYAML is imported where a bundle is written (_dump)
+    import yaml
 
 
 class LaunchWarning(UserWarning):
@@ -147,7 +151,7 @@ def deepspeed_json(c: Candidate) -> dict:
     """ds_config.json for a DeepSpeed candidate: concrete values only (no "auto"), so DeepSpeed's own
     DeepSpeedConfig reads exactly what was estimated. The bucket sizes are advisor.estimate.memory.DEEPSPEED_ZERO3,
     the numbers the memory estimate's zero3_* components use."""
-    from advisor.estimate.memory import DEEPSPEED_ZERO3 as Z
+    Z = DEEPSPEED_ZERO3
 
     stage = int(c.sharding[-1])
     mp = mixed_precision(c)
@@ -389,8 +393,6 @@ def build_bundle(
 
 def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping[str, object]) -> dict[str, str]:
     """axolotl.yaml when the plan came from an axolotl config (advisor/launch/axolotl.py); its caveats warn."""
-    from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
-
     if not wants_axolotl(options):
         return {}
     cfg, notes = axolotl_config(c, model_name=model.name, family=model.family, moe=model.is_moe,
@@ -530,8 +532,17 @@ def _templates(kind: str):
     return env
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
+@functools.lru_cache(maxsize=1)
+def _dumper():
+    """PyYAML's SafeDumper writing multi-line strings as literal blocks; made on first use, so that
+    importing this module (every `gpu-advisor` command lists `launch`) does not load PyYAML."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    _Dumper.add_representer(str, _str_presenter)
+    return _Dumper
 
 
 def _str_presenter(dumper: yaml.SafeDumper, data: str):
@@ -540,12 +551,11 @@ def _str_presenter(dumper: yaml.SafeDumper, data: str):
     return dumper.represent_scalar("tag:yaml.org,2002:str", data)
 
 
-_Dumper.add_representer(str, _str_presenter)
-
-
 def _dump(data: dict) -> str:
     # safe_dump quotes 'NO' and 'no' itself (YAML 1.1 booleans, reference §1.5).
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    import yaml
+
+    return yaml.dump(data, Dumper=_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
 def _slug(text: str) -> str:

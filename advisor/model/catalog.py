@@ -24,9 +24,12 @@ from pydantic import ValidationError
 
 from advisor.errors import BadInput
 from advisor.model import families
+from advisor.model.architecture import build
 from advisor.model.spec import MAX_HEADS, MAX_PARAMS, SUPPORTED_FAMILIES, ModelSpec, VisionSpec
 from advisor.text import plain, refused_char
-from pricing.files import atomic_write, cache_dir
+from advisor.units import count
+from pricing.errors import PriceInputError
+from pricing.files import atomic_write, cache_dir, load_json, read_text
 
 MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that is not one
 
@@ -137,8 +140,6 @@ def check_model_name(name: str, what: str = "model") -> str:
 
 def _checked(spec: ModelSpec) -> ModelSpec:
     """Refuse a config whose total parameter count no real model comes near (MAX_PARAMS)."""
-    from advisor.model.architecture import build
-
     total = build(spec).params_total
     if total > MAX_PARAMS:
         raise BadInput(f"model: config from {plain(spec.source)} describes {human_count(total)} parameters; at most "
@@ -153,9 +154,6 @@ def _local_name(path: Path) -> str:
 
 def _read_json(path: Path) -> dict[str, Any]:
     """A config.json, size- and depth-limited (pricing.files), as a dict; BadInput otherwise."""
-    from pricing.errors import PriceInputError
-    from pricing.files import load_json, read_text
-
     try:
         data = load_json(read_text(path, "file", max_bytes=MAX_CONFIG_BYTES), "JSON", max_bytes=MAX_CONFIG_BYTES)
     except PriceInputError as exc:
@@ -386,7 +384,6 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
             path = hf_hub_download(repo_id, "config.json", cache_dir=tmp, etag_timeout=HUB_TIMEOUT_S,
                                    endpoint=endpoint, token=os.environ.get("HF_TOKEN") or None)
             raw = Path(path).read_bytes()
-        from pricing.files import load_json
 
         data = load_json(raw, "config.json", max_bytes=MAX_CONFIG_BYTES)
         if not isinstance(data, dict):
@@ -490,6 +487,4 @@ def synthetic_spec(params: int) -> ModelSpec:
 
 def human_count(n: int) -> str:
     """7_241_732_096 -> '7.24B' (advisor.units.count, the one count formatter)."""
-    from advisor.units import count
-
     return count(n)

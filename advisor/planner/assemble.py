@@ -6,18 +6,23 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from advisor.estimate.engine import Engine
+from advisor.estimate.throughput import band
 from advisor.planner import configs as _configs
+from advisor.planner import ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
+from advisor.planner.ranking import offer_identity
 from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection, misses
 from advisor.planner.wording import _disagreeing, _notes, _remedy, _warnings
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
+from advisor.stacks import Stack
+from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
+from pricing.cache import stale_days
+from pricing.managed import alternatives
 
 
 def _lora_probe(request: PlanRequest):
-    from advisor.stacks import Stack
-
     lora = {k: v for k, v in request.pins.items() if k.startswith("lora_") or k in ("dora", "modules_to_save")}
     return Stack(method="lora", **lora)
 
@@ -27,10 +32,6 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     """The typed Plan: candidates in rank order, Pareto front, best per GPU/provider, baseline,
     spot alternative, and the warnings a reader must see. One Candidate per scored row, however many
     views name it (the plan stores it once, advisor/results/plan_refs.py)."""
-    from pricing.cache import stale_days
-
-    from advisor.planner import ranking
-
     sc = chosen.scored
     position = {int(i): k + 1 for k, i in enumerate(chosen.ranked)}  # place in the full ranking (0: outside)
     scored_row, offer_row = _rows(sc), _rows(priced)
@@ -88,8 +89,6 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
 def _managed(spec, counts, method: str, request: PlanRequest) -> list:
     """Per-token services that list this model for the method (for QLoRA, their LoRA: the same adapter
     comes back), priced for the plan's tokens x epochs (pricing/managed.py)."""
-    from pricing.managed import alternatives
-
     for m in (method, "lora") if method == "qlora" else (method,):
         found = alternatives(spec.name, counts.params_total / 1e9, m, request.tokens, request.epochs)
         if found:
@@ -100,8 +99,6 @@ def _managed(spec, counts, method: str, request: PlanRequest) -> list:
 def _other_names(chosen: Selection, priced) -> dict[int, tuple[list[str], list[str]]]:
     """Per offer row shown: the other instance names and the other regions of the same offer
     (ranking.offer_identity)."""
-    from advisor.planner.ranking import offer_identity
-
     ident = offer_identity(priced)
     shown = {int(o) for o in chosen.scored["offer_row"].to_numpy()[chosen.shown(10_000)]}
     groups: dict[int, list[int]] = {}
@@ -190,7 +187,6 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     cost_spot = None if np.isnan(r["cost_spot_usd"]) else float(r["cost_spot_usd"])
     network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     usd = float(r["cost_usd"])
-    from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
 
     peak, tight = measured_peak(int(cfg.peak), int(cfg.limit), cfg.tight, step, TIGHT_FRACTION)
     return Candidate(
@@ -217,7 +213,5 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
 
 
 def _band_basis(cfg: Config) -> str:
-    from advisor.estimate.throughput import band
-
     # measured run hook: a measured step may carry its own basis (H3), preferred when present
     return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])

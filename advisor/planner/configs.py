@@ -21,10 +21,15 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 from advisor.estimate.engine import Engine, usable_limit
+from advisor.estimate.throughput import band_quantile, quantile_factor, segment, table
 from advisor.memo import Memo
+from advisor.model import families
+from advisor.model.architecture import supported_attention
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
 from advisor.stacks import Shape, Stack
+from advisor.workload import measurements
+from pricing.gpus import get_gpu
 
 OPTIMIZERS = ("adamw", "adamw-8bit")
 # Pins that describe adapters: they shape LoRA/QLoRA stacks, not the full fine-tune (the baseline)
@@ -69,8 +74,6 @@ def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama",
 
 def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tuple[str, ...], family: str,
                 pins: dict[str, Any]) -> tuple[Stack, ...]:
-    from advisor.model.architecture import supported_attention
-
     allowed = supported_attention(family)
     if "attention" in pins:
         attention = pins["attention"]
@@ -100,8 +103,6 @@ def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tup
 
 def no_stack_reason(gpu, n_gpus: int, family: str, pins: dict[str, Any]) -> str:
     """Why the pins leave no stack for this hardware (the plan's rejection reason)."""
-    from advisor.model.architecture import supported_attention
-
     attention = pins.get("attention")
     if attention == "flash" and not gpu.supports_flash_attention:
         return (f"--attention flash: {gpu.name} has no FlashAttention-2 kernel (it needs an Ampere or newer "
@@ -123,8 +124,6 @@ def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str)
     and loss all keep less) and the time model finds it faster, so only the Liger stack is priced; for
     full fine-tuning its fused loss keeps lm_head's weight gradient, which can outweigh short
     sequences' logits, so both are searched. --no-liger plans without it."""
-    from advisor.model import families
-
     if "liger" in pins:
         return (pins["liger"],)
     head = "lm_head" in str(pins.get("lora_targets", "")) or "lm_head" in str(pins.get("modules_to_save", ""))
@@ -260,8 +259,6 @@ UNCALIBRATED_QUANTILE = 0.8  # a segment without calibration rows ranks by its p
 
 def is_calibrated(gpu, stack: Stack) -> bool:
     """Whether the time model has held-out calibration rows for this GPU class x method (mfu.json bands)."""
-    from advisor.estimate.throughput import segment, table
-
     entry = ((table().get("bands") or {}).get("segments") or {}).get(segment(gpu, stack))
     return bool(entry and entry.get("rows", 0) > 0)
 
@@ -270,8 +267,6 @@ def _factor(t: dict, cfg: "Config", q: float) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
-    from advisor.estimate.throughput import band_quantile, quantile_factor
-
     tps = t["tokens_per_sec"]
     low, high = t.get("tokens_per_sec_low"), t.get("tokens_per_sec_high")
     if q == 0.1 and low:
@@ -341,8 +336,6 @@ class Evaluator:
         """Every (GPU model, GPUs per node, fabric) × node count × stack the request allows, fitted and
         timed. One node per (GPU model, GPUs per node); more only over a known fabric. `offers`: how many
         offers each (GPU model, GPUs per node) has, to count what a pin rules out in offers."""
-        from pricing.gpus import get_gpu
-
         self._offers = offers or {}
 
         req, rows = self.request, []
@@ -413,8 +406,6 @@ class Evaluator:
                              mfu=req.mfu, network_gbps=network)
         # measured run (advisor/workload/measurements.py): a matching measured.json replaces `t`, before hours
         if req.measured or req.use_stored_measurements:
-            from advisor.workload import measurements
-
             t = measurements.adjust(t, req, self.engine, cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu,
                                     cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,
                                                                           mfu=req.mfu, network_gbps=network))

@@ -13,15 +13,20 @@ price and the inter-node fabric it can form clusters over (pricing.fabrics, or t
 from __future__ import annotations
 
 from advisor.errors import AdvisorError
+from advisor.planner.costing import offer_billing
+from advisor.planner.ranking import marketplace
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest, check_choice
+from pricing import load_offers
+from pricing.cache import stale_days
+from pricing.fabrics import cluster_gbps, providers
+from pricing.gpus import canonical_name, get_gpu
+from pricing.schema import mentions, per_distinct
 
 
 def load(request: PlanRequest):
     """The offers DataFrame for a request: bundled + cached sheets, and the user's own."""
     from pathlib import Path
-
-    from pricing import load_offers
 
     return load_offers(user_sheets=[Path(p) for p in request.prices], discounts=list(request.discount) or None,
                        skip_bad_rows=request.skip_bad_rows)
@@ -30,8 +35,6 @@ def load(request: PlanRequest):
 def prepare(offers, request: PlanRequest, rejections: Rejections):
     """Usable instance rows (one per provider × region × instance type), filtered as asked."""
     import pandas as pd
-
-    from pricing.gpus import canonical_name, get_gpu
 
     if offers is None or len(offers) == 0:
         raise AdvisorError("No usable price sheet: no offers loaded; run `gpu-advisor prices` to fetch or import one.")
@@ -98,7 +101,6 @@ def _complete_prices(off, rejections: Rejections):
     out with that reason rather than ranked cheap."""
     if "notes" not in off:
         return off
-    from pricing.schema import mentions
 
     partial = mentions(off["notes"], GPU_ONLY)
     rejections.add("GPU-only price without its host VM (the sheet has no host price to add; import the "
@@ -113,7 +115,6 @@ def _fresh_only(off, request: PlanRequest, rejections: Rejections):
     stale = off["stale"].fillna(False).astype(bool).to_numpy() if "stale" in off else None
     if stale is None or request.allow_stale or not stale.any() or stale.all():
         return off
-    from pricing.cache import stale_days
 
     rejections.add(f"stale price (undated or older than {stale_days():g} days) while fresh "
                    "offers exist; --allow-stale ranks them too", int(stale.sum()), _examples(off.loc[stale]))
@@ -124,8 +125,6 @@ def _observed(off):
     """The date each price was observed by its source (`observed_at`, pricing.loader), or "date
     unknown" where the source gives none: never the day a snapshot was copied (`fetched_at`)."""
     import numpy as np
-
-    from pricing.schema import per_distinct
 
     if "observed_at" not in off:
         return np.full(len(off), DATE_UNKNOWN, dtype=object)
@@ -138,8 +137,6 @@ DATE_UNKNOWN = "date unknown"
 def _fabric(off):
     """Gb/s per node between instances of one cluster, or NaN where no multi-node fabric is known."""
     import numpy as np
-
-    from pricing.fabrics import cluster_gbps, providers
 
     out = np.full(len(off), np.nan)
     names = off["provider"].astype(str).to_numpy()
@@ -204,9 +201,6 @@ def cheapest(off, top: int, spot: bool, rejections: Rejections):
     the kept ones: `--top` never changes whether a plan exists or its #1."""
     import numpy as np
     import pandas as pd
-
-    from advisor.planner.costing import offer_billing
-    from advisor.planner.ranking import marketplace
 
     if len(off) <= 4 * top:
         return off

@@ -14,8 +14,9 @@ from advisor.planner.assemble import _lora_probe, assemble
 from advisor.planner.configs import Config, Evaluator
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
-from advisor.planner.select import Selection, config_frame, reject_nofit, select
+from advisor.planner.select import Selection, config_frame, refresh, reject_nofit, select
 from advisor.results import Plan
+from advisor.stacks import Stack
 
 
 SETTLE_ROUNDS = 20
@@ -67,8 +68,6 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
 def _check_pins(engine: Engine, request: PlanRequest) -> None:
     """Refuse pins this model cannot run (an attention kernel transformers lacks for it, LoRA
     targets it has not) before any search, with the estimator's own sentence."""
-    from advisor.stacks import Stack
-
     pins = request.pins
     if "attention" in pins or any(k.startswith("lora_") for k in pins):
         method = next((m for m in request.methods if m != "full"), "full")
@@ -79,8 +78,6 @@ def _check_pins(engine: Engine, request: PlanRequest) -> None:
 def _settled_selection(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections,
                        evaluator: Evaluator, weights_gb: float) -> Selection:
     """Select; check every shown candidate's micro-batch exactly; select again until none changes."""
-    from advisor.planner.select import refresh
-
     for rounds in range(SETTLE_ROUNDS):
         cfg = refresh(cfg, configs, weights_gb) if rounds else cfg
         chosen = select(cfg, configs, priced, request, rejections.copy())

@@ -14,7 +14,9 @@ matters more than a few dollars, and spot prices that look like placeholders kep
 
 from __future__ import annotations
 
+from advisor.planner.costing import offer_billing
 from advisor.results import NEAR_TIE_NOTE
+from pricing.schema import mentions
 
 NEAR_TIE_SHARE = 0.05  # DESIGN.md "Recommendation policy": a near-tie is within 5 % ...
 NEAR_TIE_USD = 1.0  # ... or within $1
@@ -34,7 +36,6 @@ def offer_identity(priced):
 
     spot = priced["spot"].to_numpy(bool)
     spot_price = np.where(spot, priced["spot_price_hour"].round(6).fillna(-1).to_numpy(float), -1.0)  # its tier's
-    from advisor.planner.costing import offer_billing
 
     inc, mins = offer_billing(priced)  # other billing terms (a sheet row's own increment): another offer
     keys = [priced["provider"].astype(str).str.lower(), priced["gpu_model"], priced["gpu_count"],
@@ -55,8 +56,6 @@ def one_per_offer(ranked, identity, fitting, cfg_row):
 
 def marketplace(priced):
     import numpy as np
-
-    from pricing.schema import mentions
 
     return priced["provider"].astype(str).str.lower().isin(MARKETPLACES).to_numpy() | np.asarray(
         mentions(priced["notes"], "marketplace"), bool)
@@ -109,8 +108,6 @@ def spot_suspect(priced):
     on-demand as SUSPECT_SHARE_ROWS or more instance types of the provider (a placeholder)."""
     import numpy as np
     import pandas as pd
-
-    from pricing.schema import mentions
 
     noted = np.asarray(mentions(priced["notes"], "spot_suspect"), bool)
     ratio = (pd.to_numeric(priced["spot_price_hour"], errors="coerce") / priced["price_hour"]).round(4)

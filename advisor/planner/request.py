@@ -14,9 +14,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
+from advisor.model.catalog import load_model, parse_param_count
 from advisor.model.spec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS, MAX_USD,
                                 ModelSpec)
-from advisor.stacks import METHODS
+from advisor.stacks import METHODS, Stack
+from advisor.text import plain
+from advisor.workload.measurements import gather
+from pricing.errors import PriceInputError
+from pricing.files import load_yaml, read_text
 
 RISKS = {"p50": 0.5, "p80": 0.8, "p90": 0.9}  # quantile of the run's duration the ranking uses
 DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given
@@ -35,7 +40,6 @@ def parse_count(value: Any, option: str, maximum: float = MAX_TOKENS) -> float |
     """'50M', '1.5B', '2e9', 1000 -> a positive number up to `maximum` (None and '' stay None)."""
     if value is None or value == "":
         return None
-    from advisor.model.catalog import parse_param_count
 
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise BadInput(f"--{option}: expected a positive count such as 50M, 1.5B or 2e9 (got a {type(value).__name__}).")
@@ -194,8 +198,6 @@ class PlanRequest(BaseModel):
     def _pins(cls, v: Any) -> dict[str, Any]:
         """Only Stack fields a plan may pin (not method: --methods; not gpus: searched), validated by
         building a stack from them so a bad value is refused before any work."""
-        from advisor.stacks import Stack
-
         pins = {k: val for k, val in dict(v or {}).items() if val is not None}
         bad = sorted(set(pins) - set(PIN_FIELDS))
         if bad:
@@ -222,7 +224,6 @@ class PlanRequest(BaseModel):
         for name, value in (("epochs", self.epochs), ("tokens", self.tokens)):
             if not math.isfinite(value) or value <= 0:
                 raise BadInput(f"--{name}: must be a positive, finite number (got {value}).")
-        from advisor.stacks import Stack
 
         for key, value in self.pins.items():  # a switch is true/false, not 'no' (which pydantic reads as False)
             if Stack.model_fields[key].annotation is bool and not isinstance(value, bool):
@@ -257,7 +258,6 @@ class PlanRequest(BaseModel):
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
             raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
         if self.measured:  # a bad measured.json is refused before any planning (exit 2)
-            from advisor.workload.measurements import gather
 
             self._measurements = gather(self.measured, self.use_stored_measurements)
         return self
@@ -282,7 +282,6 @@ class PlanRequest(BaseModel):
     def spec(self) -> ModelSpec:
         if isinstance(self.model, ModelSpec):
             return self.model
-        from advisor.model.catalog import load_model
 
         return load_model(self.model)
 
@@ -349,10 +348,6 @@ MAX_PLAN_FILE_BYTES = 1_000_000  # a plan file is a few lines
 def read_plan_file(path: Path) -> dict[str, Any]:
     """The fields of a YAML plan file, checked against the plan options. Read as data with
     pricing.files.load_yaml (size, nesting and alias limits; no tags that build objects)."""
-    from advisor.text import plain
-    from pricing.errors import PriceInputError
-    from pricing.files import load_yaml, read_text
-
     what = f"--file {plain(path)}"
     try:
         data = load_yaml(read_text(path, what, max_bytes=MAX_PLAN_FILE_BYTES), what,

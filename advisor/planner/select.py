@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.planner import costing
+from advisor.planner import costing, host, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
@@ -54,8 +54,6 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
     import numpy as np
     import pandas as pd
 
-    from advisor.planner import host
-
     cfg = pd.DataFrame({
         "gpu_model": [c.gpu_model for c in configs], "gpu_count": [c.per_node for c in configs],
         "nodes": [c.nodes for c in configs], "gpus": [c.stack.gpus for c in configs],
@@ -77,8 +75,6 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
 
 def refresh(cfg, configs: list[Config], weights_gb: float):
     """The columns `settle` may change (micro-batch, hours, offloaded RAM), read again from the configs."""
-    from advisor.planner import host
-
     hours = {q: [c.timed.train_hours[q] if c.timed else float("nan") for c in configs] for q in costing.QUANTILES}
     return cfg.assign(micro_batch=[c.max_micro_batch for c in configs],
                       cpu_ram=[c.cpu_ram for c in configs],
@@ -134,8 +130,6 @@ def _host_checks(sc, fitting, priced, asked, rejections: Rejections):
     import numpy as np
     import pandas as pd
 
-    from advisor.planner import host
-
     oi, ci = sc["offer_row"].to_numpy(), sc["cfg_row"].to_numpy()
     ram_gb = pd.to_numeric(priced["ram_gb"], errors="coerce").to_numpy(float)[oi]
     vcpus = (pd.to_numeric(priced["vcpus"], errors="coerce").to_numpy(float) if "vcpus" in priced
@@ -166,8 +160,6 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     beside them. A tight candidate loses to an equal-cost safe one; within a near-tie the safe,
     calibrated, bf16, unquantized, non-marketplace, then faster option wins (advisor.planner.ranking)."""
     import numpy as np
-
-    from advisor.planner import ranking
 
     fitting = cfg[cfg["micro_batch"] > 0].reset_index(drop=True)
     sc = costing.score(priced, fitting, spot_rate=request.interruptions_per_hour,

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.results.checks import TEXT_CHARS, check_count, check_gpu, check_number, check_text
 from advisor.results.estimate import Breakdown
 from advisor.stacks import Shape, Stack
@@ -59,8 +60,6 @@ class Offer(BaseModel):
 
     @model_validator(mode="after")
     def _numbers(self) -> "Offer":
-        from advisor.model.spec import MAX_GPUS
-
         if not 1 <= self.gpu_count <= MAX_GPUS:
             raise ValueError(f"gpu_count: must be between 1 and {MAX_GPUS:,} (got {self.gpu_count})")
         check_number(self.price_hour, "price_hour")
@@ -165,8 +164,6 @@ class Candidate(BaseModel):
     @model_validator(mode="after")
     def _numbers(self) -> "Candidate":
         """Counts within the physical bounds; every time, cost, price and memory finite and >= 0."""
-        from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
-
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"nodes: must be between 1 and {MAX_NODES:,} (got {self.nodes})")
         self._consistent(MAX_GPUS)

@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from advisor.model.spec import MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS, MAX_USD
+from advisor.text import refused_char
+from pricing.gpus import all_gpus, canonical_name
+
 # ----------------------------------------------------------------------------- validation
 # A plan is shared (a colleague's file, a ticket attachment) and its text reaches launch scripts,
 # YAML, Markdown and terminals, so every text field is checked when a plan is built or loaded:
@@ -19,8 +23,6 @@ TEXT_CHARS = 20_000  # sentences: sources, notes, warnings, reasons, the command
 def check_text(value: str, field: str, limit: int = NAME_CHARS) -> str:
     """`value` unchanged when it is printable text of at most `limit` characters; else ValueError
     naming `field`, the problem and what is accepted."""
-    from advisor.text import refused_char
-
     bad = refused_char(value)
     if bad:
         raise ValueError(f"control character {bad} refused in {field} (a plan holds printable text only: no "
@@ -65,9 +67,6 @@ def _workload_bounds() -> dict[str, tuple[type, float, float]]:
     """workload key -> (type, low, high): the bounds PlanRequest puts on the same options (advisor.model.spec
     MAX_*), so a hand-edited plan cannot carry what `plan` itself refuses into `launch` (num_train_epochs).
     A low of 0.0 for a float means "more than 0" (epochs), as for --epochs."""
-    from advisor.model.spec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS,
-                                    MAX_USD)
-
     return {"tokens": (float, 0.0, MAX_TOKENS), "epochs": (float, 0.0, MAX_EPOCHS),
             "train_tokens": (float, 0.0, MAX_TOKENS * MAX_EPOCHS), "seq_len": (int, 1, MAX_SEQ_LEN),
             "global_batch": (int, 1, MAX_BATCH), "global_batch_tokens": (int, 1, MAX_BATCH * MAX_SEQ_LEN),
@@ -94,8 +93,6 @@ def check_workload(workload: dict) -> None:
 
 def check_gpu(name: str) -> str:
     """The canonical GPU name; ValueError when it is not in the GPU table (pricing/data/gpus.csv)."""
-    from pricing.gpus import all_gpus, canonical_name
-
     check_text(name, "gpu_model")
     canonical = canonical_name(name)
     if canonical is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from advisor.model.catalog import check_model_name
 from advisor.results.checks import TEXT_CHARS, check_text
 from advisor.stacks import Shape, Stack
 
@@ -29,8 +30,6 @@ class ModelInfo(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         """A Hugging Face id, a catalog name or a path: printable, at most 512 characters, no leading '-'."""
-        from advisor.model.catalog import check_model_name
-
         return check_model_name(v, "")
 
     @field_validator("family")

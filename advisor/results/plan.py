@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from advisor.results.candidate import Candidate
 from advisor.results.checks import TEXT_CHARS, _check_tree, check_text, check_workload
 from advisor.results.estimate import ModelInfo
+from advisor.results.plan_refs import VIEWS, to_refs
+from advisor.units import money
 from pricing.managed import ManagedAlternative
 
 # 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat copies); 3: nested only, each
@@ -139,15 +141,11 @@ class Plan(BaseModel):
     @classmethod
     def _views_to_refs(cls, data: Any) -> Any:
         """Views given as candidates (a schema 1-3 file, or Plan(pareto=[...])) become references."""
-        from advisor.results.plan_refs import to_refs
-
         return to_refs(data, PLAN_SCHEMA_VERSION) if isinstance(data, dict) else data
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Plan":
         """As pydantic's; an update of the candidates or of a view (pareto=[...], baseline=...) stores them
         again, so each view keeps the candidate it named (or is given) and each candidate is stored once."""
-        from advisor.results.plan_refs import VIEWS
-
         if not set(update or {}) & {"candidates", "others", *VIEWS}:
             return super().model_copy(update=update, deep=deep)
         data = {k: getattr(self, k) for k in type(self).model_fields if k != "others" and k not in VIEWS.values()}
@@ -171,8 +169,6 @@ class Plan(BaseModel):
     def managed_summary(self) -> str:
         """One sentence: the cheapest managed per-token service for the same tokens beside the self-hosted
         top pick ("" when no service lists the model and method). The table, report and card all print it."""
-        from advisor.units import money
-
         if not self.managed_alternatives:
             return ""
         m = self.managed_alternatives[0]

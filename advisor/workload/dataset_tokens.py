@@ -16,14 +16,17 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
+from advisor.model.catalog import HUB_ID, _catalog, _endpoint
 from advisor.text import plain
 from advisor.workload.length_stats import LengthStats, length_stats
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the CLI's start-up does not load it
+    import numpy as np
 
 DEFAULT_SAMPLE = 20_000  # rows tokenized when a dataset is bigger (--sample); every row below it
 CHUNK = 10_000  # rows per tokenizer call (progress granularity)
@@ -175,6 +178,8 @@ class Tokenizer:
 
     def lengths(self, texts: list[str], special_tokens: bool = True) -> np.ndarray:
         # encode_batch_fast (tokenizers >= 0.21) skips the character offsets: the same ids, ~20 % faster
+        import numpy as np
+
         encode = getattr(self._fast, "encode_batch_fast", None) or self._fast.encode_batch
         encodings = encode(texts, add_special_tokens=special_tokens)
         return np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
@@ -196,7 +201,6 @@ def load_tokenizer(ref: str) -> Tokenizer:
         if not (p / "tokenizer_config.json").is_file() and (p / "tokenizer.json").is_file():
             return Tokenizer(text, _tokenizers_file(p / "tokenizer.json"))
         return _auto(text, p, local=True)
-    from advisor.model.catalog import HUB_ID
 
     if not HUB_ID.match(text) or text.endswith(".json"):
         raise BadInput(f"--tokenizer {plain(text)}: no such file or folder.")
@@ -256,8 +260,6 @@ def _hub_reachable(timeout: float = 5.0) -> None:
     """One quick request before huggingface_hub's retries (about 45 s of back-off when offline)."""
     import requests
 
-    from advisor.model.catalog import _endpoint
-
     try:
         requests.head(_endpoint(), timeout=timeout)
     except requests.RequestException as exc:
@@ -275,7 +277,6 @@ def tokenizer_ref(model: str | None, tokenizer: str | None) -> str:
         return str(p.parent)
     if p.is_dir():
         return str(p)
-    from advisor.model.catalog import _catalog
 
     entry = _catalog()[1].get(model.strip().lower())
     return entry["id"] if entry else model
@@ -309,6 +310,8 @@ def _texts(values: list, kind: str, tok: Tokenizer, rows: np.ndarray, what: str)
 
 def _choose(rows: int, sample: int | None, seed: int) -> np.ndarray:
     """The rows counted, ascending: all of them, or a seeded uniform sample without replacement."""
+    import numpy as np
+
     if sample is None or rows <= sample:
         return np.arange(rows)
     return np.sort(np.random.default_rng(seed).choice(rows, size=sample, replace=False))
@@ -318,6 +321,8 @@ def _jsonl_sample(p: Path, sample: int, seed: int, what: str):
     """(table of the sampled rows, rows in the file, their row numbers) for a JSON-lines file bigger than
     the sample, else None. Rows are found by their line breaks (a JSON-lines row is one line: JSON text
     has no raw line break inside a string) and only the sampled lines are parsed, by pyarrow."""
+    import numpy as np
+
     if p.suffix.lower() not in (".jsonl", ".json") or not p.is_file() or p.stat().st_size == 0:
         return None
     with open(p, "rb") as f:
@@ -348,6 +353,8 @@ def count_dataset(path: str | Path, tokenizer: Tokenizer, *, text_field: str | N
                   group_by_length: bool = False, sample: int | None = DEFAULT_SAMPLE, seed: int = 0,
                   progress: Callable[[int, int], None] | None = None, padding_up_to: int = 0) -> DatasetCount:
     """Token statistics of the dataset at `path` (`sample=None`: every row; `padding_up_to`: see length_stats)."""
+    import numpy as np
+
     what = f"--dataset {plain(path)}"
     if sample is not None and sample < 1:
         raise BadInput(f"--sample: must be at least 1 row (got {sample}).")

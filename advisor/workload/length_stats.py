@@ -21,9 +21,12 @@ every figure `tokens` and `plan --dataset` print comes from `length_stats` and n
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `import advisor.workload.length_stats` stays cheap
+    import numpy as np
 
 Z95 = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 SEQ_LEN_STEP = 256  # the suggested seq_len is the p99 rounded up to a multiple of this
@@ -75,11 +78,15 @@ def nearest_rank(sorted_lengths: np.ndarray, p: float) -> int:
 
 def log_factorials(n: int) -> np.ndarray:
     """log(m!) for m = 0..n (a cumulative sum of logs: one pass, reused for every batch size)."""
+    import numpy as np
+
     return np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))))
 
 
 def expected_batch_max(sorted_lengths: np.ndarray, k: int, log_fact: np.ndarray | None = None) -> float:
     """E[max of k rows drawn without replacement] over ascending `sorted_lengths`."""
+    import numpy as np
+
     n = len(sorted_lengths)
     k = min(k, n)
     if k <= 1:
@@ -94,6 +101,8 @@ def expected_batch_max(sorted_lengths: np.ndarray, k: int, log_fact: np.ndarray 
 def padded_compute(kept_sorted: np.ndarray, micro_batch: int, group_by_length: bool,
                    log_fact: np.ndarray | None = None) -> float:
     """Tokens the GPUs compute over the counted rows when each micro-batch is padded to its longest row."""
+    import numpy as np
+
     n = len(kept_sorted)
     if micro_batch <= 1:
         return float(kept_sorted.sum())
@@ -124,6 +133,8 @@ def _scaled(values: np.ndarray, rows: int) -> tuple[float, float]:
 
 
 def _histogram(sorted_lengths: np.ndarray, scale: float) -> tuple[tuple[int, int, int], ...]:
+    import numpy as np
+
     top = int(sorted_lengths[-1])
     width = max(1, math.ceil((top + 1) / HIST_BINS))
     counts = np.bincount(sorted_lengths // width, minlength=math.ceil((top + 1) / width))
@@ -134,6 +145,8 @@ def length_stats(lengths, rows: int, seq_len: int, micro_batch: int = 1, group_b
                  padding_up_to: int = 0) -> LengthStats:
     """The statistics of `lengths` (tokens per counted row) for a dataset of `rows` rows; with
     `padding_up_to`, the padding factors of micro-batches 1..padding_up_to too."""
+    import numpy as np
+
     lengths = np.sort(np.asarray(lengths, dtype=np.int64))
     n = len(lengths)
     if n == 0:

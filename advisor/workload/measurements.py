@@ -31,8 +31,18 @@ from typing import Any, Callable, Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput
+from advisor.estimate.engine import Engine
+from advisor.estimate.throughput import band
+from advisor.model.catalog import check_model_name
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.results import check_gpu
+from advisor.results.checks import _check_tree
 from advisor.stacks import Shape, Stack
+from advisor.text import plain
+from pricing.cache import cache_dir
+from pricing.errors import PriceInputError
+from pricing.files import atomic_write, load_json, read_text
+from pricing.gpus import get_gpu
 
 SCHEMA = "gpu-advisor/measurement-1"
 MAX_FILE_BYTES = 1_000_000  # a measurement is a few kB (the per-step list included)
@@ -127,8 +137,6 @@ class Measurement(BaseModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        from advisor.model.catalog import check_model_name
-
         try:
             return check_model_name(v, "model")
         except BadInput as exc:
@@ -137,8 +145,6 @@ class Measurement(BaseModel):
     @field_validator("gpu_model")
     @classmethod
     def _gpu(cls, v: str) -> str:
-        from advisor.results import check_gpu
-
         return CPU if v.strip().lower() == CPU else check_gpu(v)
 
     @field_validator("measured_at")
@@ -173,8 +179,6 @@ class Measurement(BaseModel):
 
     def label(self) -> str:
         """How a plan names the run: 'measured on 2026-12-01 (run/measured.json, 20 steps)'."""
-        from advisor.text import plain
-
         where = f"{plain(self._origin)[-120:]}, " if self._origin else ""
         return f"{MEASURED} {self.date} ({where}{self.step_seconds.count} steps)"
 
@@ -194,8 +198,6 @@ def _first_error(exc: ValidationError) -> str:
 
 def parse(data: Any, what: str) -> Measurement:
     """A measurement from decoded JSON; BadInput (one line naming `what` and the field) otherwise."""
-    from advisor.results.checks import _check_tree
-
     if not isinstance(data, dict):
         raise BadInput(f"{what}: expected a JSON object written by launch.sh --benchmark.")
     try:
@@ -209,10 +211,6 @@ def parse(data: Any, what: str) -> Measurement:
 
 def load(path: str | Path, option: str = "measurement") -> Measurement:
     """Read and validate one measured.json (size, nesting, schema, text, numbers); errors name `option`."""
-    from advisor.text import plain
-    from pricing.errors import PriceInputError
-    from pricing.files import load_json, read_text
-
     what = f"{option} {plain(path)}"
     try:
         data = load_json(read_text(path, what, max_bytes=MAX_FILE_BYTES), what, max_bytes=MAX_FILE_BYTES,
@@ -229,15 +227,11 @@ def load(path: str | Path, option: str = "measurement") -> Measurement:
 
 def store_dir() -> Path:
     """<cache>/measurements (pricing.cache.cache_dir: $GPU_ADVISOR_CACHE_DIR, else the XDG cache)."""
-    from pricing.cache import cache_dir
-
     return cache_dir() / "measurements"
 
 
 def store(m: Measurement) -> Path:
     """Write `m` into the store, named by its content's hash (storing the same run twice keeps one)."""
-    from pricing.files import atomic_write
-
     text = m.model_dump_json(by_alias=True, indent=2) + "\n"
     path = store_dir() / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     atomic_write(path, text)
@@ -332,7 +326,6 @@ def adjust(step: dict, request, engine, stack: Stack, shape: Shape, gpu, nodes: 
     m = best(found, shape)
     if m is None:
         return step
-    from advisor.estimate.throughput import band
 
     low, high, _ = band(gpu, stack)
     out = apply(step, m, predict(m.shape.shape()), shape, (low, high))
@@ -402,8 +395,6 @@ class Calibration(BaseModel):
 def compare(m: Measurement, engine=None) -> Calibration:
     """The estimate (memory: advisor.estimate.memory via Engine.memory; time: Engine.step) at the measured
     model, GPU, stack and shape, beside the measurement."""
-    from advisor.estimate.engine import Engine
-
     engine = engine or Engine.of(m.model)
     shape = m.shape.shape()
     est = engine.memory(m.stack, shape)
@@ -417,8 +408,6 @@ def compare(m: Measurement, engine=None) -> Calibration:
     known = [c.safe for c in checks if c.safe is not None]
     step = None
     if m.gpu_model != CPU:
-        from pricing.gpus import get_gpu
-
         step = engine.step(m.stack, shape, get_gpu(m.gpu_model), nodes=m.nodes)
     predicted = step["tokens_per_sec"] if step else None
     band_ = (step["tokens_per_sec_low"], step["tokens_per_sec_high"]) if step else None

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
 from advisor.text import plain
+from pricing.errors import PriceInputError
+from pricing.files import load_json, load_yaml, read_text
 
 MAX_CONFIG_BYTES = 1_000_000
 
@@ -153,9 +155,6 @@ def _deepspeed(keys: _Keys, key: str, base: Path) -> dict[str, Any]:
         return {}
     cfg = ref if isinstance(ref, dict) else None
     if cfg is None:
-        from pricing.errors import PriceInputError
-        from pricing.files import load_json, read_text
-
         p = (base / str(ref)) if not Path(str(ref)).is_absolute() else Path(str(ref))
         if p.is_file():
             try:
@@ -363,8 +362,6 @@ def _lf_dataset(k: _Keys, names: tuple[str, ...], folder: Path):
     if not info_path.is_file():
         k.notes.append(f"dataset: {plain(names[0])} is described in {plain(info_path)}, which is not here")
         return None
-    from pricing.errors import PriceInputError
-    from pricing.files import load_json, read_text
 
     try:
         info = load_json(read_text(info_path, str(info_path), max_bytes=MAX_CONFIG_BYTES), str(info_path))
@@ -494,9 +491,6 @@ _IGNORED = {"torchtune": {"output_dir", "checkpointer", "resume_from_checkpoint"
 
 def read_config(path: str | Path) -> ConfigPins:
     """The pins of a training config file (format recognised from its keys)."""
-    from pricing.errors import PriceInputError
-    from pricing.files import load_json, load_yaml, read_text
-
     p = Path(path).expanduser()
     what = f"--from-config {plain(p)}"
     try:
