@@ -1,9 +1,14 @@
-"""Regenerate (or check) every real-output block in README.md from the tool itself.
+"""Regenerate (or check) every real-output block in README.md and docs/*.md from the tool itself.
 
 A block is a fenced code block right after a marker naming the exact command:
 
     <!-- example: gpu-advisor estimate llama-3.1-8b --gpu L4 -->
     <!-- example, first 8 lines: gpu-advisor plan --model llama-3.1-8b --tokens 100M -->
+    <!-- example: gpu-advisor plan --model M --tokens N --format json > p.json && gpu-advisor report p.json -o r.md -->
+
+A marker may chain commands with `&&` (each a `gpu-advisor` command, run in order in the same
+folder); a step ending in `> FILE` writes its stdout to FILE there instead of the block. The block is
+the stdout of the other steps.
 
 The command runs as a fresh process (`python -m advisor ...`, the console script's code) in a
 fixed environment, so the output depends only on the code and its bundled data: an empty
@@ -14,8 +19,9 @@ shows what a new user sees: the bundled catalog is undated, every dated bundled 
 locale (the output holds no other date than the sheets' own). The block is the command's stdout (stderr
 warnings are left out), trailing spaces removed, cut to the first N lines when the marker says so.
 
-    python scripts/readme_examples.py            rewrite README.md in place
-    python scripts/readme_examples.py --check    exit 1 with a diff when a block no longer matches
+    python scripts/readme_examples.py                  rewrite README.md and every docs/*.md with markers, in place
+    python scripts/readme_examples.py --check          exit 1 with a diff when a block no longer matches
+    python scripts/readme_examples.py FILE [FILE...]   only these files (with or without --check)
 
 tests/test_docs.py runs the check.
 """
@@ -35,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 MARKER = re.compile(r"^<!-- example(?:, first (?P<lines>\d+) lines)?: (?P<command>gpu-advisor .+?) -->\n"
                     r"(?P<fence>```[^\n]*\n)(?P<body>.*?)^```$", re.M | re.S)
 
@@ -43,12 +50,12 @@ MARKER = re.compile(r"^<!-- example(?:, first (?P<lines>\d+) lines)?: (?P<comman
 class Example:
     command: str
     lines: int | None
-    start: int  # offsets of the block's body in the README text
+    start: int  # offsets of the block's body in the file's text
     end: int
 
 
 def examples(text: str) -> list[Example]:
-    """Every marked block, in README order."""
+    """Every marked block, in the file's order."""
     return [Example(m["command"], int(m["lines"]) if m["lines"] else None, m.start("body"), m.end("body"))
             for m in MARKER.finditer(text)]
 
@@ -62,20 +69,41 @@ def environment(home: Path) -> dict[str, str]:
             "PYTHONPATH": str(ROOT)}
 
 
+def steps(command: str) -> list[tuple[list[str], str | None]]:
+    """The marker's command as (arguments after `gpu-advisor`, file its stdout goes to or None), per step."""
+    out: list[tuple[list[str], str | None]] = []
+    words = shlex.split(command)
+    while words:
+        step = words[:words.index("&&")] if "&&" in words else words
+        words = words[len(step) + 1:]
+        target = None
+        if len(step) >= 2 and step[-2] == ">":
+            step, target = step[:-2], step[-1]
+        if not step or step[0] != "gpu-advisor" or ">" in step or "&&" in step:
+            raise SystemExit(f"readme example: each step must be `gpu-advisor ...` [> FILE]: {command}")
+        out.append((step[1:], target))
+    return out
+
+
 def run(example: Example) -> str:
     """The block's text as the command prints it now."""
-    args = shlex.split(example.command)[1:]
+    printed = []
     with tempfile.TemporaryDirectory(prefix="readme-example-") as home:
-        r = subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
-                           cwd=home, env=environment(Path(home)), timeout=600)
-    if r.returncode != 0:
-        raise SystemExit(f"readme example failed (exit {r.returncode}): {example.command}\n{r.stderr.strip()}")
-    lines = [line.rstrip() for line in r.stdout.rstrip("\n").splitlines()]
+        for args, target in steps(example.command):
+            r = subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
+                               cwd=home, env=environment(Path(home)), timeout=600)
+            if r.returncode != 0:
+                raise SystemExit(f"readme example failed (exit {r.returncode}): {example.command}\n{r.stderr.strip()}")
+            if target is None:
+                printed.append(r.stdout)
+            else:
+                (Path(home) / target).write_text(r.stdout, encoding="utf-8")
+    lines = [line.rstrip() for line in "".join(printed).rstrip("\n").splitlines()]
     return "\n".join(lines[:example.lines] if example.lines else lines) + "\n"
 
 
 def regenerate(text: str) -> str:
-    """The README text with every marked block replaced by the command's current output."""
+    """The text with every marked block replaced by the command's current output."""
     out, pos = [], 0
     for ex in examples(text):
         out += [text[pos:ex.start], run(ex)]
@@ -83,32 +111,47 @@ def regenerate(text: str) -> str:
     return "".join(out) + text[pos:]
 
 
+def files() -> list[Path]:
+    """README.md and every docs/*.md that has at least one marked block."""
+    docs = sorted(p for p in DOCS.glob("*.md") if examples(p.read_text(encoding="utf-8")))
+    return [README, *docs]
+
+
 def diff(path: Path = README) -> str:
-    """A unified diff from the README as it is to the README as the tool would write it ('' if equal)."""
+    """A unified diff from the file as it is to the file as the tool would write it ('' if equal)."""
     text = path.read_text(encoding="utf-8")
     new = regenerate(text)
-    return "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"{path.name} (as written)",
-                                        f"{path.name} (as the tool prints it now)"))
+    name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return "".join(difflib.unified_diff(text.splitlines(True), new.splitlines(True), f"{name} (as written)",
+                                        f"{name} (as the tool prints it now)"))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*", type=Path, metavar="FILE",
+                    help="Markdown files to regenerate or check (default: README.md and every docs/*.md with markers)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 with a diff on a mismatch")
-    ap.add_argument("--readme", type=Path, default=README)
+    # --readme FILE: the older spelling of FILE
+    ap.add_argument("--readme", type=Path, action="append", default=[], help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    text = a.readme.read_text(encoding="utf-8")
-    if not examples(text):
-        print(f"{a.readme}: no '<!-- example: gpu-advisor ... -->' blocks found", file=sys.stderr)
-        return 1
-    if a.check:
-        d = diff(a.readme)
-        sys.stdout.write(d or f"{a.readme}: every example block matches the tool\n")
-        return 1 if d else 0
-    new = regenerate(text)
-    if new != text:
-        a.readme.write_text(new, encoding="utf-8")
-    print(f"{a.readme}: {len(examples(text))} example block(s) {'rewritten' if new != text else 'already match'}")
-    return 0
+    paths = [p.resolve() for p in [*a.readme, *a.files]] or files()
+    status = 0
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if not examples(text):
+            print(f"{path}: no '<!-- example: gpu-advisor ... -->' blocks found", file=sys.stderr)
+            status = 1
+            continue
+        if a.check:
+            d = diff(path)
+            sys.stdout.write(d or f"{path}: every example block matches the tool\n")
+            status = status or (1 if d else 0)
+            continue
+        new = regenerate(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+        print(f"{path}: {len(examples(text))} example block(s) {'rewritten' if new != text else 'already match'}")
+    return status
 
 
 if __name__ == "__main__":

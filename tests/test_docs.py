@@ -1,9 +1,12 @@
-"""The README is checked against the tool (sqlite-utils' tests/test_docs.py habit): every command
-and every option that `--help` shows is mentioned, and every real-output block is what the
-command prints now (scripts/readme_examples.py regenerates them)."""
+"""The documentation is checked against the tool (sqlite-utils' tests/test_docs.py habit): every
+command and every option that `--help` shows is mentioned in README.md or docs/*.md, every
+real-output block there is what the command prints now (scripts/readme_examples.py regenerates
+them), every relative link leads to a file that exists, and the README stays short enough to read
+in five minutes."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 import sys
@@ -14,6 +17,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = "\n".join(p.read_text(encoding="utf-8") for p in DOC_FILES)  # where a command or option may be documented
+README_MAX_BYTES = 15_000  # a newcomer's five minutes: the rest lives in docs/
 
 
 def _commands(cmd: click.Command, path: tuple[str, ...] = ()):
@@ -37,7 +43,7 @@ def _options(cmd: click.Command) -> list[str]:
 
 
 def _mentioned(word: str) -> bool:
-    return re.search(r"(?<![\w-])" + re.escape(word) + r"(?![\w-])", README) is not None
+    return re.search(r"(?<![\w-])" + re.escape(word) + r"(?![\w-])", DOCS) is not None
 
 
 def _tree():
@@ -50,14 +56,77 @@ COMMANDS = _tree()
 
 
 @pytest.mark.parametrize("path", [p for p, _ in COMMANDS if p], ids=" ".join)
-def test_every_command_is_in_the_readme(path):
-    assert f"gpu-advisor {' '.join(path)}" in README, f"README.md never mentions `gpu-advisor {' '.join(path)}`"
+def test_every_command_is_documented(path):
+    assert f"gpu-advisor {' '.join(path)}" in DOCS, \
+        f"neither README.md nor docs/*.md mentions `gpu-advisor {' '.join(path)}`"
 
 
 @pytest.mark.parametrize("path, cmd", COMMANDS, ids=[" ".join(p) or "gpu-advisor" for p, _ in COMMANDS])
-def test_every_option_of_every_command_is_in_the_readme(path, cmd):
+def test_every_option_of_every_command_is_documented(path, cmd):
     missing = [o for o in _options(cmd) if not _mentioned(o)]
-    assert not missing, f"`gpu-advisor {' '.join(path)}` options missing from README.md: {', '.join(missing)}"
+    assert not missing, (f"`gpu-advisor {' '.join(path)}` options missing from README.md and docs/*.md: "
+                         f"{', '.join(missing)}")
+
+
+def test_every_command_is_named_in_the_readme():
+    """The README's table of what the tool answers names every top-level command (the details may
+    live in docs/usage.md)."""
+    missing = [name for (name, *rest), _ in COMMANDS[1:] if not rest and f"gpu-advisor {name}" not in README]
+    assert not missing, f"README.md never names: {', '.join(missing)}"
+
+
+def test_the_readme_is_short():
+    size = len((ROOT / "README.md").read_bytes())
+    assert size <= README_MAX_BYTES, (f"README.md is {size:,} bytes (limit {README_MAX_BYTES:,}): move detail into "
+                                      "docs/ and link to it")
+
+
+LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|^\[[^\]\n]+\]:\s*(\S+)", re.M)
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation but '-' and '_' dropped, spaces to '-',
+    a repeated heading numbered -1, -2, ... (code blocks are not headings)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _relative_links(path: Path):
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.M | re.S)
+    text = re.sub(r"`[^`]*`", "", text)  # code spans (which may wrap a line) are not links
+    for m in LINK.finditer(text):
+        target = m[1] or m[2]
+        if not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto: are not checked here
+            yield target
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_that_exists(doc):
+    """Links in README.md and docs/*.md point at files (and headings) that exist, so moving a section
+    or renaming a file cannot leave a reader at a dead end."""
+    broken = []
+    for target in _relative_links(doc):
+        file, _, anchor = target.partition("#")
+        dest = (doc.parent / file).resolve() if file else doc
+        if not dest.exists():
+            broken.append(f"{target} (no file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
+            broken.append(f"{target} (no heading #{anchor} in {dest.relative_to(ROOT)})")
+    assert not broken, f"{doc.relative_to(ROOT)}: broken links: {'; '.join(broken)}"
+
+
+def test_the_link_check_sees_links():
+    """The link walk finds the README's links into docs/: a check that found nothing would pass anything."""
+    targets = list(_relative_links(ROOT / "README.md"))
+    assert "docs/usage.md" in targets and any(t.startswith("docs/usage.md#") for t in targets)
+    assert _anchors("# A `b` c/d\n## A `b` c/d\n```\n# not a heading\n```\n") == {"a-b-cd", "a-b-cd-1"}
 
 
 def test_the_option_walk_sees_what_help_shows():
@@ -76,6 +145,7 @@ def test_the_option_walk_sees_what_help_shows():
         assert shown and set(_options(by_path[path])) <= shown <= set(_options(by_path[path])) | other_halves
 
 
+@functools.cache
 def _readme_examples():
     spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "scripts" / "readme_examples.py")
     module = importlib.util.module_from_spec(spec)
@@ -84,12 +154,20 @@ def _readme_examples():
     return module
 
 
-@pytest.mark.slow
-def test_every_output_block_in_the_readme_is_what_the_tool_prints_now():
+def test_the_example_walk_covers_the_readme_and_every_docs_page_with_markers():
     examples = _readme_examples()
-    assert len(examples.examples(README)) >= 2  # the estimate and the plan blocks are marked
-    diff = examples.diff(ROOT / "README.md")
-    assert diff == "", "README.md output blocks are out of date; run `python scripts/readme_examples.py`:\n" + diff
+    files = examples.files()
+    assert files[0] == ROOT / "README.md" and len(examples.examples(README)) >= 2  # estimate and plan at least
+    with_markers = [p for p in DOC_FILES[1:] if examples.examples(p.read_text(encoding="utf-8"))]
+    assert files[1:] == with_markers and with_markers, "docs/*.md with example markers are not all checked"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", _readme_examples().files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_output_block_in_the_docs_is_what_the_tool_prints_now(doc):
+    diff = _readme_examples().diff(doc)
+    assert diff == "", (f"{doc.relative_to(ROOT)} output blocks are out of date; run "
+                        f"`python scripts/readme_examples.py`:\n" + diff)
 
 
 def test_ci_runs_the_readmes_test_command_verbatim_and_pytest_prints_the_resolved_versions(pytestconfig):
