@@ -31,6 +31,7 @@ COMMANDS = {
     "models": "cli.models:models",
     "tokens": "cli.tokens:tokens",
     "calibrate": "cli.calibrate:calibrate",
+    "serve": "cli.serve:serve",
 }
 
 

@@ -40,27 +40,38 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
         dataset = str(plan.workload["dataset"])
         click.echo(f"dataset: training_args.yaml reads {plain(dataset)} (the plan's dataset; --dataset to change)",
                    err=True)
-    if not plan.candidates:
-        raise BadInput(f"{where}: the plan has no candidates{': ' + plan.notice if plan.notice else ''}.")
-    if not 1 <= rank <= len(plan.candidates):
-        raise BadInput(f"--rank: must be between 1 and {len(plan.candidates)} for this plan (got {rank}).")
+    candidate = pick(plan, rank, where)
     if out_dir.is_dir() and not force and _non_empty(out_dir):
         raise BadInput(f"--out: folder {plain(out_dir)} exists and is not empty; pass --force to overwrite its "
                        "bundle files.")
-    candidate = plan.candidates[rank - 1]
-    model = model_spec(plan)
-    options = {**{k: v for k, v in plan.assumptions.items() if v is not None},
-               **{k: v for k, v in plan.workload.items() if v is not None}}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        files = build_bundle(candidate, model, dataset=dataset, options=options)
-    for w in caught:
-        click.echo(f"warning: {w.message}", err=True)
+    files, caveats = bundle_files(plan, candidate, dataset)
+    for note in caveats:
+        click.echo(f"warning: {note}", err=True)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
 
     sky = "" if sky_caveat(candidate) else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
     click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}{sky}")
+
+
+def pick(plan, rank: int, where: str = "plan"):
+    """Candidate `rank` of the plan, or one line saying why there is none."""
+    if not plan.candidates:
+        raise BadInput(f"{where}: the plan has no candidates{': ' + plan.notice if plan.notice else ''}.")
+    if not 1 <= rank <= len(plan.candidates):
+        raise BadInput(f"--rank: must be between 1 and {len(plan.candidates)} for this plan (got {rank}).")
+    return plan.candidates[rank - 1]
+
+
+def bundle_files(plan, candidate, dataset: str) -> tuple[dict[str, str], list[str]]:
+    """The bundle's files (name -> text) for a candidate of the plan, and the caveats it warns about;
+    shared with `gpu-advisor serve`'s /bundle.zip, so the zip holds what `launch` writes."""
+    options = {**{k: v for k, v in plan.assumptions.items() if v is not None},
+               **{k: v for k, v in plan.workload.items() if v is not None}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = build_bundle(candidate, model_spec(plan), dataset=dataset, options=options)
+    return files, [str(w.message) for w in caught]
 
 
 def _word(path: Path) -> str:
