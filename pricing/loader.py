@@ -288,17 +288,20 @@ def _iso(stamps):
 
 
 def age_days(observed, now=None):
-    """Days since each row's observation date (NaN where the source gives none), one decimal."""
+    """Days since each row's observation date (NaN where the source gives none), one decimal. 'Now' is
+    `now`, else pricing.clock.now() (GPU_ADVISOR_TODAY pins it)."""
     import pandas as pd
 
-    now = pd.Timestamp(now or dt.datetime.now(dt.UTC))
+    from pricing import clock
+
+    now = pd.Timestamp(now or clock.now())
     return ((now - observed).dt.total_seconds() / 86400).round(1)
 
 
 def stale_mask(ages, stale_days: float | None = None):
     """THE staleness rule, for every sheet: a price is stale when its source gives no observation
-    date, or that date is more than `stale_days` (GPU_ADVISOR_STALE_DAYS, 30) old. Nothing else
-    decides it: not the provider, the sheet it came from or the catalog generation."""
+    date, or that date is more than `stale_days` (GPU_ADVISOR_STALE_DAYS, 60: pricing.cache.STALE_DAYS)
+    old. Nothing else decides it: not the provider, the sheet it came from or the catalog generation."""
     import numpy as np
 
     limit = cache.stale_days() if stale_days is None else stale_days
