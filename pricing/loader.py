@@ -25,7 +25,7 @@ import itertools
 import math
 from pathlib import Path
 
-from pricing import agreement, cache, files, spreadsheet
+from pricing import agreement, cache, crosscheck, files, spreadsheet
 from pricing.errors import PriceInputError
 from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, validate
 
@@ -282,6 +282,7 @@ def _iso(stamps):
     import numpy as np
     import pandas as pd
 
+    stamps = pd.to_datetime(stamps, utc=True)  # a column that concat left as objects, too
     naive = stamps.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[s]")
     text = pd.Series(np.datetime_as_string(naive, unit="s"), index=stamps.index, dtype="object") + "Z"
     return text.where(stamps.notna(), None)
@@ -307,6 +308,24 @@ def stale_mask(ages, stale_days: float | None = None):
     limit = cache.stale_days() if stale_days is None else stale_days
     ages = np.asarray(ages, dtype=float)
     return np.isnan(ages) | (ages > limit)
+
+
+def _observed(df, include_bundled: bool):
+    """The dated observation sheet applied to the chosen rows (pricing.crosscheck, the one rule),
+    plus the offers only it prices (pricing.observed_offers) -> (frame, problems). The sheet is
+    bundled data: without the bundled sheets (`include_bundled=False`) the rows are only labelled."""
+    import pandas as pd
+
+    from pricing import observations, observed_offers
+
+    if not include_bundled:
+        return crosscheck.prepare(df, ORIGIN), []
+    obs, problems = observations.read()
+    df, more = crosscheck.apply(df, obs, origin=ORIGIN)
+    new, most = observed_offers.offers(df, obs, ORIGIN, str(observations.sheet_path()))
+    if len(new):
+        df = pd.concat([df, new.assign(_discount=False)], ignore_index=True)
+    return df, problems + more + most
 
 
 def parse_discounts(items) -> dict[str, float]:
@@ -400,7 +419,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     frames = [f for f in frames if len(f)]
     if not frames:
         out = empty_frame()
-        for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale"):
+        for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale", *crosscheck.COLUMNS):
             out[c] = pd.Series(dtype="object")
         return out, problems
     df = pd.concat(frames, ignore_index=True)
@@ -408,6 +427,8 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     if "_discount" not in df.columns:
         df["_discount"] = False
     df = df.drop(columns="_rank").reset_index(drop=True)
+    df, more = _observed(df, include_bundled)
+    problems += more
 
     found = sorted(df["provider"].unique())
     for prov, frac in parse_discounts(discounts or {}).items():
@@ -427,8 +448,9 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     df["age_days"] = age_days(df["observed_at"], now)
     df["stale"] = stale_mask(df["age_days"], stale_days)
     df["fetched_at"] = _iso(df["fetched_at"])
-    df["observed_at"] = _iso(df["observed_at"])
-    cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"]
+    for col in ("observed_at", "checked_at", "spot_checked_at"):
+        df[col] = _iso(df[col])
+    cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"] + list(crosscheck.COLUMNS)
     out = df[cols]
     out.attrs["disagreements"] = disagreements  # pricing.agreement.Disagreement, one per pair of sheets
     return out, problems
@@ -441,6 +463,17 @@ def load_offers(user_sheets=(), discounts=None, offline: bool = False, include_c
     df, problems = load(user_sheets, discounts, offline, include_cache, **kw)
     df.attrs["problems"] = [str(p) for p in problems]
     return df
+
+
+def provider_checks() -> list[dict]:
+    """Per provider of the offers `load()` gives (bundled sheets and cache, no user sheet): rows, and how
+    many the observation sheet confirmed, disputed or added, or left dated by their own source or
+    undated; the newest observation and how many sources observed it (pricing.crosscheck.summary)."""
+    from pricing import observations
+
+    df, _ = load()
+    obs, _ = observations.read()
+    return crosscheck.summary(df, obs)
 
 
 def sources_status() -> list[dict]:
@@ -476,4 +509,10 @@ def sources_status() -> list[dict]:
             rows = list(csv.DictReader(f))
         dated = [r["observed_at"] for r in rows if r.get("observed_at")]
         entry("clusters", "bundled cluster sheet", CLUSTERS, len(rows), max(dated, default=None))
+    from pricing import observations
+
+    obs, _ = observations.read()
+    if len(obs):
+        entry("observations", "dated observations", observations.sheet_path(), len(obs),
+              obs["observed_at"].max().strftime("%Y-%m-%dT%H:%M:%SZ"))
     return out
