@@ -16,12 +16,14 @@ from cli.options import choice
 from cli.output import render_rows
 from pricing import cache, files
 from pricing.cache import stale_days
+from pricing.crosscheck import tolerance
 from pricing.errors import PriceInputError, PricingError, unknown
 from pricing.files import to_csv
 from pricing.gpus import get_gpu
 from pricing.http import redact
-from pricing.loader import load, read_sheet, sources_status
-from pricing.refresh import base_url, refresh as run
+from pricing.loader import load, provider_checks, read_sheet, sources_status
+from pricing.refresh import base_url
+from pricing.refresh import refresh as run
 from pricing.schema import validate
 from pricing.sources import SOURCES, gpuhunt, skypilot
 
@@ -61,15 +63,21 @@ def prices() -> None:
 @click.option("--skip-bad-rows", is_flag=True,
               help="Leave out rows of your --prices sheets that cannot be read (default: refuse the sheet, "
                    "naming the row).")
+@click.option("--all", "all_rows", is_flag=True,
+              help="Every matching row (default: the cheapest row per GPU model, a fresh price before a stale one).")
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="Show at most N rows (0 = all).")
-def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, skip_bad_rows, limit) -> None:
-    """List GPU instance offers with their source and date."""
+def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, skip_bad_rows, all_rows,
+          limit) -> None:
+    """List GPU instance offers with their source, date and cross-check (cheapest per GPU; --all for every row)."""
     df, problems = load(user_sheets=sheets, discounts=list(discount), skip_bad_rows=skip_bad_rows)
     _warn([str(p) for p in problems])
     df = _filter(df, gpu, provider, region, min_gpus, spot)
     price = "spot_price_hour" if spot else "price_hour"
     df = df.assign(_sort=df[price] / (df["gpu_count"] if sort_by == "per-gpu" else 1))
     df = df.sort_values(["_sort", "provider", "region"], na_position="last", kind="stable")
+    matching = len(df)
+    if not all_rows:
+        df = cheapest_per_gpu(df)
     df = df.drop(columns="_sort")
     if limit > 0:
         df = df.head(limit)
@@ -78,7 +86,15 @@ def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount,
     elif fmt == "csv":
         click.echo(to_csv(df), nl=False)
     else:
-        _table(df, spot)
+        _table(df, spot, None if all_rows else matching)
+
+
+def cheapest_per_gpu(df):
+    """One row per GPU model, in the frame's (price) order: its cheapest fresh row, else its cheapest
+    stale one, as a plan would pick (a stale price never heads a plan while a fresh one exists)."""
+    stale = df["stale"].fillna(True).astype(bool)
+    first = df.assign(_stale=stale).sort_values("_stale", kind="stable").drop_duplicates("gpu_model")
+    return df.loc[df.index.isin(first.index)]
 
 
 def _filter(df, gpu, provider, region, min_gpus, spot):
@@ -103,20 +119,27 @@ def _filter(df, gpu, provider, region, min_gpus, spot):
     return df
 
 
-def _table(df, spot: bool) -> None:
+def _table(df, spot: bool, matching: int | None) -> None:
     if not len(df):
         click.echo("no offers match", err=True)
         return
     head = ["provider", "region", "instance_type", "gpu", "n", "GB/gpu", "vCPUs", "RAM GB", "$/h", "$/gpu-h",
-            "spot $/h", "origin", "observed"]
+            "spot $/h", "origin", "observed", "check"]
     rows = [[r.provider, r.region, r.instance_type, r.gpu_model, f"{r.gpu_count:g}", _num(r.gpu_memory_gb),
              _num(r.vcpus), _num(r.ram_gb), money(r.price_hour, 3), money(r.price_per_gpu_hour, 3),
-             money(r.spot_price_hour, 3), r.price_origin, observed_label(r.observed_at, r.stale)]
+             money(r.spot_price_hour, 3), r.price_origin, observed_label(r.observed_at, r.stale),
+             check_label(r, spot)]
             for r in df.itertuples(index=False)]
     out = [render_rows(head, rows, "table", right={4, 5, 6, 7, 8, 9, 10})]
     sources = sorted(set(df["source"]))
-    out.append(f"{len(rows)} offers; USD per hour, whole instance (on-demand unless noted). "
+    shown = (f"{len(rows)} offers (the cheapest per GPU of {matching:,} matching rows; --all lists every row)"
+             if matching is not None else f"{len(rows)} offers")
+    out.append(f"{shown}; USD per hour, whole instance (on-demand unless noted). "
                f"Sources: {plain(', '.join(sources[:4]))}{' ...' if len(sources) > 4 else ''}")
+    checked = ("confirmed", "disputed")
+    if df["price_check"].isin(checked).any() or df["spot_check"].isin(checked).any():
+        out.append("check: 'confirmed' = a dated public observation agrees (its date is the row's); 'disputed' = it "
+                   "does not, and its dated price is shown in place of the catalog's (pricing/data/OBSERVATIONS.md).")
     if df["stale"].any():
         out.append(f"STALE: observed more than {stale_days():g} days ago (GPU_ADVISOR_STALE_DAYS), or the source "
                    "gives no date; run `gpu-advisor prices refresh`.")
@@ -125,6 +148,20 @@ def _table(df, spot: bool) -> None:
 
 def _num(value) -> str:
     return "?" if value is None or value != value else f"{value:,.4g}"
+
+
+def check_label(r, spot: bool) -> str:
+    """What the dated observation sheet said about the row's price (pricing.crosscheck): 'confirmed
+    <date>', 'disputed (catalog $x)' with the catalog's own price, 'observed' for an offer only the
+    sheet lists, '' when nothing was observed."""
+
+    status, at, old = ((r.spot_check, r.spot_checked_at, r.catalog_spot_price_hour) if spot
+                       else (r.price_check, r.checked_at, r.catalog_price_hour))
+    if status == "confirmed":
+        return f"confirmed {str(at)[:10]}"
+    if status == "disputed":
+        return f"disputed (catalog {money(old, 3)})"
+    return "observed" if status == "observation" else ""
 
 
 def observed_label(observed_at, stale: bool) -> str:
@@ -224,8 +261,10 @@ def sources(fmt) -> None:
     fetchers = [{"name": n, "url": redact(base_url(n)),
                  "key": (k and ("set" if os.environ.get(k) else f"missing ({k})")) or "not needed"}
                 for n, (_, k) in SOURCES.items()]
+    checks = provider_checks()
     if fmt == "json":
-        click.echo(json.dumps({"sheets": status, "fetchers": fetchers}, indent=1))
+        click.echo(json.dumps({"sheets": status, "fetchers": fetchers, "providers": checks,
+                               "tolerance": tolerance()}, indent=1))
         return
 
     click.echo("sheets (highest precedence first: --prices files, then cache, then bundled):")
@@ -237,6 +276,21 @@ def sources(fmt) -> None:
     click.echo("fetchers (`gpu-advisor prices refresh --source NAME`):")
     for f in fetchers:
         click.echo(f"  {f['name']:<10} key: {f['key']:<28} {plain(f['url'])}")
+    click.echo(_checks_table(checks, tolerance()))
+
+
+def _checks_table(checks: list[dict], tol: float) -> str:
+    """Per provider: each row's price against the dated observation sheet (pricing.crosscheck)."""
+
+    head = ["provider", "rows", "confirmed", "disputed", "observed", "own date", "undated", "newest obs", "sources"]
+    rows = [[c["provider"], c["rows"], c["confirmed"], c["disputed"], c["observation"], c["dated"], c["undated"],
+             c["newest_observation"] or "-", c["observation_sources"]] for c in checks]  # the last: 'all'
+    table = "\n".join("  " + line for line in render_rows(head, rows, "table", right=set(range(1, 9))).splitlines())
+    return (f"providers ({len(checks) - 1}; each row's on-demand price, else its spot price, against the dated "
+            f"observation sheet, tolerance {tol:.0%} per GPU-hour):\n{table}\n"
+            "  confirmed: an observation agrees and dates the row; disputed: its dated price replaced the catalog's; "
+            "observed: an offer only the observation sheet lists; own date: dated by its own source, not "
+            "contradicted by a newer observation; undated: nobody dated it (STALE).")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,10 +15,14 @@ import os
 import re
 from pathlib import Path
 
-from pricing import files
+from pricing import clock, files
 from pricing.schema import COLUMNS
 
-STALE_DAYS = 30.0  # default threshold; GPU_ADVISOR_STALE_DAYS overrides
+# A price observed more than this many days ago is stale (GPU_ADVISOR_STALE_DAYS overrides). 60: in the
+# dated observation sheet, pairs of observations of one product 30-60 days apart differ by more than 5 %
+# in 17 % of cases, 60-90 days apart in 52 %, 90-180 days apart in 72 % (pricing/data/OBSERVATIONS.md,
+# "Staleness"): past two months a list price has more likely moved than not.
+STALE_DAYS = 60.0
 
 
 def cache_dir() -> Path:
@@ -98,4 +102,5 @@ def age_days(stamp: str | None, now: dt.datetime | None = None) -> float | None:
         return None
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.UTC)
-    return ((now or dt.datetime.now(dt.UTC)) - t).total_seconds() / 86400
+
+    return ((now or clock.now()) - t).total_seconds() / 86400

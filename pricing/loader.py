@@ -25,7 +25,16 @@ import itertools
 import math
 from pathlib import Path
 
-from pricing import agreement, cache, files, spreadsheet
+from pricing import (
+    agreement,
+    cache,
+    clock,
+    crosscheck,
+    files,
+    observations,
+    observed_offers,
+    spreadsheet,
+)
 from pricing.errors import PriceInputError, unknown
 from pricing.gpus import canonical_name, get_gpu
 from pricing.schema import COLUMNS, ORIGIN, Problem, empty_frame, validate
@@ -281,28 +290,48 @@ def _iso(stamps):
     import numpy as np
     import pandas as pd
 
+    stamps = pd.to_datetime(stamps, utc=True)  # a column that concat left as objects, too
     naive = stamps.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy().astype("datetime64[s]")
     text = pd.Series(np.datetime_as_string(naive, unit="s"), index=stamps.index, dtype="object") + "Z"
     return text.where(stamps.notna(), None)
 
 
 def age_days(observed, now=None):
-    """Days since each row's observation date (NaN where the source gives none), one decimal."""
+    """Days since each row's observation date (NaN where the source gives none), one decimal. 'Now' is
+    `now`, else pricing.clock.now() (GPU_ADVISOR_TODAY pins it)."""
     import pandas as pd
 
-    now = pd.Timestamp(now or dt.datetime.now(dt.UTC))
+
+    now = pd.Timestamp(now or clock.now())
     return ((now - observed).dt.total_seconds() / 86400).round(1)
 
 
 def stale_mask(ages, stale_days: float | None = None):
     """THE staleness rule, for every sheet: a price is stale when its source gives no observation
-    date, or that date is more than `stale_days` (GPU_ADVISOR_STALE_DAYS, 30) old. Nothing else
-    decides it: not the provider, the sheet it came from or the catalog generation."""
+    date, or that date is more than `stale_days` (GPU_ADVISOR_STALE_DAYS, 60: pricing.cache.STALE_DAYS)
+    old. Nothing else decides it: not the provider, the sheet it came from or the catalog generation."""
     import numpy as np
 
     limit = cache.stale_days() if stale_days is None else stale_days
     ages = np.asarray(ages, dtype=float)
     return np.isnan(ages) | (ages > limit)
+
+
+def _observed(df, include_bundled: bool):
+    """The dated observation sheet applied to the chosen rows (pricing.crosscheck, the one rule),
+    plus the offers only it prices (pricing.observed_offers) -> (frame, problems). The sheet is
+    bundled data: without the bundled sheets (`include_bundled=False`) the rows are only labelled."""
+    import pandas as pd
+
+
+    if not include_bundled:
+        return crosscheck.prepare(df, ORIGIN), []
+    obs, problems = observations.read()
+    df, more = crosscheck.apply(df, obs, origin=ORIGIN)
+    new, most = observed_offers.offers(df, obs, ORIGIN, str(observations.sheet_path()))
+    if len(new):
+        df = pd.concat([df, new.assign(_discount=False)], ignore_index=True)
+    return df, problems + more + most
 
 
 def parse_discounts(items) -> dict[str, float]:
@@ -396,7 +425,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     frames = [f for f in frames if len(f)]
     if not frames:
         out = empty_frame()
-        for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale"):
+        for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale", *crosscheck.COLUMNS):
             out[c] = pd.Series(dtype="object")
         return out, problems
     df = pd.concat(frames, ignore_index=True)
@@ -404,6 +433,8 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     if "_discount" not in df.columns:
         df["_discount"] = False
     df = df.drop(columns="_rank").reset_index(drop=True)
+    df, more = _observed(df, include_bundled)
+    problems += more
 
     found = sorted(df["provider"].unique())
     for prov, frac in parse_discounts(discounts or {}).items():
@@ -421,8 +452,9 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     df["age_days"] = age_days(df["observed_at"], now)
     df["stale"] = stale_mask(df["age_days"], stale_days)
     df["fetched_at"] = _iso(df["fetched_at"])
-    df["observed_at"] = _iso(df["observed_at"])
-    cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"]
+    for col in ("observed_at", "checked_at", "spot_checked_at"):
+        df[col] = _iso(df[col])
+    cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"] + list(crosscheck.COLUMNS)
     out = df[cols]
     out.attrs["disagreements"] = disagreements  # pricing.agreement.Disagreement, one per pair of sheets
     return out, problems
@@ -435,6 +467,16 @@ def load_offers(user_sheets=(), discounts=None, offline: bool = False, include_c
     df, problems = load(user_sheets, discounts, offline, include_cache, **kw)
     df.attrs["problems"] = [str(p) for p in problems]
     return df
+
+
+def provider_checks() -> list[dict]:
+    """Per provider of the offers `load()` gives (bundled sheets and cache, no user sheet): rows, and how
+    many the observation sheet confirmed, disputed or added, or left dated by their own source or
+    undated; the newest observation and how many sources observed it (pricing.crosscheck.summary)."""
+
+    df, _ = load()
+    obs, _ = observations.read()
+    return crosscheck.summary(df, obs)
 
 
 def sources_status() -> list[dict]:
@@ -470,4 +512,9 @@ def sources_status() -> list[dict]:
             rows = list(csv.DictReader(f))
         dated = [r["observed_at"] for r in rows if r.get("observed_at")]
         entry("clusters", "bundled cluster sheet", CLUSTERS, len(rows), max(dated, default=None))
+
+    obs, _ = observations.read()
+    if len(obs):
+        entry("observations", "dated observations", observations.sheet_path(), len(obs),
+              obs["observed_at"].max().strftime("%Y-%m-%dT%H:%M:%SZ"))
     return out

@@ -1,6 +1,7 @@
 """Run the reference plans (DEVELOPERS.md's dozen plus those the issues quote) and save what they print.
 
-Each plan runs as a fresh process in the fixed, offline environment of scripts/readme_examples.py, and
+Each plan runs as a fresh process in the fixed, offline environment of scripts/readme_examples.py (today
+pinned to its TODAY, so price ages do not move with the calendar), and
 its JSON (with `generated_at` removed) and its table go to FOLDER/<name>.json and FOLDER/<name>.txt. Two
 folders compare byte for byte, which is how a behaviour-preserving change is checked:
 

@@ -14,10 +14,11 @@ The command runs as a fresh process (`python -m advisor ...`, the console script
 fixed environment, so the output depends only on the code and its bundled data: an empty
 temporary cache, HOME and Hugging Face cache (no fetched prices, no network: HF_HUB_OFFLINE=1),
 none of the caller's GPU_ADVISOR_*/HF_* settings (the default staleness rule included, so the README
-shows what a new user sees: the bundled catalog is undated, every dated bundled row is already past
-30 days, so the calendar turns nothing STALE that is not already), COLUMNS=200, NO_COLOR=1 and a UTF-8
-locale (the output holds no other date than the sheets' own). The block is the command's stdout (stderr
-warnings are left out), trailing spaces removed, cut to the first N lines when the marker says so.
+shows what a new user sees) except GPU_ADVISOR_TODAY=2026-12-01 (TODAY): prices are aged and marked
+STALE as of that day (pricing/clock.py), the day the bundled observation sheet was last checked, so the
+calendar turns nothing STALE; COLUMNS=200, NO_COLOR=1 and a UTF-8 locale (the output holds no other
+date than the sheets' own). The block is the command's stdout (stderr warnings are left out), trailing
+spaces removed, cut to the first N lines when the marker says so.
 
     python scripts/readme_examples.py                  rewrite README.md and every docs/*.md with markers, in place
     python scripts/readme_examples.py --check          exit 1 with a diff when a block no longer matches
@@ -42,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
+TODAY = "2026-12-01"  # the day pricing/data/observations.csv was last checked (its OBSERVATIONS.md)
 MARKER = re.compile(r"^<!-- example(?:, first (?P<lines>\d+) lines)?: (?P<command>gpu-advisor .+?) -->\n"
                     r"(?P<fence>```[^\n]*\n)(?P<body>.*?)^```$", re.M | re.S)
 
@@ -64,7 +66,7 @@ def environment(home: Path) -> dict[str, str]:
     """The fixed environment every example runs in (see the module docstring)."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
             "GPU_ADVISOR_CACHE_DIR": str(home / "gpu-advisor-cache"), "XDG_CACHE_HOME": str(home / "cache"),
-            "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(home / "hf"), "HF_HUB_OFFLINE": "1", "GPU_ADVISOR_TODAY": TODAY,
             "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb", "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
             "PYTHONPATH": str(ROOT)}
 

@@ -546,7 +546,7 @@ def test_prices_list_csv_output_has_no_live_formulas(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf" + csv_text([dict(GOOD, instance_type=f, notes="=1+1") for f in FORMULAS[:4]])
                      .encode())
     res = CliRunner().invoke(cli, ["prices", "list", "--prices", str(path), "--provider", "aws",
-                                   "--format", "csv"])
+                                   "--format", "csv", "--all"])
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     evil = [r for r in rows if r["price_origin"] == "user"]

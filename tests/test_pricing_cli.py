@@ -42,23 +42,26 @@ def test_list_spot_sorts_by_spot_and_hides_rows_without_one():
     assert spots and None not in spots and spots == sorted(spots)
 
 
-def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unknown(tmp_path):
+def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unknown(tmp_path, monkeypatch):
     import datetime as dt
+
+    monkeypatch.setenv("GPU_ADVISOR_TODAY", "2026-12-01")  # ages as of the day the sheet was last checked
 
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     sheet = tmp_path / "mine.csv"
     sheet.write_text("provider,instance_type,gpu_model,gpu_count,vcpus,ram_gb,price_hour,observed_at\n"
                      f"acme,box-8h100,H100,8,208,1800,20.0,{today}\n")
-    res = run("list", "--gpu", "H100", "--min-gpus", "8", "--prices", str(sheet))
+    res = run("list", "--gpu", "H100", "--min-gpus", "8", "--prices", str(sheet), "--all")
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0].split()[5:8] == ["GB/gpu", "vCPUs", "RAM", ] and "observed" in lines[0]
     [mine] = [line for line in lines if line.startswith("acme")]
     assert mine.split()[5:8] == ["80", "208", "1,800"] and mine.endswith(today)  # dated, fresh: no STALE
-    bundled = [line for line in lines if "bundled" in line and not line.startswith("coreweave")]
-    assert bundled and all(line.endswith("date unknown STALE") for line in bundled)  # undated catalog rows
-    [cw] = [line for line in lines if line.startswith("coreweave")]  # a cited page, dated but old
-    assert cw.endswith("2026-09-20 STALE")
+    undated = [line for line in lines if "bundled" in line and "date unknown" in line]
+    assert undated and all(line.endswith("date unknown STALE") for line in undated)  # nobody observed these
+    # a cited page (2026-09-20), confirmed by a dated observation of the same price (2026-10-10, issue 31)
+    [cw] = [line for line in lines if line.startswith("coreweave") and "HGX-H100-8x" in line]
+    assert cw.split()[-3:] == ["2026-10-10", "confirmed", "2026-10-10"]
 
 
 @pytest.mark.parametrize("args, field", [(["--gpu", "H1000"], "--gpu"), (["--provider", "awz"], "--provider"),
@@ -108,7 +111,8 @@ def test_import_writes_cache_sheet_that_list_then_prefers(tmp_path):
     src = tmp_path / "lambda_vms.csv"
     src.write_text("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n"
                    "gpu_8x_h100_sxm5,H100,8.0,208.0,1800.0,20.00,us-east-1,,\n")
-    res = run("import", str(src))
+    # dated newer than any observation of it, so the dated observation sheet does not override it (issue 31)
+    res = run("import", str(src), "--observed-at", "2026-11-30")
     assert res.exit_code == 0 and "imported 1 offers" in res.output
     rows = json.loads(run("list", "--provider", "lambda", "--region", "us-east-1", "--format", "json",
                           "--gpu", "H100", "--min-gpus", "8").output)

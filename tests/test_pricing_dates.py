@@ -3,7 +3,6 @@ dated, fresh offer for the same GPU exists."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import pytest
@@ -24,15 +23,15 @@ def plan(*extra):
     return json.loads(res.stdout)
 
 
-def test_undated_marketplace_rows_do_not_head_the_plan_while_a_dated_fresh_h100_offer_exists(tmp_path):
-    today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+def test_undated_marketplace_rows_do_not_head_the_plan_while_a_dated_fresh_h100_offer_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_ADVISOR_TODAY", "2026-12-01")  # the observation sheet's ages as of its last check
+    top = [c["offer"] for c in plan()["candidates"]]
+    assert top and not any(o["stale"] for o in top)  # the dated observation sheet gives fresh offers (issue 31)
     sheet = tmp_path / "quote.csv"  # a dated quote, dearer per GPU-hour than the undated $1.29 rows
     sheet.write_text("provider,instance_type,gpu_model,gpu_count,vcpus,ram_gb,price_hour,observed_at\n"
-                     f"acme,1x-h100,H100,1,26,225,2.99,{today}\n")
-    without = [c["offer"] for c in plan()["candidates"]]
-    assert without and all(o["stale"] for o in without)  # every bundled price is undated or old
-    top = [c["offer"] for c in plan("--prices", str(sheet))["candidates"]]
-    assert top[0]["provider"] == "acme" and top[0]["price_date"] == today and not top[0]["stale"]
+                     "acme,1x-h100,H100,1,26,225,2.49,2026-11-28\n")
+    top = [c["offer"] for c in plan("--gpu", "H100", "--prices", str(sheet))["candidates"]]
+    assert top[0]["provider"] == "acme" and top[0]["price_date"] == "2026-11-28" and not top[0]["stale"]
     assert not any(o["provider"] == "hyperbolic" or o["stale"] for o in top)
 
 
@@ -71,7 +70,8 @@ def test_a_plan_whose_shown_offer_two_sheets_disagree_on_says_so(tmp_path):
     from advisor.planner import plan
 
     _cache(tmp_path, "gpuhunt", [("lambda", "us-east-1", "gpu_1x_h100_sxm5", "H100", 1, 3.29, "gpuhunt", "2026-11-28")])
-    p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, methods=("lora",), providers=("lambda",), regions=("us-east-1",))
+    p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, methods=("lora",), providers=("lambda",), regions=("us-east-1",),
+             gpus=("H100",))
     assert p.candidates[0].offer.instance_type == "gpu_1x_h100_sxm5" and p.candidates[0].price_hour == 3.29
     [w] = [w for w in p.warnings if w.startswith("Price sources disagree")]
     assert "$3.29/h" in w and "$4.29/h" in w and "2026-11-28" in w

@@ -119,9 +119,10 @@ def test_private_cluster_yaml_with_price_per_gpu_hour_derives_the_rest(tmp_path)
 
 
 def test_user_sheet_beats_cache_beats_bundled_and_each_row_says_where_it_came_from(tmp_path):
-    cached = write_csv(tmp_path / "c.csv", [dict(GOOD, price_hour="50"),
+    # dated after the observation sheet's newest read, so its date is the newest (pricing.crosscheck rule 4)
+    cached = write_csv(tmp_path / "c.csv", [dict(GOOD, price_hour="50", observed_at="2026-11-30"),
                                              dict(GOOD, instance_type="p4d.24xlarge", gpu_model="A100",
-                                                  price_hour="30")])
+                                                  price_hour="30", observed_at="2026-11-30")])
     good, _ = read_sheet(cached)
     cache.write_sheet("aws", good, source="aws", url="http://x")
     user = write_csv(tmp_path / "neg.csv", [dict(GOOD, price_hour="40", source="negotiated")])

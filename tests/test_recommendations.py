@@ -31,14 +31,21 @@ def offer(provider, region, instance, gpu, count, price, spot=None, **kw):
                 stale=kw.get("stale", False), cluster_gbps=kw.get("cluster_gbps"))
 
 
+TODAY = "2026-12-01"  # the day the bundled observation sheet was last checked: price ages as of then
+
+
 @pytest.fixture(scope="module")
 def lora_8b():
-    return plan("meta-llama/Llama-3.1-8B", tokens=100e6)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPU_ADVISOR_TODAY", TODAY)
+        return plan("meta-llama/Llama-3.1-8B", tokens=100e6)
 
 
 @pytest.fixture(scope="module")
 def lora_8b_spot():
-    return plan("meta-llama/Llama-3.1-8B", tokens=100e6, spot=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPU_ADVISOR_TODAY", TODAY)
+        return plan("meta-llama/Llama-3.1-8B", tokens=100e6, spot=True)
 
 
 def every(p):
@@ -46,15 +53,23 @@ def every(p):
             *([p.baseline] if p.baseline else []), *([p.spot_alternative] if p.spot_alternative else [])]
 
 
-def test_default_8b_lora_top_pick_is_on_demand_and_says_its_bundled_price_is_undated(lora_8b):
-    """The bundled catalog states no observation dates (PROVENANCE.md): every price is shown as
-    'date unknown', stale, and the plan says so instead of claiming the snapshot's build date."""
+def test_default_8b_lora_top_pick_is_on_demand_and_dated_only_by_an_observation(lora_8b):
+    """The bundled catalog states no observation dates (PROVENANCE.md): a catalog price shows the date of the
+    dated public observation that confirmed it (issue 31), else 'date unknown' and stale, never the snapshot's
+    build date; with dated offers at hand, no undated one is ranked."""
+    from pricing.loader import load
+
     top = lora_8b.candidates[0]
     assert not top.spot and lora_8b.spot_alternative is None
     assert all(not c.spot for c in lora_8b.candidates)
-    assert all(c.price_date == "date unknown" and c.price_stale for c in lora_8b.candidates
-               if c.offer.source.startswith("skypilot-catalog"))
-    assert any("stale" in w and "undated" in w for w in lora_8b.warnings)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPU_ADVISOR_TODAY", TODAY)
+        rows = load(include_cache=False)[0].set_index(["provider", "region", "instance_type"])
+    catalog = [c for c in lora_8b.candidates if c.offer.source.startswith("skypilot-catalog")]
+    assert catalog and top.price_date != "date unknown" and not top.price_stale
+    for c in catalog:
+        row = rows.loc[(c.provider, c.offer.region, c.offer.instance_type)]
+        assert (row.price_check, c.price_date, c.price_stale) == ("confirmed", row.checked_at[:10], False), c.offer
     assert lora_8b.baseline is not None and not lora_8b.baseline.spot
     assert lora_8b.saving_vs_baseline_usd == pytest.approx(lora_8b.baseline.cost_usd - top.cost_usd)
 
@@ -62,13 +77,13 @@ def test_default_8b_lora_top_pick_is_on_demand_and_says_its_bundled_price_is_und
 def test_a_dated_fresh_h100_beats_the_undated_marketplace_headline(tmp_path):
     """Issue 26: the undated $1.29/GPU-h marketplace H100 rows lose the headline to a dated, fresh
     offer, even a dearer one (the cheap rows are left out with their reason)."""
-    from datetime import UTC, datetime, timedelta
-
-    seen = (datetime.now(UTC) - timedelta(days=2)).strftime("%Y-%m-%dT00:00:00Z")
-    sheet = tmp_path / "quote.csv"
+    seen = "2026-11-29T00:00:00Z"  # two days before the pinned today
+    sheet = tmp_path / "quote.csv"  # cheaper than any dated H100 in the bundled sheets (RunPod Community $2.69)
     sheet.write_text("provider,region,instance_type,gpu_model,gpu_count,vcpus,ram_gb,price_hour,observed_at\n"
-                     f"acme,eu-1,acme-h100,H100,1,16,200,2.99,{seen}\n")
-    p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, prices=(str(sheet),))
+                     f"acme,eu-1,acme-h100,H100,1,16,200,2.49,{seen}\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPU_ADVISOR_TODAY", TODAY)
+        p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, prices=(str(sheet),), gpus=("H100",))
     top = p.candidates[0]
     assert (top.provider, top.price_stale, top.price_date) == ("acme", False, seen[:10])
     assert all(c.provider != "hyperbolic" for c in p.candidates)

@@ -163,10 +163,28 @@ def parse_rows(rows: list[dict], cloud: str, source: str, fetched_at: str, sheet
             "interconnect": spec.interconnect if spec else None,
             "notes": ";".join(note) or None,
         })
-    if cloud == "vast":  # vCPU/RAM are placeholders (32 / 64.0) in the v9 catalog (§1.4)
+    if cloud == "vast":
         for o in out:
-            o["vcpus"] = o["ram_gb"] = None
+            _vast_host(o)
     return pd.DataFrame(out), problems
+
+
+_VAST_TYPE = re.compile(r"\d+x-.+-(?P<cores>\d+(?:\.\d+)?)-(?P<ram_mb>\d+(?:\.\d+)?)")
+
+
+def _vast_host(offer: dict) -> None:
+    """Fill a Vast row's vCPUs and RAM from its instance name where the columns are empty.
+
+    SkyPilot names a Vast type `<n>x-<gpu>-<cpu_cores>-<cpu_ram MB>` and fills vCPUs/MemoryGiB from the
+    same offer fields (sky/catalog/data_fetchers/fetch_vast.py, `create_instance_type`; MemoryGiB =
+    cpu_ram / 1024). Its search rounds specifications down ("chunked"), and its launch asks Vast for
+    `cpu_ram >=` the name's figure "as a guarantor" (sky/provision/vast/utils.py, `launch`), so the
+    figures are what a box rented as this type has at least: a floor, not a placeholder."""
+    m = _VAST_TYPE.fullmatch(offer["instance_type"])
+    if m and offer.get("vcpus") is None:
+        offer["vcpus"] = float(m["cores"])
+    if m and offer.get("ram_gb") is None:
+        offer["ram_gb"] = float(m["ram_mb"]) / 1024
 
 
 def _combine_gcp(rows: list[dict], sheet: str):

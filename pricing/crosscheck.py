@@ -1,0 +1,265 @@
+"""Cross-check catalog prices against the dated observation sheet, by one rule.
+
+The catalogs (the bundled SkyPilot snapshot, the cluster sheet, fetch caches) say what an instance
+costs but mostly not when anyone saw that price. pricing/data/observations.csv holds public prices
+with the date their source states (pricing.observations). THE RULE, applied by the loader to every
+catalog row (never to a user's own sheet: that is their price) and to each price separately
+(on-demand `price_hour` against on-demand and marketplace-median observations, `spot_price_hour`
+against spot observations):
+
+1. Candidates: observations of the same provider, tier and GPU model, in the row's region (an
+   observation without a region speaks for every region of its provider), that are either
+   (a) of the same product (instance_type, compared without case), or, when the observation names
+   no product the catalogs list for that provider, (b) of the same GPU count with
+   price_unit=instance, or (c) a per-GPU price (price_unit=gpu), compared per GPU-hour.
+2. The newest observation (by observed_at) decides; equally new ones are taken in the order
+   (a), (b), (c), then sheet order.
+3. The row's and the observation's prices are compared per GPU-hour. Within TOLERANCE of the
+   observed price: *confirmed* (the row keeps its price, takes the observation's date as its
+   `observed_at` and carries its source in `checked_by` / `checked_at`). Otherwise *disputed*: the
+   observed price replaces the row's (per GPU x gpu_count when per GPU), the old one is kept in
+   `catalog_price_hour` (spot: `catalog_spot_price_hour`) and noted `price_disputed:<old>`
+   (`spot_disputed:<old>`), and the row takes the observation's date and, as its `source`, the
+   observation's citation (the catalog's moves to `catalog_source`); a disputed price that no
+   dated price can replace is cleared, and a row left with no price leaves the ranking with a reason.
+4. Newest dated wins: a row whose own `observed_at` (a live fetch's API date, a cited page's
+   read date) is newer than the observation keeps its price and date; the observation only
+   confirms it, or is noted beside it (`observation_older:<price>@<date>`).
+5. No candidate: the row is unchanged ("date unknown" and stale when undated, as before).
+
+The row's `observed_at` follows its on-demand price (the price plans rank by default); a row
+with only a spot price takes its spot observation's date. `price_check` / `spot_check` say what
+happened: confirmed, disputed, dated (own date, nothing newer observed), undated, observation (an
+offer the observation sheet itself adds, pricing.observed_offers) or user.
+
+TOLERANCE is 5 % of the observed per-GPU-hour price (GPU_ADVISOR_OBSERVATION_TOLERANCE overrides),
+set from the bundled data (OBSERVATIONS.md, "Tolerance"). Of the 640 catalog rows an on-demand
+observation matches, 465 agree within 0.1 % and 18 more within 3.4 % (two sources quoting one price:
+GCP with or without its bundled local SSD 0.6-0.8 %, a3-megagpu-8g 1.3 %, Paperspace A100 3.18 vs
+3.28); none lies between 3.4 % and 5 %, the rest are 6.8 % or more apart. The list-price steps in
+the sheet are 6 % and up (RunPod Secure H100 3.29 -> 3.49 on 2026-09-25; H200 4.59 -> 5.29 on
+2026-10-10). 15 % would
+stamp RunPod's H200 at 4.59 "confirmed 2026-10-10" when RunPod asked 5.29 that day. A false dispute
+costs little (the dated price is used); a false confirmation dates a price that has moved.
+Regional spreads (AWS p5.48xlarge +25 % in ap-northeast-1) are no tolerance matter: hyperscaler
+observations carry their region, and region-less ones come from sellers that price every region alike.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from pricing.schema import Problem
+
+TOLERANCE = 0.05  # of the observed per-GPU-hour price; why: the module docstring
+ENV = "GPU_ADVISOR_OBSERVATION_TOLERANCE"
+EPSILON = 1e-9  # a price exactly at the tolerance is within it, whatever binary floats make of the ratio
+# which observation tiers check which price column
+TIERS = {"price_hour": ("on-demand", "marketplace-median"), "spot_price_hour": ("spot",)}
+STATUS = {"price_hour": ("price_check", "checked_by", "checked_at", "catalog_price_hour", "price_disputed"),
+          "spot_price_hour": ("spot_check", "spot_checked_by", "spot_checked_at", "catalog_spot_price_hour",
+                              "spot_disputed")}
+COLUMNS = tuple(c for cols in STATUS.values() for c in cols[:4]) + ("catalog_source",)  # the columns `apply` adds
+USER, OBSERVATION = "user", "observation"
+
+
+def tolerance() -> float:
+    """TOLERANCE, or GPU_ADVISOR_OBSERVATION_TOLERANCE when it is a finite fraction >= 0."""
+    try:
+        value = float(os.environ.get(ENV, TOLERANCE))
+    except ValueError:
+        return TOLERANCE
+    return value if math.isfinite(value) and value >= 0 else TOLERANCE
+
+
+def prepare(df, origin: str = "price_origin"):
+    """The frame with the status columns filled as if nothing matched: user rows 'user', rows
+    with a date 'dated', the others 'undated' (rows that already carry a status keep it)."""
+    import numpy as np
+    import pandas as pd
+
+    df = df.copy()
+    user = (df[origin] == "user").to_numpy() if origin in df else np.zeros(len(df), bool)
+    dated = df["observed_at"].notna().to_numpy()
+    base = np.where(user, USER, np.where(dated, "dated", "undated")).astype(object)
+    for col, (status, by, at, old, _) in STATUS.items():
+        has = df[col].notna().to_numpy()
+        fill = np.where(has, base, None)
+        df[status] = df[status].where(df[status].notna(), pd.Series(fill, index=df.index)) if status in df else fill
+        for c in (by, at, old, "catalog_source"):
+            if c not in df:
+                df[c] = pd.Series([pd.NaT if c == at else None] * len(df), index=df.index,
+                                  dtype="datetime64[ns, UTC]" if c == at else ("float64" if c == old else object))
+    return df
+
+
+def candidates(df, obs, tiers, origin: str = "price_origin"):
+    """Every (row position i, observation j) pair that rule 1 allows, with its specificity (0: same
+    product, 1: same GPU count, 2: per-GPU price). Only catalog rows (not user rows, not the
+    observation sheet's own offers) are paired."""
+    import numpy as np
+    import pandas as pd
+
+    catalog = _catalog(df, origin)
+    products = set(zip(df.loc[catalog, "provider"], df.loc[catalog, "instance_type"].str.lower()))
+    o = obs[obs["tier"].isin(tiers)]
+    left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": df.loc[catalog, "provider"].to_numpy(),
+                         "gpu_model": df.loc[catalog, "gpu_model"].to_numpy(),
+                         "region": df.loc[catalog, "region"].str.lower().to_numpy(),
+                         "itype": df.loc[catalog, "instance_type"].str.lower().to_numpy(),
+                         "count": df.loc[catalog, "gpu_count"].to_numpy(dtype=float)})
+    product = [v or "" for v in _lower(o["product"])]
+    right = pd.DataFrame({"j": np.arange(len(o)), "provider": o["provider"].to_numpy(),
+                          "gpu_model": o["gpu_model"].to_numpy(), "o_region": _lower(o["region"]),
+                          "product": product, "unit": o["price_unit"].to_numpy(),
+                          "o_count": o["gpu_count"].to_numpy(dtype=float),
+                          "names": [(p, x) in products for p, x in zip(o["provider"], product)]})
+    m = left.merge(right, on=["provider", "gpu_model"])
+    if not len(m):
+        return m.assign(spec=pd.Series(dtype=int))
+    region_ok = m["o_region"].isna() | (m["o_region"] == m["region"])
+    spec = np.select([m["names"] & (m["product"] == m["itype"]),
+                      ~m["names"] & (m["unit"] == "instance") & (m["o_count"] == m["count"]),
+                      ~m["names"] & (m["unit"] == "gpu")], [0, 1, 2], -1)
+    m = m.assign(spec=spec)[region_ok.to_numpy() & (spec >= 0)]
+    return m.reset_index(drop=True)
+
+
+def _lower(values):
+    """Lower-cased text cells as an object array; empty cells stay None."""
+    import numpy as np
+
+    return np.array([v.lower() if isinstance(v, str) and v else None for v in values], dtype=object)
+
+
+def _catalog(df, origin: str):
+    """Mask of the rows the rule checks: not a user's own, not an offer the observation sheet added."""
+    import numpy as np
+
+    user = (df[origin] == "user").to_numpy() if origin in df else np.zeros(len(df), bool)
+    added = (df["price_check"] == OBSERVATION).to_numpy() if "price_check" in df else np.zeros(len(df), bool)
+    return ~user & ~added
+
+
+def best(df, obs, tiers, origin: str = "price_origin"):
+    """(row positions, observation positions in `obs`): each row's observation by rules 1-2 (newest,
+    then most specific, then sheet order)."""
+    import numpy as np
+
+    m = candidates(df, obs, tiers, origin)
+    if not len(m):
+        return np.array([], int), np.array([], int)
+    index = np.flatnonzero(obs["tier"].isin(tiers).to_numpy())  # positions in `obs` of the tier's rows
+    j = index[m["j"].to_numpy()]
+    stamp = obs["observed_at"].to_numpy(dtype="datetime64[ns]")[j].astype("int64")
+    order = np.lexsort((j, m["spec"].to_numpy(), -stamp, m["i"].to_numpy()))
+    i = m["i"].to_numpy()[order]
+    first = np.r_[True, i[1:] != i[:-1]]
+    return i[first], j[order][first]
+
+
+def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
+    """The rule (module docstring) on a loaded frame -> (frame, [Problem] for rows left without a price).
+
+    `df`: one row per (provider, region, instance_type), `observed_at` as UTC timestamps, `origin`
+    naming user rows; `obs`: pricing.observations.read's frame."""
+    tol = tolerance() if tol is None else tol
+    df = prepare(df.reset_index(drop=True), origin)
+    if not len(obs) or not len(df):
+        return df, []
+    own = df["observed_at"].to_numpy(dtype="datetime64[ns]")  # the rows' own dates: what rule 4 compares with
+    for col, tiers in TIERS.items():
+        df = _judge(df, own, obs, col, *best(df, obs, tiers, origin), tol)
+    return _drop_unpriced(df)
+
+
+def _judge(df, own, obs, col: str, rows, picks, tol: float):
+    """Rules 3-4 for one price column: each row position in `rows` against the observation at the
+    same position in `picks` -> the frame with prices, dates, sources, statuses and notes updated."""
+    import numpy as np
+    import pandas as pd
+
+    status, by, at, old, tag = STATUS[col]
+    price = df[col].to_numpy(dtype=float)
+    keep = ~np.isnan(price[rows])
+    rows, picks = rows[keep], picks[keep]
+    if not len(rows):
+        return df
+    count = df["gpu_count"].to_numpy(dtype=float)[rows]
+    per_gpu = obs["per_gpu"].to_numpy(dtype=float)[picks]
+    seen = obs["observed_at"].to_numpy(dtype="datetime64[ns]")[picks]
+    source = obs["source"].to_numpy(dtype=object)[picks]
+    agree = np.abs(price[rows] / count / per_gpu - 1) <= tol + EPSILON
+    mine = own[rows]
+    newer = ~np.isnat(mine) & (np.isnat(seen) | (mine > seen))  # rule 4: the row's own date wins
+    dates = np.full(len(rows), col == "price_hour") | np.isnan(df["price_hour"].to_numpy(dtype=float)[rows])
+    checked = agree | ~newer  # rows whose status, source and date the observation sets
+    disputed = ~agree & ~newer
+    out = {c: df[c].to_numpy(dtype=object).copy() for c in (status, by, "notes", "source", "catalog_source")}
+    stamps = df[at].to_numpy(dtype="datetime64[ns]").copy()
+    olds, new_price = df[old].to_numpy(dtype=float).copy(), price.copy()
+    out[status][rows[checked]] = np.where(agree[checked], "confirmed", "disputed")
+    out[by][rows[checked]] = source[checked]
+    stamps[rows[checked]] = seen[checked]
+    olds[rows[disputed]] = price[rows[disputed]]
+    new_price[rows[disputed]] = np.where(np.isnat(seen[disputed]), np.nan, per_gpu[disputed] * count[disputed])
+    swap = disputed & dates  # the row's price is now the observation's: so is its source
+    out["catalog_source"][rows[swap]] = out["source"][rows[swap]]
+    out["source"][rows[swap]] = source[swap]
+    move = checked & dates & ~newer & ~np.isnat(seen)  # a newer own date stays (rule 4)
+    observed = df["observed_at"].to_numpy(dtype="datetime64[ns]").copy()
+    observed[rows[move]] = seen[move]
+    for k in np.flatnonzero(disputed | (newer & ~agree)):
+        i = rows[k]
+        text = (f"{tag}:{price[i]:.4g}" if disputed[k] else
+                f"observation_older:{per_gpu[k] * count[k]:.4g}@{_day(seen[k])}")
+        out["notes"][i] = _note(out["notes"][i], text)
+    return df.assign(**out, **{old: olds, col: new_price, at: pd.DatetimeIndex(stamps).tz_localize("UTC"),
+                               "observed_at": pd.DatetimeIndex(observed).tz_localize("UTC")})
+
+
+def _drop_unpriced(df):
+    """Rows a dispute left with neither price leave the frame, each with a Problem saying why."""
+
+    gone = (df["price_hour"].isna() & df["spot_price_hour"].isna()).to_numpy()
+    problems = [Problem(str(r.source), 0, "price_hour",
+                        f"{r.provider}/{r.region}/{r.instance_type}: disputed by {r.checked_by or r.spot_checked_by}, "
+                        "which gives no dated price to replace it; left out of the ranking")
+                for r in df[gone].itertuples()]
+    return df[~gone].reset_index(drop=True), problems
+
+
+def _note(old, new: str) -> str:
+    return f"{old};{new}" if isinstance(old, str) and old else new
+
+
+def _day(stamp) -> str:
+    import pandas as pd
+
+    return "undated" if pd.isna(stamp) else pd.Timestamp(stamp).strftime("%Y-%m-%d")
+
+
+def summary(df, obs) -> list[dict]:
+    """Per provider of the loaded frame, then one 'all' entry: rows, and how many the rule confirmed,
+    disputed, added (observation), left with their own date (dated) or undated, judged on each row's
+    on-demand price (a spot-only row: its spot price), so the five counts add up to the rows; the
+    same for spot prices; the newest observation date and the number of distinct observation sources."""
+    out = [_counts(provider, rows, obs[obs["provider"] == provider] if len(obs) else obs)
+           for provider, rows in df.groupby("provider", sort=True)]
+    return out + [_counts("all", df, obs)]
+
+
+def _counts(name: str, rows, obs) -> dict:
+    import pandas as pd
+
+    status = rows["price_check"].fillna(rows["spot_check"]).fillna("undated")
+    spot = rows["spot_check"]
+    newest = obs["observed_at"].max() if len(obs) else pd.NaT
+    entry = {"provider": name, "rows": int(len(rows))}
+    entry.update({k: int((status == k).sum()) for k in ("confirmed", "disputed", OBSERVATION, "dated", "undated",
+                                                       USER)})
+    entry.update({"spot_confirmed": int((spot == "confirmed").sum()), "spot_disputed": int((spot == "disputed").sum()),
+                  "newest_observation": None if pd.isna(newest) else newest.strftime("%Y-%m-%d"),
+                  "observation_sources": int(obs["source"].nunique()) if len(obs) else 0})
+    return entry

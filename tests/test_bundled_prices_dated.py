@@ -1,0 +1,173 @@
+"""The bundled prices, checked against the bundled dated observation sheet (issue 31): every catalog row a
+dated observation speaks for is within the tolerance of it or disputed (and then priced at it), rows nobody
+observed stay undated and stale, vast rows carry their host size, and more than 16 providers are priced."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from pricing import crosscheck, observations
+
+TODAY = "2026-12-01"  # the day the observation sheet was last checked (OBSERVATIONS.md)
+
+
+@pytest.fixture(scope="module")
+def offers():
+    import os
+
+    from pricing.loader import load
+
+    old = {k: os.environ.get(k) for k in ("GPU_ADVISOR_TODAY", "GPU_ADVISOR_OBSERVATIONS",
+                                          "GPU_ADVISOR_OBSERVATION_TOLERANCE", "GPU_ADVISOR_STALE_DAYS")}
+    os.environ["GPU_ADVISOR_TODAY"] = TODAY
+    for k in list(old)[1:]:
+        os.environ.pop(k, None)
+    try:
+        df, problems = load(include_cache=False)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert problems == []
+    return df
+
+
+@pytest.fixture(scope="module")
+def sheet():
+    obs, problems = observations.read()
+    assert problems == []
+    return obs
+
+
+def newest(sheet, provider, product, region, tier):
+    """The newest observation naming this product in this region (or in every region), or None."""
+    o = sheet[(sheet.provider == provider) & (sheet["product"].str.lower() == product.lower()) & (sheet.tier == tier)
+              & (sheet.region.isna() | (sheet.region == region))]
+    return None if not len(o) else o.sort_values(["observed_at", "row"], ascending=[False, True]).iloc[0]
+
+
+def judged(rows, sheet, tier: str):
+    """For each row: (row, the observation the rule must use or None), judged independently of the code."""
+    for r in rows.itertuples():
+        yield r, newest(sheet, r.provider, r.instance_type, r.region, tier)
+
+
+def assert_rule(r, ob, price: str, old: str, status: str, at: str):
+    catalog = getattr(r, old) if getattr(r, status) == "disputed" else getattr(r, price)
+    gap = abs(catalog / r.gpu_count / ob.per_gpu - 1)
+    if gap <= crosscheck.TOLERANCE + 1e-9:
+        assert getattr(r, status) == "confirmed" and getattr(r, price) == catalog, r
+    else:
+        assert getattr(r, status) == "disputed" and getattr(r, price) == pytest.approx(ob.per_gpu * r.gpu_count), r
+    assert getattr(r, at) == ob.observed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_every_gcp_a3_h100_row_a_dated_observation_speaks_for_is_within_tolerance_or_disputed(offers, sheet):
+    a3 = offers[(offers.provider == "gcp") & offers.instance_type.str.match(r"a3-(high|mega|edge)gpu-")]
+    assert len(a3) == 91
+    covered = []
+    for r, ob in judged(a3, sheet, "on-demand"):
+        if ob is None:
+            assert (r.price_check, r.stale) == ("undated", True), r  # nobody dated it: never ranked over dated ones
+            continue
+        covered.append((r.region, r.instance_type))
+        assert_rule(r, ob, "price_hour", "catalog_price_hour", "price_check", "checked_at")
+    # the regions dated sources cover (us-central1: GCP's page 2026-10-10; the billing catalog 2026-07-30)
+    for region in ("us-central1", "us-east4", "europe-west4"):
+        for itype in ("a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-highgpu-8g", "a3-megagpu-8g"):
+            assert (region, itype) in covered
+    low = a3[a3.catalog_price_hour.notna()]  # the half-price band (DWS SKU) is what was disputed
+    assert len(low) and (low.catalog_price_hour / low.price_hour < 0.6).all()
+    [h8] = a3[(a3.region == "us-central1") & (a3.instance_type == "a3-highgpu-8g")].itertuples()
+    assert (h8.price_hour, h8.catalog_price_hour, h8.observed_at) == (88.49, 43.0662, "2026-10-10T00:00:00Z")
+
+
+def test_every_p5en_spot_row_a_dated_observation_speaks_for_is_within_tolerance_or_disputed(offers, sheet):
+    p5en = offers[(offers.instance_type == "p5en.48xlarge") & offers.spot_check.notna()]
+    assert len(p5en) == 10
+    checked = 0
+    for r, ob in judged(p5en, sheet, "spot"):
+        if ob is None:
+            assert r.spot_check == "undated", r
+            continue
+        checked += 1
+        assert_rule(r, ob, "spot_price_hour", "catalog_spot_price_hour", "spot_check", "spot_checked_at")
+    assert checked == 5  # us-east-1/2, us-west-1/2, eu-north-1 (dstack PRs, AWS spot feed, August 2026)
+    [east] = p5en[p5en.region == "us-east-1"].itertuples()
+    assert east.spot_check == "disputed" and east.catalog_spot_price_hour == 14.8209 and east.spot_price_hour > 26.6
+
+
+@pytest.mark.parametrize("provider, region, itype, price, status, day", [
+    ("aws", "us-east-1", "p5.48xlarge", 55.04, "confirmed", "2026-10-10"),
+    ("aws", "us-east-1", "p5en.48xlarge", 63.296, "confirmed", "2026-10-10"),
+    ("lambda", "us-east-1", "gpu_8x_h100_sxm5", 31.92, "confirmed", "2026-10-10"),
+    ("azure", "eastus", "Standard_ND96isr_H100_v5", 98.32, "confirmed", "2026-10-10"),
+    ("oci", "eu-amsterdam-1", "BM.GPU.H100.8", 80.0, "confirmed", "2026-10-10"),
+    ("runpod", "CA", "8x_H100-SXM_SECURE", 31.92, "disputed", "2026-10-10"),  # 3.29 -> 3.99 per GPU
+    ("nebius", "eu-north1", "gpu-h100-sxm_1gpu-16vcpu-200gb", 3.85, "disputed", "2026-09-25"),
+])
+def test_issue_31s_examples_are_confirmed_or_disputed_at_their_dated_price(offers, provider, region, itype, price,
+                                                                           status, day):
+    [r] = offers[(offers.provider == provider) & (offers.instance_type == itype) & (offers.region == region)].itertuples()
+    assert (r.price_hour, r.price_check, r.observed_at[:10]) == (pytest.approx(price), status, day)
+    assert r.checked_by.startswith(("github:", "https://"))
+
+
+def test_vast_h100_marketplace_rows_are_disputed_by_the_dated_median(offers):
+    vast = offers[(offers.provider == "vast") & (offers.gpu_model == "H100")]
+    assert len(vast) and (vast.price_check == "disputed").all()
+    assert (vast.price_per_gpu_hour > vast.catalog_price_hour / vast.gpu_count).all()  # $1.80 undated was too low
+
+
+def test_every_vast_row_has_vcpus_and_ram_from_the_catalog(offers):
+    snapshot = pd.read_csv(observations.SHEET.parent / "snapshot.csv")
+    vast = snapshot[snapshot.provider == "vast"]
+    assert len(vast) == 55 and vast.vcpus.notna().all() and vast.ram_gb.notna().all()
+    assert ((vast.vcpus == 32) & (vast.ram_gb == 64)).all()  # the type name's `-32-65536`: 32 cores, 65,536 MB
+
+
+def test_the_snapshot_is_what_the_build_script_writes_from_the_catalog_extracts(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "snapshot.csv"
+    done = subprocess.run([sys.executable, str(root / "scripts" / "build_snapshot.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == (root / "pricing" / "data" / "snapshot.csv").read_bytes()
+
+
+def test_the_bundled_data_prices_at_least_16_providers(offers):
+    priced = offers[offers.price_hour.notna() | offers.spot_price_hour.notna()]
+    assert priced.provider.nunique() >= 16
+    added = set(priced[priced.price_check == "observation"].provider) - {"aws", "azure", "gcp", "runpod", "vast"}
+    assert {"digitalocean", "scaleway", "verda", "crusoe", "civo", "together"} <= added
+
+
+def test_no_bundled_row_is_dated_in_the_future_or_without_a_source(offers):
+    dated = offers[offers.observed_at.notna()]
+    assert (dated.observed_at <= "2026-12-02").all()
+    checked = offers[offers.price_check.isin(["confirmed", "disputed", "observation"])]
+    assert checked.checked_by.notna().all() and checked.checked_at.notna().all()
+
+
+def test_the_default_8b_plan_heads_with_a_dated_price_and_no_undated_row_in_its_top_ten(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    monkeypatch.setenv("GPU_ADVISOR_TODAY", TODAY)
+    monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    res = CliRunner().invoke(cli, ["plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    top = [c["offer"] for c in json.loads(res.stdout)["candidates"][:10]]
+    assert top[0]["price_date"] >= "2026-09-01" and top[0]["source"].startswith(("github:", "https://"))
+    assert not any(o["price_date"] == "date unknown" or o["stale"] for o in top)
+    assert all(o["price_date"] >= "2026-10-02" for o in top)  # fresh: within 60 days of 2026-12-01

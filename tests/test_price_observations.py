@@ -1,0 +1,184 @@
+"""The cross-check rule (pricing.crosscheck, issue 31) on small sheets: a catalog price that agrees with
+the newest dated observation is confirmed and takes its date; one that does not is replaced by the dated
+price and keeps its own beside it; nothing observed stays undated; a user's own sheet is never touched."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pricing import crosscheck, observations, observed_offers
+
+OBS = {"provider": "aws", "product": "", "region": "", "gpu_model": "H100", "gpu_count": "8", "tier": "on-demand",
+       "price_hour": "55.04", "price_unit": "instance", "currency": "USD", "observed_at": "2026-10-01",
+       "source": "https://example.com/prices", "read_at": "2026-12-01", "vcpus": "", "ram_gb": "", "notes": ""}
+ROW = {"provider": "aws", "region": "us-east-1", "instance_type": "p5.48xlarge", "gpu_model": "H100", "gpu_count": 8.0,
+       "vcpus": 192.0, "ram_gb": 2048.0, "price_hour": 55.04, "spot_price_hour": np.nan, "source": "catalog",
+       "notes": None, "observed_at": None, "price_origin": "bundled"}
+
+
+def sheet(tmp_path, *rows, name="obs.csv"):
+    """An observation sheet on disk (each row: OBS with changes), read as the loader reads it."""
+    path = tmp_path / name
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(observations.COLUMNS))
+        w.writeheader()
+        w.writerows({**OBS, **r} for r in rows)
+    obs, problems = observations.read(path)
+    assert problems == []
+    return obs
+
+
+def catalog(*rows):
+    df = pd.DataFrame([{**ROW, **r} for r in rows])
+    return df.assign(observed_at=pd.to_datetime(df["observed_at"], utc=True))
+
+
+def check(tmp_path, rows, obs_rows, tol=None):
+    df, problems = crosscheck.apply(catalog(*rows), sheet(tmp_path, *obs_rows), tol=tol)
+    assert problems == []
+    return df
+
+
+def test_a_catalog_price_that_agrees_is_confirmed_and_takes_the_observation_date_and_source(tmp_path):
+    [r] = check(tmp_path, [{}], [{"product": "p5.48xlarge", "region": "us-east-1"}]).itertuples()
+    assert (r.price_check, r.price_hour, r.source) == ("confirmed", 55.04, "catalog")  # its own source kept
+    assert r.checked_by == OBS["source"] and str(r.checked_at.date()) == str(r.observed_at.date()) == "2026-10-01"
+
+
+def test_a_catalog_price_that_disagrees_is_replaced_by_the_dated_price_and_kept_beside_it(tmp_path):
+    [r] = check(tmp_path, [{"provider": "runpod", "instance_type": "8x_H100-SXM_SECURE", "price_hour": 26.32}],
+                [{"provider": "runpod", "gpu_count": "", "price_unit": "gpu", "price_hour": "3.99"}]).itertuples()
+    assert r.price_check == "disputed" and r.price_hour == pytest.approx(31.92)  # per GPU x 8
+    assert r.catalog_price_hour == 26.32 and "price_disputed:26.32" in r.notes
+    assert (r.source, r.catalog_source) == (OBS["source"], "catalog")  # the price's source is the observation's
+    assert str(r.observed_at.date()) == "2026-10-01"
+
+
+def test_a_row_nobody_observed_stays_undated(tmp_path):
+    [r] = check(tmp_path, [{"gpu_model": "A100", "instance_type": "p4d.24xlarge", "price_hour": 21.96}],
+                [{}]).itertuples()
+    assert (r.price_check, r.price_hour, r.checked_by) == ("undated", 21.96, None) and pd.isna(r.observed_at)
+
+
+@pytest.mark.parametrize("per_gpu, status", [(10.5, "confirmed"), (9.5, "confirmed"),  # exactly 5 % off
+                                             (10.51, "disputed"), (9.49, "disputed")])
+def test_the_tolerance_is_5_percent_of_the_observed_per_gpu_price_on_both_sides(tmp_path, per_gpu, status):
+    [r] = check(tmp_path, [{"price_hour": per_gpu * 8}], [{"price_hour": "80"}]).itertuples()
+    assert crosscheck.TOLERANCE == 0.05 and r.price_check == status
+
+
+def test_the_tolerance_comes_from_one_environment_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPU_ADVISOR_OBSERVATION_TOLERANCE", "0.2")
+    assert crosscheck.tolerance() == 0.2
+    [r] = check(tmp_path, [{"price_hour": 11.9 * 8}], [{"price_hour": "80"}]).itertuples()
+    assert r.price_check == "confirmed"
+    for bad in ("abc", "nan", "-1", "inf"):  # not a fraction: the stated default, not a surprise
+        monkeypatch.setenv("GPU_ADVISOR_OBSERVATION_TOLERANCE", bad)
+        assert crosscheck.tolerance() == crosscheck.TOLERANCE
+
+
+def test_an_observation_with_a_region_speaks_for_that_region_only_and_one_without_for_all(tmp_path):
+    rows = [{"region": "us-east-1", "price_hour": 50.0}, {"region": "ap-northeast-1", "price_hour": 50.0}]
+    east, tokyo = check(tmp_path, rows, [{"region": "us-east-1"}]).itertuples()
+    assert (east.price_check, tokyo.price_check) == ("disputed", "undated")
+    east, tokyo = check(tmp_path, rows, [{}]).itertuples()
+    assert (east.price_check, tokyo.price_check) == ("disputed", "disputed")
+
+
+def test_products_counts_and_per_gpu_prices_match_as_the_rule_says(tmp_path):
+    rows = [{"instance_type": "p5.48xlarge"}, {"instance_type": "p5.4xlarge", "gpu_count": 1.0, "price_hour": 6.88}]
+    # a catalog product name: that instance type only
+    big, small = check(tmp_path, rows, [{"product": "p5.48xlarge"}]).itertuples()
+    assert (big.price_check, small.price_check) == ("confirmed", "undated")
+    # no catalog product: the same GPU count for an instance price ...
+    big, small = check(tmp_path, rows, [{"product": "8x H100 box"}]).itertuples()
+    assert (big.price_check, small.price_check) == ("confirmed", "undated")
+    # ... and every count for a per-GPU price, compared per GPU-hour
+    big, small = check(tmp_path, rows, [{"price_unit": "gpu", "price_hour": "6.88", "gpu_count": ""}]).itertuples()
+    assert (big.price_check, small.price_check) == ("confirmed", "confirmed")
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_the_newest_observation_wins_whatever_the_sheet_order(tmp_path, order):
+    old, new = {"observed_at": "2026-08-01", "price_hour": "70"}, {"observed_at": "2026-10-01", "price_hour": "55.04"}
+    [r] = check(tmp_path, [{}], [old, new][::order]).itertuples()
+    assert r.price_check == "confirmed" and str(r.checked_at.date()) == "2026-10-01"
+
+
+def test_equally_new_observations_prefer_the_one_naming_the_instance(tmp_path):
+    generic = {"price_unit": "gpu", "gpu_count": "", "price_hour": "9"}  # per GPU: would dispute
+    named = {"product": "p5.48xlarge", "source": "https://example.com/p5"}
+    [r] = check(tmp_path, [{}], [generic, named]).itertuples()
+    assert r.price_check == "confirmed" and r.checked_by == "https://example.com/p5"
+
+
+def test_a_row_with_its_own_newer_date_is_not_overridden(tmp_path):
+    rows = [{"observed_at": "2026-11-30", "price_hour": 40.0, "price_origin": "cache:aws"},
+            {"observed_at": "2026-11-30", "price_hour": 55.0, "price_origin": "cache:aws", "region": "us-west-2"}]
+    moved, same = check(tmp_path, rows, [{}]).itertuples()
+    assert (moved.price_check, moved.price_hour) == ("dated", 40.0) and "observation_older:55.04@2026-10-01" in moved.notes
+    assert same.price_check == "confirmed" and str(same.observed_at.date()) == "2026-11-30"  # newest dated wins
+
+
+def test_spot_prices_are_checked_against_spot_observations_only(tmp_path):
+    rows = [{"spot_price_hour": 14.82}, {"region": "us-west-2", "price_hour": np.nan, "spot_price_hour": 17.8}]
+    spot = {"tier": "spot", "price_hour": "27.2"}
+    both, only_spot = check(tmp_path, rows, [spot]).itertuples()
+    assert both.spot_check == "disputed" and both.spot_price_hour == 27.2 and both.catalog_spot_price_hour == 14.82
+    assert both.price_check == "undated" and pd.isna(both.observed_at)  # the date follows the on-demand price
+    assert "spot_disputed:14.82" in both.notes and both.source == "catalog"
+    assert only_spot.spot_check == "disputed" and str(only_spot.observed_at.date()) == "2026-10-01"
+
+
+def test_a_disputed_price_no_dated_price_can_replace_leaves_the_ranking_with_a_reason(tmp_path):
+    obs = sheet(tmp_path, {"price_hour": "80"}).assign(observed_at=pd.NaT)  # the reader refuses such rows
+    df, problems = crosscheck.apply(catalog({}), obs)
+    assert len(df) == 0 and len(problems) == 1
+    assert "aws/us-east-1/p5.48xlarge" in str(problems[0]) and "no dated price" in str(problems[0])
+
+
+def test_observations_the_catalog_lacks_become_offers_with_unknown_hosts_said(tmp_path):
+    obs = sheet(tmp_path, {"provider": "acme", "product": "H100 SXM", "price_unit": "gpu", "price_hour": "2.5",
+                           "gpu_count": ""},
+                {"provider": "acme", "product": "H100 SXM", "tier": "community", "price_unit": "gpu", "price_hour": "2",
+                 "gpu_count": "", "vcpus": "16", "ram_gb": "128"},
+                {"provider": "acme", "product": "H100 SXM", "tier": "reserved-1y", "price_unit": "gpu",
+                 "price_hour": "1.5", "gpu_count": ""},
+                {"product": "p5.48xlarge"})  # answers to a catalog row: not an offer
+    df, _ = crosscheck.apply(catalog({}), obs)
+    new, problems = observed_offers.offers(df, obs)
+    assert problems == [] and sorted(new["instance_type"]) == ["H100 SXM", "H100 SXM [community]"]
+    listed, community = new.sort_values("instance_type").itertuples()
+    assert (listed.region, listed.gpu_count, listed.price_hour, listed.price_check) == ("unknown", 1, 2.5, "observation")
+    assert np.isnan(listed.vcpus) and np.isnan(listed.ram_gb) and observed_offers.HOST_UNKNOWN in listed.notes
+    assert (community.vcpus, community.ram_gb) == (16, 128) and "marketplace" in community.notes
+
+
+def test_a_users_own_sheet_is_never_overridden(tmp_path, monkeypatch):
+    from pricing.loader import load
+
+    monkeypatch.setenv("GPU_ADVISOR_OBSERVATIONS", str(tmp_path / "obs.csv"))
+    sheet(tmp_path, {"product": "p5.48xlarge", "region": "us-east-1", "price_hour": "80"})
+    mine = tmp_path / "mine.csv"
+    mine.write_text("provider,region,instance_type,gpu_model,gpu_count,price_hour\n"
+                    "aws,us-east-1,p5.48xlarge,H100,8,30\n")
+    df, _ = load([mine], include_cache=False)
+    [r] = df[(df.instance_type == "p5.48xlarge") & (df.region == "us-east-1")].itertuples()
+    assert (r.price_hour, r.price_origin, r.price_check) == (30.0, "user", "user")
+
+
+def test_the_loader_applies_the_rule_for_every_consumer(tmp_path, monkeypatch):
+    from pricing.loader import load
+
+    monkeypatch.setenv("GPU_ADVISOR_OBSERVATIONS", str(tmp_path / "obs.csv"))
+    monkeypatch.setenv("GPU_ADVISOR_TODAY", "2026-12-01")
+    sheet(tmp_path, {"product": "p5.48xlarge", "region": "us-east-1", "observed_at": "2026-11-01"})
+    df, problems = load(include_cache=False)
+    [r] = df[(df.instance_type == "p5.48xlarge") & (df.region == "us-east-1")].itertuples()
+    assert (r.price_check, r.observed_at, r.checked_at, r.age_days, r.stale) == (
+        "confirmed", "2026-11-01T00:00:00Z", "2026-11-01T00:00:00Z", 30.0, False)
+    assert not any("obs.csv" in str(p) for p in problems)
