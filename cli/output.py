@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import shutil
 import sys
 from typing import Iterable, Sequence
 
 from advisor.text import md, plain
+from pricing import settings
 from pricing.files import csv_safe
 
 FORMATS = ("table", "md", "csv")
@@ -48,9 +48,9 @@ def render_rows(headers: Sequence[str], rows: Iterable[Sequence[object]], fmt: s
 def terminal_width() -> int | None:
     """Columns the table may use: COLUMNS when set (also in a pipe), the terminal's width on a TTY,
     else None (a pipe or file keeps one line per row, for grep and scripts)."""
-    columns = os.environ.get("COLUMNS", "").strip()
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    columns = settings.terminal_columns()
+    if columns is not None:
+        return columns
     if _is_tty():
         return shutil.get_terminal_size().columns
     return None
@@ -105,7 +105,7 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
     while width is not None and needed(keep, gap) > width and narrower():
         pass
     held = width is None or needed(keep, gap) <= width  # else (a very narrow terminal) rich folds headers too
-    colour = _is_tty() and not os.environ.get("NO_COLOR")
+    colour = _is_tty() and not settings.no_color()
     table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, gap, 0, 0), collapse_padding=True,
                   header_style="bold" if colour else "", expand=False)
     for i in keep:

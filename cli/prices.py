@@ -14,7 +14,7 @@ from advisor.text import plain
 from advisor.units import money
 from cli.options import choice
 from cli.output import render_rows
-from pricing import cache, files
+from pricing import cache, files, settings
 from pricing.cache import stale_days
 from pricing.crosscheck import tolerance
 from pricing.errors import PriceInputError, PricingError, unknown
@@ -255,11 +255,10 @@ def _stamp(iso: str):
 def sources(fmt) -> None:
     """Each price source: rows, age, and where it lives."""
     import json
-    import os
 
     status = sources_status()
     fetchers = [{"name": n, "url": redact(base_url(n)),
-                 "key": (k and ("set" if os.environ.get(k) else f"missing ({k})")) or "not needed"}
+                 "key": (k and ("set" if settings.present(k) else f"missing ({k})")) or "not needed"}
                 for n, (_, k) in SOURCES.items()]
     checks = provider_checks()
     if fmt == "json":

@@ -14,20 +14,17 @@ rounding and per-minute vs per-hour conversions stay far below it.
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 
-TOLERANCE = 0.10
+from pricing import settings
+
+TOLERANCE = settings.PRICE_TOLERANCE
 NOTE = "price_disagrees"
 
 
 def tolerance() -> float:
-    try:
-        value = float(os.environ.get("GPU_ADVISOR_PRICE_TOLERANCE", TOLERANCE))
-    except ValueError:
-        return TOLERANCE
-    return value if math.isfinite(value) and value >= 0 else TOLERANCE
+    """TOLERANCE, or GPU_ADVISOR_PRICE_TOLERANCE (a fraction from 0 to 10; anything else is refused)."""
+    return settings.price_tolerance()
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 from pathlib import Path
 
-from pricing import clock, files
+from pricing import clock, files, settings
 from pricing.schema import COLUMNS
 
-# A price observed more than this many days ago is stale (GPU_ADVISOR_STALE_DAYS overrides). 60: in the
-# dated observation sheet, pairs of observations of one product 30-60 days apart differ by more than 5 %
-# in 17 % of cases, 60-90 days apart in 52 %, 90-180 days apart in 72 % (pricing/data/OBSERVATIONS.md,
-# "Staleness"): past two months a list price has more likely moved than not.
-STALE_DAYS = 60.0
+# A price observed more than this many days ago is stale (GPU_ADVISOR_STALE_DAYS overrides; why 60 days:
+# pricing.settings.STALE_DAYS).
+STALE_DAYS = settings.STALE_DAYS
 
 
 def cache_dir() -> Path:
@@ -35,10 +32,8 @@ def sheets_dir() -> Path:
 
 
 def stale_days() -> float:
-    try:
-        return float(os.environ.get("GPU_ADVISOR_STALE_DAYS", STALE_DAYS))
-    except ValueError:
-        return STALE_DAYS
+    """GPU_ADVISOR_STALE_DAYS, else STALE_DAYS; a value that is not a number of days from 0 is refused."""
+    return settings.stale_days()
 
 
 def safe_name(name: str) -> str:

@@ -47,12 +47,11 @@ observations carry their region, and region-less ones come from sellers that pri
 
 from __future__ import annotations
 
-import math
-import os
 
+from pricing import settings
 from pricing.schema import Problem
 
-TOLERANCE = 0.05  # of the observed per-GPU-hour price; why: the module docstring
+TOLERANCE = settings.OBSERVATION_TOLERANCE  # of the observed per-GPU-hour price; why: the module docstring
 ENV = "GPU_ADVISOR_OBSERVATION_TOLERANCE"
 EPSILON = 1e-9  # a price exactly at the tolerance is within it, whatever binary floats make of the ratio
 # which observation tiers check which price column
@@ -65,12 +64,8 @@ USER, OBSERVATION = "user", "observation"
 
 
 def tolerance() -> float:
-    """TOLERANCE, or GPU_ADVISOR_OBSERVATION_TOLERANCE when it is a finite fraction >= 0."""
-    try:
-        value = float(os.environ.get(ENV, TOLERANCE))
-    except ValueError:
-        return TOLERANCE
-    return value if math.isfinite(value) and value >= 0 else TOLERANCE
+    """TOLERANCE, or GPU_ADVISOR_OBSERVATION_TOLERANCE (a fraction from 0 to 10; anything else is refused)."""
+    return settings.observation_tolerance()
 
 
 def prepare(df, origin: str = "price_origin"):

@@ -39,6 +39,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from pricing import settings
 from pricing.errors import PriceInputError
 
 MAX_DOC_BYTES = 5_000_000
@@ -78,11 +79,8 @@ def atomic_write(path, data: bytes | str, mode: int | None = None) -> None:
 
 
 def cache_dir() -> Path:
-    """$GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor."""
-    if os.environ.get("GPU_ADVISOR_CACHE_DIR"):
-        return Path(os.environ["GPU_ADVISOR_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "gpu-advisor"
+    """$GPU_ADVISOR_CACHE_DIR, else $XDG_CACHE_HOME/gpu-advisor, else ~/.cache/gpu-advisor (pricing.settings)."""
+    return settings.cache_dir()
 
 
 # --------------------------------------------------------------------------- reading

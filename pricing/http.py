@@ -1,38 +1,12 @@
 """One requests helper for every fetcher: bounded in time and size, bounded retries, clear errors.
 
-A price server is not trusted to behave. Every limit below, when hit, is one `FetchError`
+A price server is not trusted to behave. Every limit, when hit, is one `FetchError`
 naming the URL and the limit (and the environment variable that tunes it); `refresh` adds
 that the last good sheet was kept.
 
-==================================  ========  ==============================================
-environment variable                default   what it bounds
-==================================  ========  ==============================================
-GPU_ADVISOR_HTTP_TIMEOUT            30 s      connecting, and each single read of the socket
-GPU_ADVISOR_HTTP_DEADLINE           300 s     one request, wall clock: connect, headers and
-                                              every read of the body (a body trickled a few
-                                              bytes a second is cut off here)
-GPU_ADVISOR_HTTP_SOURCE_BUDGET      900 s     everything one source's refresh does over the
-                                              network: all its requests, pages, retries and
-                                              waits (`budget()`, used by `refresh`)
-GPU_ADVISOR_HTTP_RETRIES            4         retries after a connection error, a timeout, a
-                                              truncated body, 429 or 5xx
-GPU_ADVISOR_HTTP_CONNECT_RETRIES    1         retries when the host cannot be reached at all
-                                              (connection refused, DNS failure): a host that is
-                                              not there now will not be there in 30 s either
-GPU_ADVISOR_HTTP_MIN_RATE           1024 B/s  a body that arrives slower than this on average ...
-GPU_ADVISOR_HTTP_MIN_RATE_TIME      30 s      ... over this long is abandoned (curl's
-                                              --speed-limit / --speed-time), not retried
-GPU_ADVISOR_HTTP_BACKOFF            1 s       first retry wait (doubles each time)
-GPU_ADVISOR_HTTP_MAX_WAIT           60 s      the longest `Retry-After` honoured; a server that
-                                              asks for longer is not waited for: the fetch
-                                              fails at once saying so
-GPU_ADVISOR_HTTP_MAX_BYTES          64 MiB    a body held in memory (JSON, CSV), counted after
-                                              gzip/deflate decoding (a gzip bomb stops here)
-GPU_ADVISOR_HTTP_MAX_STREAM_BYTES   2 GiB     a body parsed while it streams (AWS offer files,
-                                              hundreds of MB), also counted after decoding
-GPU_ADVISOR_HTTP_MAX_PAGES          1000      pages followed for one query (Azure); a next link
-                                              that repeats a page or leaves the host also stops
-==================================  ========  ==============================================
+The limits (connect and read timeout, per-request deadline, per-source budget, retries, minimum
+rate, backoff, Retry-After cap, body sizes, pages) and their GPU_ADVISOR_HTTP_* variables are in
+pricing/settings.py, which reads and validates them, and in its table, docs/settings.md.
 
 The per-request deadline is enforced by a watchdog that shuts the socket down when time is
 up, so it also ends a stall inside one read (requests' own timeout is per read only). That
@@ -44,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import socket
 import sys
@@ -52,6 +25,7 @@ import threading
 import time
 
 from pricing import files
+from pricing import settings as _settings
 from pricing.errors import FetchError, PriceInputError
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -61,29 +35,9 @@ MIB = 1024 * 1024
 _state = threading.local()  # .watch (request in flight), .budget (source refresh in progress)
 
 
-def _env(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if math.isfinite(value) and value >= 0 else default
-
-
 def settings() -> dict:
-    return {
-        "timeout": _env("GPU_ADVISOR_HTTP_TIMEOUT", 30.0),
-        "deadline": _env("GPU_ADVISOR_HTTP_DEADLINE", 300.0),
-        "budget": _env("GPU_ADVISOR_HTTP_SOURCE_BUDGET", 900.0),
-        "retries": int(_env("GPU_ADVISOR_HTTP_RETRIES", 4)),
-        "connect_retries": int(_env("GPU_ADVISOR_HTTP_CONNECT_RETRIES", 1)),
-        "min_rate": _env("GPU_ADVISOR_HTTP_MIN_RATE", 1024.0),
-        "min_rate_time": _env("GPU_ADVISOR_HTTP_MIN_RATE_TIME", 30.0),
-        "backoff": _env("GPU_ADVISOR_HTTP_BACKOFF", 1.0),
-        "max_wait": _env("GPU_ADVISOR_HTTP_MAX_WAIT", 60.0),
-        "max_bytes": int(_env("GPU_ADVISOR_HTTP_MAX_BYTES", 64 * MIB)),
-        "max_stream_bytes": int(_env("GPU_ADVISOR_HTTP_MAX_STREAM_BYTES", 2048 * MIB)),
-        "max_pages": int(_env("GPU_ADVISOR_HTTP_MAX_PAGES", 1000)),
-    }
+    """The limits above, read now (pricing.settings.http_limits: a value out of range is refused, exit 2)."""
+    return _settings.http_limits()
 
 
 def _size(n: float) -> str:

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from pricing import files
+from pricing import files, settings
 from pricing.errors import PriceInputError
 from pricing.schema import CONTROL_RE, MAX_TEXT_CHARS
 
@@ -78,7 +77,7 @@ def _num(row: dict, col: str, where: str, required: bool = False) -> float | Non
 
 
 def sheet_path() -> Path:
-    return Path(os.environ.get("GPU_ADVISOR_MANAGED_SHEET") or SHEET)
+    return settings.managed_sheet() or SHEET
 
 
 def _check_text(row: dict, where: str) -> None:

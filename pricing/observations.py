@@ -29,11 +29,10 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
-import os
 import re
 from pathlib import Path
 
-from pricing import files
+from pricing import files, settings
 from pricing.errors import PriceInputError
 from pricing.gpus import canonical_name
 from pricing.schema import (
@@ -74,7 +73,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ][0-9:.]+(Z|[+-]\d{2}:?\d{2})?)?")
 
 def sheet_path() -> Path:
     """The observation sheet the loader reads: $GPU_ADVISOR_OBSERVATIONS, else the bundled one."""
-    return Path(os.environ.get(ENV) or SHEET)
+    return settings.observations_sheet() or SHEET
 
 
 def read(path=None, now=None):

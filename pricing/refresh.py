@@ -12,10 +12,9 @@ the last good cached sheet untouched, byte for byte, and its message says so.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 
-from pricing import cache, http
+from pricing import cache, http, settings
 from pricing.errors import FetchError, PriceInputError, unknown
 from pricing.schema import validate
 from pricing.sources import SOURCES
@@ -32,7 +31,7 @@ class Outcome:
 
 def base_url(name: str, endpoint: str | None = None) -> str:
     module = importlib.import_module(SOURCES[name][0])
-    return endpoint or os.environ.get(f"GPU_ADVISOR_{name.upper()}_URL") or module.DEFAULT_URL
+    return endpoint or settings.source_url(name) or module.DEFAULT_URL
 
 
 def stamp(df):
@@ -67,13 +66,15 @@ def refresh(sources=None, regions=(), endpoint: str | None = None, offline: bool
         raise PriceInputError("--endpoint: give exactly one --source with it "
                               f"(got {len(names)}: {', '.join(names)})")
     notify = notify or (lambda msg: None)
+    if not offline:
+        http.settings()  # a GPU_ADVISOR_HTTP_* value out of range is refused here (exit 2), not as each source's failure
     out: list[Outcome] = []
     for name in names:
         if offline:
             out.append(Outcome(name, "skipped", "offline: kept the cached/bundled sheet"))
             continue
         module_name, key_env = SOURCES[name]
-        key = os.environ.get(key_env, "") if key_env else ""
+        key = (settings.api_key(key_env) or "") if key_env else ""
         if key_env and not key:
             out.append(Outcome(name, "skipped", f"set {key_env} to fetch {name} prices"))
             notify(f"{name}: skipped (set {key_env} to fetch)")

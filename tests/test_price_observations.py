@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from pricing import crosscheck, observations, observed_offers
+from pricing.settings import SettingError
 
 OBS = {"provider": "aws", "product": "", "region": "", "gpu_model": "H100", "gpu_count": "8", "tier": "on-demand",
        "price_hour": "55.04", "price_unit": "instance", "currency": "USD", "observed_at": "2026-10-01",
@@ -76,9 +77,10 @@ def test_the_tolerance_comes_from_one_environment_variable(tmp_path, monkeypatch
     assert crosscheck.tolerance() == 0.2
     [r] = check(tmp_path, [{"price_hour": 11.9 * 8}], [{"price_hour": "80"}]).itertuples()
     assert r.price_check == "confirmed"
-    for bad in ("abc", "nan", "-1", "inf"):  # not a fraction: the stated default, not a surprise
+    for bad in ("abc", "nan", "-1", "inf", "11"):  # not a fraction from 0 to 10: refused, naming the variable
         monkeypatch.setenv("GPU_ADVISOR_OBSERVATION_TOLERANCE", bad)
-        assert crosscheck.tolerance() == crosscheck.TOLERANCE
+        with pytest.raises(SettingError, match="GPU_ADVISOR_OBSERVATION_TOLERANCE: expected a number >= 0"):
+            crosscheck.tolerance()
 
 
 def test_an_observation_with_a_region_speaks_for_that_region_only_and_one_without_for_all(tmp_path):

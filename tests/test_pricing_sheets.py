@@ -228,7 +228,7 @@ def test_cache_write_is_atomic_and_leaves_no_temp_files(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("pricing.cache.os.replace", boom)
+    monkeypatch.setattr("pricing.files.os.replace", boom)  # the one atomic writer
     with pytest.raises(OSError):
         cache.write_sheet("x", good.assign(price_hour=1.0), source="x", url=None)
     assert cache.sheet_path("x").read_bytes() == first

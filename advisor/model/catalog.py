@@ -28,6 +28,7 @@ from advisor.model.architecture import build
 from advisor.model.spec import MAX_HEADS, MAX_PARAMS, SUPPORTED_FAMILIES, ModelSpec, VisionSpec
 from advisor.text import plain, refused_char
 from advisor.units import count
+from pricing import settings
 from pricing.errors import PriceInputError
 from pricing.files import atomic_write, cache_dir, load_json, read_text
 
@@ -35,7 +36,6 @@ MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that 
 
 CATALOG_PATH = Path(__file__).resolve().parents[1] / "data" / "models.json"
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", re.ASCII)  # Hub ids are ASCII; \w alone takes Cyrillic
-DEFAULT_ENDPOINT = "https://huggingface.co"  # $HF_ENDPOINT overrides it, as in huggingface_hub
 HUB_TIMEOUT_S = 10
 
 # transformers' config-class defaults for keys absent from config.json, per flat model_type
@@ -364,25 +364,21 @@ def to_hf_config(spec: ModelSpec) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- Hub fetch
 
-def _truthy(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 def fetch_hub_config(repo_id: str) -> dict[str, Any]:
     """config.json of a Hub repo: from the cache, else downloaded once (HF_TOKEN, HF_ENDPOINT) and cached."""
     cached = cache_dir() / "configs" / (repo_id.replace("/", "--") + ".json")
     if cached.is_file():
         return _read_json(cached)
-    endpoint = _endpoint()
+    endpoint, token = _endpoint(), settings.hf_token()  # a malformed one is refused here, naming the variable
     try:
-        if _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE"):
+        if settings.hf_offline():
             raise _Offline("HF_HUB_OFFLINE is set")
         _check_reachable(endpoint)
         from huggingface_hub import hf_hub_download
 
         with tempfile.TemporaryDirectory() as tmp:
             path = hf_hub_download(repo_id, "config.json", cache_dir=tmp, etag_timeout=HUB_TIMEOUT_S,
-                                   endpoint=endpoint, token=os.environ.get("HF_TOKEN") or None)
+                                   endpoint=endpoint, token=token)
             raw = Path(path).read_bytes()
 
         data = load_json(raw, "config.json", max_bytes=MAX_CONFIG_BYTES)
@@ -397,7 +393,7 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
 
 
 def _endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    return settings.hf_endpoint()
 
 
 class _Offline(ConnectionError):
@@ -406,7 +402,7 @@ class _Offline(ConnectionError):
 
 def _check_reachable(endpoint: str) -> None:
     """Fail in seconds when offline, instead of huggingface_hub's ~25 s of retries with backoff."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+    if settings.proxy_set():
         return  # only the proxy knows whether the Hub is reachable
     url = urlsplit(endpoint)
     port = url.port or (443 if url.scheme == "https" else 80)

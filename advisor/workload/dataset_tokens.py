@@ -12,7 +12,6 @@ stated 95 % error bound; small ones exactly. The statistics are advisor/workload
 from __future__ import annotations
 
 import io
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -24,6 +23,7 @@ from advisor.errors import BadInput
 from advisor.model.catalog import HUB_ID, _catalog, _endpoint
 from advisor.text import plain
 from advisor.workload.length_stats import LengthStats, length_stats
+from pricing import settings
 
 if TYPE_CHECKING:  # numpy is imported where it is used: the CLI's start-up does not load it
     import numpy as np
@@ -221,12 +221,15 @@ def _auto(name: str, where, local: bool) -> Tokenizer:
     except ImportError:
         raise BadInput(f"--tokenizer {plain(name)}: loading it needs transformers: pip install "
                        "'gpu-cost-advisor[ml]', or pass a tokenizer.json file.") from None
+    if not local:  # a malformed HF_ENDPOINT or HF_TOKEN is refused naming the variable, not the tokenizer
+        settings.hf_endpoint()
+        settings.hf_token()
     try:
         tok = _from_pretrained(AutoTokenizer, str(where), local)
     except Exception as exc:  # noqa: BLE001 - offline, gated, missing files: one line naming what is missing
         hint = ("the folder holds no usable tokenizer.json / tokenizer_config.json" if local else
                 "not in the local Hugging Face cache and the Hub cannot be reached or refuses it"
-                + ("" if os.environ.get("HF_TOKEN") else " (set HF_TOKEN for a gated repo)"))
+                + ("" if settings.present("HF_TOKEN") else " (set HF_TOKEN for a gated repo)"))
         raise BadInput(f"--tokenizer {plain(name)}: cannot load the tokenizer: {hint}; pass --tokenizer with a "
                        f"local folder or tokenizer.json ({_first(exc)}).") from None
     fast = getattr(tok, "backend_tokenizer", None)
@@ -240,7 +243,7 @@ def _from_pretrained(auto, where: str, local: bool):
     huggingface_hub's retry chatter kept off the terminal (the failure is reported as one line)."""
     import logging
 
-    token = os.environ.get("HF_TOKEN") or None
+    token = settings.hf_token()
     try:
         return auto.from_pretrained(where, token=token, local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached: ask the Hub below
