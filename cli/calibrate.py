@@ -14,8 +14,7 @@ from advisor.estimate.engine import Engine
 from advisor.text import plain
 from advisor.units import gb
 from advisor.workload import measurements
-from cli.options import choice
-from cli.output import render_rows
+from cli.output import output_options, render_rows
 
 
 def _gb(value: int | None) -> str:
@@ -48,7 +47,7 @@ def render(cal) -> str:
 
 @click.command()
 @click.argument("measured", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=choice(["table", "json"]), default="table", show_default=True)
+@output_options("table", "json")
 @click.option("--model", "model", default=None,
               help="config.json (or catalog name / Hub id) to estimate with when the run's model name is not one, "
                    "e.g. a plan made from a local config [the measurement's model]")

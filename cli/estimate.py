@@ -21,6 +21,7 @@ from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
 from advisor.units import count, gb
 from cli.options import FIELDS, choice, stack_options
+from cli.output import emit, output_options
 from pricing.gpus import get_gpu
 
 GB = 1e9
@@ -75,9 +76,9 @@ def build_stack(family: str = "llama", **kw):
 @click.option("--expandable-segments/--no-expandable-segments", "expandable_segments", default=True, show_default=True,
               help="with --lengths: model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as the launch bundle sets) "
                    "or the default allocator")
-@click.option("--format", "fmt", type=choice(["table", "json", "md"]), default="table", show_default=True)
+@output_options("table", "json", "md", out=True)
 def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, lengths,
-             expandable_segments, fmt, **stack_kw):
+             expandable_segments, fmt, out, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     if (model is None) == (params is None):
         raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
@@ -96,11 +97,11 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     for w in est.warnings:
         click.echo(f"warning: {plain(w)}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(est.model_dump(mode="json"), indent=2))
+        emit(json.dumps(est.model_dump(mode="json"), indent=2), out)
     elif fmt == "md":
-        click.echo(render_markdown(est))
+        emit(render_markdown(est), out)
     else:
-        click.echo(render_table(est, headroom))
+        emit(render_table(est, headroom), out)
 
 
 def _rows(est) -> list[tuple[str, int, str]]:

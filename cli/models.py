@@ -10,7 +10,7 @@ from advisor.model.architecture import build
 from advisor.model.catalog import catalog, human_count
 from advisor.model.spec import SUPPORTED_FAMILIES
 from cli.options import choice
-from cli.output import render_rows, render_table
+from cli.output import output_options, render_rows, render_table
 
 
 def _rows(family: str | None) -> list[dict]:
@@ -29,8 +29,7 @@ def _rows(family: str | None) -> list[dict]:
 
 @click.command("models")
 @click.option("--family", type=choice(SUPPORTED_FAMILIES), help="Only this config.json model_type.")
-@click.option("--format", "fmt", type=choice(["table", "json", "md", "csv"]), default="table",
-              show_default=True, help="Output format.")
+@output_options("table", "json", "md", "csv", format_help="Output format.")
 def models(family: str | None, fmt: str) -> None:
     """List the built-in models: Hugging Face id, short aliases, family and parameter count.
 

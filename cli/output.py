@@ -10,18 +10,72 @@ terminal (no escape sequences, no line breaks), `advisor.text.md` for Markdown, 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import shutil
 import sys
-from typing import Iterable, Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import click
 
 from advisor.text import md, plain
+from cli.options import choice
 from pricing import settings
-from pricing.files import csv_safe
+from pricing.files import atomic_write, csv_safe
 
 FORMATS = ("table", "md", "csv")
+# Every output format a command may offer, in the order --help lists them.
+OUTPUT_FORMATS = ("table", "json", "md", "csv")
 FOLD = 22  # the narrowest a text column is folded to before columns are left out
+_TO_FILE = False  # set while `emit` renders for -o/--out: no terminal width, no colour
+
+
+def output_options(*formats: str, default: str = "table", out: bool = False, out_required: bool = False,
+                   out_help: str = "write the output to FILE (whole, atomically) instead of standard output",
+                   format_help: str | None = None):
+    """The one declaration of a command's output options (sqlite-utils' `output_options` habit): `--format`
+    with `formats` (any case, listed in OUTPUT_FORMATS order; none: no --format) and, where the command writes
+    a file, `-o/--out FILE` (`out`, or `out_required`). The command receives them as `fmt` and `out`."""
+    if set(formats) - set(OUTPUT_FORMATS):
+        raise ValueError(f"output_options: no such format {sorted(set(formats) - set(OUTPUT_FORMATS))}")
+
+    def decorate(f):
+        if out or out_required:
+            f = click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path),
+                             required=out_required, default=None, help=out_help)(f)
+        if formats:
+            listed = [x for x in OUTPUT_FORMATS if x in formats]
+            f = click.option("--format", "fmt", type=choice(listed), default=default, show_default=True,
+                             help=format_help)(f)
+        return f
+
+    return decorate
+
+
+def emit(text: str | Callable[[], str], out: Path | None) -> None:
+    """A command's output: on standard output, or with -o/--out written whole to that file (a temp file
+    replaced atomically: a reader sees the old file or the new one) and `wrote FILE` on stderr. A callable
+    is rendered for a file as for a pipe (no terminal width unless COLUMNS, no colour)."""
+    if out is None:
+        click.echo(text() if callable(text) else text)
+        return
+    if callable(text):
+        with _rendering_for_file():
+            text = text()
+    atomic_write(out, text + "\n")
+    click.echo(f"wrote {plain(out)}", err=True)
+
+
+@contextlib.contextmanager
+def _rendering_for_file():
+    global _TO_FILE
+    before, _TO_FILE = _TO_FILE, True
+    try:
+        yield
+    finally:
+        _TO_FILE = before
 
 
 def render_rows(headers: Sequence[str], rows: Iterable[Sequence[object]], fmt: str = "table",
@@ -57,6 +111,8 @@ def terminal_width() -> int | None:
 
 
 def _is_tty() -> bool:
+    if _TO_FILE:
+        return False
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):

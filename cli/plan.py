@@ -19,7 +19,7 @@ from advisor.text import md, plain
 from advisor.units import GB, money
 from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 from cli.options import FIELDS, as_args, choice, stack_options
-from cli.output import render_rows, render_table, terminal_width
+from cli.output import emit, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
 import reports
 from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
@@ -290,9 +290,10 @@ def _flat_columns():
 @click.command()
 @plan_options
 @source_options
-@click.option("--format", "fmt", type=choice(FORMATS), default="table", show_default=True)
+@output_options(*FORMATS, out=True, out_help="write the plan in --format to FILE (whole, atomically) instead of "
+                                            "standard output, e.g. -o plan.json --format json for report and launch")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="also write an HTML/Markdown report")
-def plan(fmt: str, report: str | None, **options) -> None:
+def plan(fmt: str, out: Path | None, report: str | None, **options) -> None:
     """Rank cloud instances × technique stacks by the cost (or time) of the whole fine-tuning run.
 
     Stack options (--lora-rank, --precision, --optimizer, --grad-checkpointing, --attention,
@@ -303,7 +304,7 @@ def plan(fmt: str, report: str | None, **options) -> None:
     """
     options["command"] = command_line(options, fmt=fmt)
     result = build_plan(**options)
-    click.echo(render(result, fmt))
+    emit(lambda: render(result, fmt), out)
     if report:
         for path in reports.write(result, Path(report)):
             click.echo(f"wrote {path}", err=True)

@@ -13,7 +13,7 @@ import click
 from advisor.text import plain
 from advisor.units import money
 from cli.options import choice
-from cli.output import render_rows
+from cli.output import output_options, render_rows
 from pricing import cache, files, settings
 from pricing.cache import stale_days
 from pricing.crosscheck import tolerance
@@ -54,8 +54,7 @@ def prices() -> None:
 @click.option("--spot", is_flag=True, help="Show and sort by spot prices (rows without spot are hidden).")
 @click.option("--sort", "sort_by", type=choice(["price", "per-gpu"]), default="per-gpu",
               show_default=True)
-@click.option("--format", "fmt", type=choice(["table", "csv", "json"]), default="table",
-              show_default=True)
+@output_options("table", "json", "csv")
 @click.option("--prices", "sheets", multiple=True, type=click.Path(dir_okay=False),
               help="Your price sheet (CSV/YAML/JSON); overrides list prices. Repeatable.")
 @click.option("--discount", multiple=True, metavar="PROVIDER=FRACTION",
@@ -250,8 +249,7 @@ def _stamp(iso: str):
 
 
 @prices.command()
-@click.option("--format", "fmt", type=choice(["table", "json"]), default="table",
-              show_default=True)
+@output_options("table", "json")
 def sources(fmt) -> None:
     """Each price source: rows, age, and where it lives."""
     import json

@@ -13,6 +13,7 @@ import click
 from advisor.errors import BadInput
 from advisor.results import Plan
 from advisor.text import plain
+from cli.output import output_options
 from pricing.errors import PriceInputError
 from pricing.files import load_json, read_text
 import reports
@@ -54,9 +55,10 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
 
 @click.command()
 @click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Report file: .html/.htm (one self-contained page) or .md (charts as OUT-memory.svg, "
-                   "OUT-cost-time.svg and, for plan --dataset, OUT-lengths.svg beside it; existing ones are replaced and named on stderr).")
+@output_options(out_required=True,
+                out_help="Report file: .html/.htm (one self-contained page) or .md (charts as OUT-memory.svg, "
+                         "OUT-cost-time.svg and, for plan --dataset, OUT-lengths.svg beside it; existing ones are "
+                         "replaced and named on stderr).")
 def report(plan_file: Path, out: Path) -> None:
     """Render a saved plan (from `gpu-advisor plan --format json`) as an HTML or Markdown report.
 

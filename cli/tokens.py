@@ -11,8 +11,7 @@ import click
 from advisor.text import plain
 from advisor.workload.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer, terminal_progress,
                                              tokenizer_ref)
-from cli.options import choice
-from cli.output import render_rows
+from cli.output import emit, output_options, render_rows
 from pricing.files import atomic_write
 from reports import charts
 
@@ -79,10 +78,11 @@ def summary_rows(c) -> list[tuple[str, str]]:
 @click.option("--exact", is_flag=True, help="tokenize every row")
 @click.option("--histogram", type=click.Path(dir_okay=False), default=None,
               help="also write the length histogram as an SVG file")
-@click.option("--format", "fmt", type=choice(["table", "json", "md", "csv"]), default="table",
-              show_default=True)
+@output_options("table", "json", "md", "csv", out=True,
+                out_help="write the output to FILE (whole, atomically) instead of standard output; with --format json "
+                         "it is a --lengths file for estimate")
 def tokens(dataset: str, model, tokenizer, text_field, messages_field, seq_len, micro_batch, group_by_length,
-           sample, exact, histogram, fmt) -> None:
+           sample, exact, histogram, fmt, out) -> None:
     """Count DATA (JSONL/JSON, CSV, Parquet or a datasets folder) in the model's tokens: totals,
     truncation at --seq-len, length percentiles, packed vs padded compute and a suggested seq_len."""
     result = count(dataset, model=model, tokenizer=tokenizer, text_field=text_field, messages_field=messages_field,
@@ -91,9 +91,9 @@ def tokens(dataset: str, model, tokenizer, text_field, messages_field, seq_len, 
     if histogram:
         write_histogram(result, histogram)
     if fmt == "json":
-        click.echo(result.model_dump_json(indent=2))
+        emit(result.model_dump_json(indent=2), out)
         return
-    click.echo(render_rows(["what", "figure"], summary_rows(result), fmt))
+    emit(render_rows(["what", "figure"], summary_rows(result), fmt), out)
 
 
 def write_histogram(result, path: str) -> None:
