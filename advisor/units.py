@@ -8,9 +8,26 @@ from __future__ import annotations
 
 import math
 
-GB = 1e9
-GiB = 2**30
-MiB = 2**20
+from pricing.units import BILLION, GB, MB, MILLION, TERA, GiB, KiB, MiB, TiB
+
+__all__ = ["BILLION", "GB", "MB", "MILLION", "TERA", "GiB", "KiB", "MiB", "TiB"]  # re-exported: one definition
+
+# Bytes per element of each dtype: IEEE 754 binary32 (4), binary16 and bfloat16 (2), int8 (1); what
+# torch.finfo(dtype).bits / 8 and torch.iinfo(torch.int8).bits / 8 give.
+BYTES_FP32 = 4
+BYTES_16BIT = 2  # bf16 and fp16
+BYTES_INT8 = 1
+# NF4, QLoRA's 4-bit NormalFloat (Dettmers et al. 2023, arXiv:2305.14314, §3 and "Double Quantization"):
+# 4 bits per weight, one absmax constant per block of 64 weights, fp32, or with double quantisation 8-bit with
+# one fp32 constant per 256 of those blocks (bitsandbytes blocksize 64; compress_statistics blocksize 256).
+NF4_BYTES = 0.5
+NF4_BLOCK = 64
+NF4_DOUBLE_QUANT_BLOCK = 256
+# The time model's NF4 weight bytes moved per parameter when weights travel (FSDP/ZeRO-3 gathers, parameter
+# offload over PCIe): the 0.5 B weight plus its constants, rounded up to 0.53, between the exact
+# advisor.estimate.memory.nf4_bytes_per_param with double quantisation (0.516) and without (0.5625). A time-model
+# figure (communication volume), not a memory one; changing it moves every sharded or offloaded QLoRA time.
+NF4_TRAFFIC_BYTES_PER_PARAM = 0.53
 
 
 def money(v: float | None, digits: int = 2) -> str:

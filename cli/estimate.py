@@ -19,13 +19,10 @@ from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
-from advisor.units import count, gb
+from advisor.units import GB, GiB, MiB, count, gb
 from cli.options import FIELDS, choice, stack_options
 from cli.output import emit, output_options
 from pricing.gpus import get_gpu
-
-GB = 1e9
-GiB = 2**30
 
 
 class Finite(click.FloatRange):
@@ -135,7 +132,7 @@ def render_table(est, headroom: float = 0.10) -> str:
         lines.append(f"{name:<34}{n:>16,}{'':>3}{n / GB:>10.2f}")
     lines.append(f"{'total':<34}{b.total:>16,}{'':>3}{b.total / GB:>10.2f}")
     lines += [
-        f"(GB = 10^9 bytes; nvidia-smi counts MiB: this total shows there as {b.total / 2**20:,.0f} MiB, "
+        f"(GB = 10^9 bytes; nvidia-smi counts MiB: this total shows there as {b.total / MiB:,.0f} MiB, "
         f"{b.total / GiB:.2f} GiB)",
         "",
         f"static (weights+grads+optimizer): {gb(est.static_bytes, 2)}   "

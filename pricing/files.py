@@ -41,6 +41,7 @@ from pathlib import Path
 
 from pricing import settings
 from pricing.errors import PriceInputError
+from pricing.units import MB
 
 MAX_DOC_BYTES = 5_000_000
 MAX_SHEET_BYTES = 50_000_000
@@ -85,7 +86,7 @@ def cache_dir() -> Path:
 
 # --------------------------------------------------------------------------- reading
 def _size(n: int) -> str:
-    return f"{n / 1e6:g} MB" if n >= 1_000_000 else f"{n:,} bytes"
+    return f"{n / MB:g} MB" if n >= MB else f"{n:,} bytes"
 
 
 def decode(data: bytes, what: str, errors: str = "strict") -> str:

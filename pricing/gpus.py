@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from pricing.units import GiB
 
 DATA = Path(__file__).parent / "data" / "gpus.csv"
 
@@ -54,7 +55,7 @@ class GPU:
 
     @property
     def usable_bytes(self) -> int:
-        return int(self.usable_gib * 2**30)
+        return int(self.usable_gib * GiB)
 
     def peak_tflops(self, precision: str) -> float:
         """Dense tensor-core peak for the compute dtype of `precision`."""

@@ -27,10 +27,11 @@ import time
 from pricing import files
 from pricing import settings as _settings
 from pricing.errors import FetchError, PriceInputError
+from pricing.units import KiB, MiB
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
-CHUNK = 64 * 1024
-MIB = 1024 * 1024
+CHUNK = 64 * KiB
+MIB = MiB
 
 _state = threading.local()  # .watch (request in flight), .budget (source refresh in progress)
 

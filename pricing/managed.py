@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from pricing import files, settings
 from pricing.errors import PriceInputError
 from pricing.schema import CONTROL_RE, MAX_TEXT_CHARS
+from pricing.units import MILLION
 
 SHEET = Path(__file__).parent / "data" / "managed_finetuning.csv"
 ANY = "any-hf"
@@ -136,7 +137,7 @@ def alternatives(model_name: str, params_b: float, method: str, train_tokens: fl
     Billed tokens = training tokens x epochs (validation tokens, which these services also bill, are
     not part of a plan); cost = billed M tokens x rate, at least the minimum charge."""
     method = method.lower()
-    billed = train_tokens * epochs / 1e6
+    billed = train_tokens * epochs / MILLION
     key = _key(model_name)
     out = []
     for r in rows(path):

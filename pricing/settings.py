@@ -28,8 +28,9 @@ from urllib.parse import urlsplit
 
 from pricing.errors import PricingError
 from pricing.sources import SOURCES
+from pricing.units import GB, GiB, MiB, TiB
 
-MIB = 2**20
+MIB = MiB
 DAY_SECONDS = 86_400.0
 # A price observed more than this many days ago is stale. 60: in the dated observation sheet, pairs of
 # observations of one product 30-60 days apart differ by more than 5 % in 17 % of cases, 60-90 days apart
@@ -84,9 +85,9 @@ class Variable:
 
 
 def _amount(n, unit: str) -> str:
-    """2**40 bytes -> '1 TiB', 86400 s -> '86,400 s', 10 -> '10'."""
+    """TiB bytes -> '1 TiB', 86400 s -> '86,400 s', 10 -> '10'."""
     if unit == "bytes" and n >= MIB:
-        return next(f"{n / size:g} {name}" for size, name in ((2**40, "TiB"), (2**30, "GiB"), (MIB, "MiB"))
+        return next(f"{n / size:g} {name}" for size, name in ((TiB, "TiB"), (GiB, "GiB"), (MiB, "MiB"))
                     if n >= size)
     return (f"{int(n):,}" if float(n).is_integer() else f"{n:,g}") + (f" {unit}" if unit else "")
 
@@ -126,15 +127,15 @@ _VARIABLES: tuple[Variable, ...] = (
              "retries when the host cannot be reached at all (refused, DNS failure)", 0, 100),
     Variable("GPU_ADVISOR_HTTP_MIN_RATE", "number", 1024.0,
              "a body slower than this on average over GPU_ADVISOR_HTTP_MIN_RATE_TIME is abandoned (curl's "
-             "--speed-limit); 0 turns the check off", 0.0, 1e9, unit="bytes/s"),
+             "--speed-limit); 0 turns the check off", 0.0, GB, unit="bytes/s"),
     _seconds("GPU_ADVISOR_HTTP_MIN_RATE_TIME", 30.0, "the window of GPU_ADVISOR_HTTP_MIN_RATE (curl's --speed-time)"),
     _seconds("GPU_ADVISOR_HTTP_BACKOFF", 1.0, "the first retry's wait (doubles each time)", low_open=False),
     _seconds("GPU_ADVISOR_HTTP_MAX_WAIT", 60.0,
              "the longest Retry-After honoured; a server asking for longer fails the fetch at once", low_open=False),
     Variable("GPU_ADVISOR_HTTP_MAX_BYTES", "integer", 64 * MIB,
-             "a body held in memory (JSON, CSV), counted after gzip/deflate decoding", 1, 2**40, unit="bytes"),
+             "a body held in memory (JSON, CSV), counted after gzip/deflate decoding", 1, TiB, unit="bytes"),
     Variable("GPU_ADVISOR_HTTP_MAX_STREAM_BYTES", "integer", 2048 * MIB,
-             "a body parsed while it streams (AWS offer files), counted after decoding", 1, 2**40, unit="bytes"),
+             "a body parsed while it streams (AWS offer files), counted after decoding", 1, TiB, unit="bytes"),
     Variable("GPU_ADVISOR_HTTP_MAX_PAGES", "integer", 1000,
              "pages followed for one query (Azure)", 1, 1_000_000),
     *(Variable(f"GPU_ADVISOR_{name.upper()}_URL", "url", None,

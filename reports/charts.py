@@ -19,8 +19,8 @@ import xml.etree.ElementTree as ET
 
 from advisor.results import Candidate, Plan
 from advisor.text import plain
+from advisor.units import GB
 
-GB = 1e9
 SVG_NS = "http://www.w3.org/2000/svg"
 XLINK_NS = "http://www.w3.org/1999/xlink"
 # Okabe & Ito (2008) colour-blind-safe palette, one colour per memory component.

@@ -31,8 +31,9 @@ from advisor.estimate.activations import lora_target_names
 from advisor.estimate.allocator import Event, needed_capacity, replay
 from advisor.results import Component, Reserved
 from advisor.stacks import Shape
+from advisor.units import MiB
 
-MAX_LENGTHS_FILE = 16 * 2**20  # a histogram is small: refuse to read a huge file
+MAX_LENGTHS_FILE = 16 * MiB  # a histogram is small: refuse to read a huge file
 STEPS = 16  # training steps replayed: enough for the long batches of a spread to meet cached short ones
 SEED = 0
 # A mean/std/max distribution is taken as log-normal with that mean and std (token counts of chat
@@ -97,7 +98,7 @@ def parse_lengths(text: str) -> LengthSpec:
             raise BadInput("--lengths: MEAN,STD,MAX needs 0 < MEAN <= MAX and STD >= 0.")
         return LengthSpec(mean=mean, std=std, max=top)
     if size is not None and size > MAX_LENGTHS_FILE:
-        raise BadInput(f"--lengths: {shown} is over {MAX_LENGTHS_FILE // 2**20} MiB; give the histogram only.")
+        raise BadInput(f"--lengths: {shown} is over {MAX_LENGTHS_FILE // MiB} MiB; give the histogram only.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):

@@ -33,7 +33,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterable
 
-MiB = 2**20
+from advisor.units import MiB
+
 K_MIN_BLOCK = 512  # kMinBlockSize
 K_SMALL_SIZE = 1 * MiB  # kSmallSize
 K_SMALL_BUFFER = 2 * MiB  # kSmallBuffer

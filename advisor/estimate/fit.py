@@ -14,6 +14,7 @@ from advisor.model.architecture import supported_attention
 from advisor.results import FitCheck, MemoryEstimate
 from advisor.stacks import Shape, Stack
 from pricing.gpus import get_gpu
+from advisor.units import GB
 
 
 def fit_check(engine: Engine, stack: Stack, shape: Shape, gpu_name: str, headroom: float,
@@ -61,7 +62,7 @@ def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int,
             return None
 
     def text(changes: list[Change], total: int) -> str:
-        return f"{' '.join(label for label, _, _ in changes)}: {total / 1e9:.1f} GB per GPU"
+        return f"{' '.join(label for label, _, _ in changes)}: {total / GB:.1f} GB per GPU"
 
     allowed = supported_attention(engine.spec.family)
     singles: list[Change] = []

@@ -27,7 +27,8 @@ from advisor.model import families
 from advisor.model.architecture import Architecture, supported_attention
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
-from advisor.units import MiB
+from advisor.units import (BILLION, BYTES_16BIT, BYTES_FP32, BYTES_INT8, NF4_BLOCK, NF4_BYTES,
+                           NF4_DOUBLE_QUANT_BLOCK, MiB)
 
 # CUDA context + cuBLAS/cuDNN module images once torch initialises a device: 0.3-0.6 GiB with
 # lazy module loading (CUDA >= 11.7; shared/reference/GPU_SPECS.md "Memory"; PyTorch notes on
@@ -44,7 +45,9 @@ ALLOCATOR_DYNAMIC_FRACTION = 0.08
 # per channel and peer; NCCL environment-variable docs).
 NCCL_BUFFER_BYTES = 256 * MiB
 
-PARAM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "amp-bf16": 4, "amp-fp16": 4}
+# Bytes per parameter as the weights are held: 16-bit, or fp32 (fp32 itself and mixed precision's fp32 masters)
+PARAM_BYTES = {"bf16": BYTES_16BIT, "fp16": BYTES_16BIT, "fp32": BYTES_FP32, "amp-bf16": BYTES_FP32,
+               "amp-fp16": BYTES_FP32}
 
 # DeepSpeed ZeRO-3 buffer settings the estimate uses and `gpu-advisor launch` writes into the bundle's
 # ds_config.json (advisor.launch.bundle.deepspeed_json): DeepSpeed's own defaults, deepspeed 0.19.8
@@ -64,8 +67,9 @@ DEEPSPEED_ZERO3 = {
 def nf4_bytes_per_param(double_quant: bool) -> float:
     """NF4 weight + quantisation constants per parameter (Dettmers et al. 2023, §3)."""
     if double_quant:
-        return 0.5 + 1 / 64 + 4 / (64 * 256)  # 8-bit absmax per 64, fp32 per 256 blocks
-    return 0.5 + 4 / 64  # fp32 absmax per 64-element block
+        # 8-bit absmax per 64, fp32 per 256 blocks
+        return NF4_BYTES + BYTES_INT8 / NF4_BLOCK + BYTES_FP32 / (NF4_BLOCK * NF4_DOUBLE_QUANT_BLOCK)
+    return NF4_BYTES + BYTES_FP32 / NF4_BLOCK  # fp32 absmax per 64-element block
 
 
 @dataclass
@@ -187,7 +191,7 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
     pb = PARAM_BYTES[stack.precision]
     n_p = stack.shard_degree_params
     weights: dict[str, Component] = {}
-    compute_b = 4 if stack.precision == "fp32" else 2
+    compute_b = BYTES_FP32 if stack.precision == "fp32" else BYTES_16BIT
     largest_layer = arch.largest_layer_params * arch.scale
 
     if stack.method == "qlora":
@@ -200,7 +204,7 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
         )
         experts = arch.expert_weight_params
         weights["weights.16bit_rest"] = Component(
-            bytes=int((P - q) * 2 / n_p),
+            bytes=int((P - q) * BYTES_16BIT / n_p),
             formula=f"{P - q:,} embedding/norm/bias/router{'/fused-expert' if experts else ''} params × 2 B "
             "(not nn.Linear, so bitsandbytes leaves them 16-bit)",
             source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit",
@@ -487,7 +491,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         overhead["overhead.nccl_buffers"] = part(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
     reduce_bucket = 0
     if stack.sharding == "zero3":
-        gb = 4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+        gb = BYTES_FP32 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else BYTES_16BIT
         reduce_bucket = DEEPSPEED_ZERO3["reduce_bucket_size"] * gb
         overhead["overhead.zero3_reduce_bucket"] = part(
             bytes=reduce_bucket,
@@ -566,7 +570,7 @@ def _transients(arch: Architecture, stack: Stack, shape: Shape, acts: Activation
     if stack.method == "qlora":
         largest = arch.largest_dense_linear
         transients["overhead.dequantised_weight"] = part(
-            bytes=int(largest * 2),
+            bytes=int(largest * BYTES_16BIT),
             formula="the largest linear dequantised to 16-bit for its matmul",
             source="bitsandbytes matmul_4bit dequantises per call",
         )
@@ -579,7 +583,7 @@ def _warnings(arch: Architecture, stack: Stack, shape: Shape) -> list[str]:
     warnings = []
     if stack.method == "qlora" and arch.expert_weight_params:
         warnings.append(
-            f"QLoRA leaves this MoE's {arch.expert_weight_params / 1e9:.1f}B fused expert weights in 16-bit: "
+            f"QLoRA leaves this MoE's {arch.expert_weight_params / BILLION:.1f}B fused expert weights in 16-bit: "
             "transformers 5 quantises nn.Linear modules only."
         )
     if arch.lora_wraps_experts(stack.lora_targets) and stack.method != "full" and stack.lora_dropout > 0:

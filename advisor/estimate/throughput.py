@@ -57,6 +57,7 @@ from pathlib import Path
 from advisor.errors import BadInput
 from advisor.results import Throughput
 from advisor.stacks import Shape, Stack
+from advisor.units import BILLION, BYTES_16BIT, BYTES_FP32, GB, NF4_TRAFFIC_BYTES_PER_PARAM, TERA
 from pricing.gpus import GPU, get_gpu
 
 MFU_FILE = Path(__file__).parents[1] / "data" / "mfu.json"
@@ -279,7 +280,7 @@ def sustained_fraction(gpu) -> float:
 def matmul_rate(gpu, stack: Stack, k: dict, mfu: float | None = None) -> float:
     """FLOP/s the training matmuls of one GPU reach: dense peak × the share of it a long GEMM sustains
     on this card × the framework's fitted training-matmul efficiency; `mfu` (--mfu) replaces the last two."""
-    peak = gpu.peak_tflops(stack.precision) * 1e12
+    peak = gpu.peak_tflops(stack.precision) * TERA
     if mfu is not None:
         return peak * mfu
     return peak * sustained_fraction(gpu) * k[f"matmul_efficiency_{stack.framework}"]
@@ -299,7 +300,7 @@ def module_calls(c: Counts, stack: Stack) -> float:
 
 def size_bucket(params: float) -> str:
     """The model-size bucket of the plausibility caps (mfu.json `plausibility`)."""
-    b = params / 1e9
+    b = params / BILLION
     return "<3B" if b < 3 else "3-15B" if b < 15 else "15-45B" if b < 45 else ">45B"
 
 
@@ -393,8 +394,8 @@ def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, nodes: in
     opt_bytes = t["optimizer_bytes_per_param"]["amp" if mixed else "pure16"][stack.optimizer]
     if stack.offload in ("optimizer", "both"):
         shard = trainable / n
-        return trainable / nodes / t["cpu_adam_params_per_s"] + shard * 4 / (t["pcie_gb_s"] * 1e9)
-    grad_bytes = 2 if stack.method == "full" and not mixed else 4
+        return trainable / nodes / t["cpu_adam_params_per_s"] + shard * BYTES_FP32 / (t["pcie_gb_s"] * GB)
+    grad_bytes = BYTES_16BIT if stack.method == "full" and not mixed else BYTES_FP32
     clip = t["grad_clip_passes"] * grad_bytes * trainable / stack.shard_degree_grads  # norm, then rescale
     return (trainable / stack.shard_degree_optimizer * opt_bytes + clip) / bw
 
@@ -448,7 +449,7 @@ def _attention_seconds(c: Counts, stack: Stack, shape: Shape, gpu, attn_flops: f
     cls = gpu_class(gpu)
     att_eff = (t["attention_efficiency"][cls] * sustained_fraction(gpu) / t["mamf_fraction"][cls]
                if mfu is None else mfu)
-    return attn_flops / (gpu.peak_tflops(stack.precision) * 1e12 * att_eff)
+    return attn_flops / (gpu.peak_tflops(stack.precision) * TERA * att_eff)
 
 
 def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1, nodes: int = 1,
@@ -463,8 +464,8 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     gpn = gpus_per_node or max(1, n // nodes)
     T = shape.micro_batch * shape.seq_len  # tokens per micro-batch per GPU
     model_fpt, exec_fpt = flops_per_token(c, stack, shape.seq_len)
-    peak = gpu.peak_tflops(stack.precision) * 1e12
-    bw = gpu.mem_bandwidth_tb_s * 1e12 * t["bandwidth_efficiency"]
+    peak = gpu.peak_tflops(stack.precision) * TERA
+    bw = gpu.mem_bandwidth_tb_s * TERA * t["bandwidth_efficiency"]
     rate = matmul_rate(gpu, stack, k, mfu)
     ckpt = 1.0 if stack.grad_checkpointing else 0.0
 
@@ -514,9 +515,10 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     if nodes > 1:
         net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
     if n > 1 and stack.sharding != "none":
-        grad_bytes = trainable * (2 if stack.method == "full" else 4)  # LoRA adapters/grads in fp32
-        weight_bytes = (c.quantised_weight_total * 0.53 + (c.params_total - c.quantised_weight_total) * 2
-                        if stack.method == "qlora" else c.params_total * 2)
+        grad_bytes = trainable * (BYTES_16BIT if stack.method == "full" else BYTES_FP32)  # LoRA adapters/grads in fp32
+        weight_bytes = (c.quantised_weight_total * NF4_TRAFFIC_BYTES_PER_PARAM
+                        + (c.params_total - c.quantised_weight_total) * BYTES_16BIT
+                        if stack.method == "qlora" else c.params_total * BYTES_16BIT)
         ring = (n - 1) / n
         if stack.sharding == "ddp":
             volume = 2 * ring * grad_bytes  # all-reduce once per step (no_sync while accumulating)
@@ -527,12 +529,13 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         else:  # fsdp / zero3: gather weights for forward and backward of every micro-batch
             volume = ring * (2 * weight_bytes * grad_accum + grad_bytes)
             hideable = per_mb * grad_accum
-        comm = volume / (link_gb_s(gpu, nodes, net) * 1e9 * t["collective_efficiency"])
+        comm = volume / (link_gb_s(gpu, nodes, net) * GB * t["collective_efficiency"])
     if stack.offload in ("params", "both"):
         # offloaded parameters cross PCIe from host memory before every use of each rank's shard
-        weight_shard = (c.quantised_weight_total * 0.53 + (c.params_total - c.quantised_weight_total) * 2
-                        if stack.method == "qlora" else c.params_total * 2) / n
-        comm += weight_shard * (2.0 + ckpt) * grad_accum / (t["pcie_gb_s"] * 1e9)
+        weight_shard = (c.quantised_weight_total * NF4_TRAFFIC_BYTES_PER_PARAM
+                        + (c.params_total - c.quantised_weight_total) * BYTES_16BIT
+                        if stack.method == "qlora" else c.params_total * BYTES_16BIT) / n
+        comm += weight_shard * (2.0 + ckpt) * grad_accum / (t["pcie_gb_s"] * GB)
         hideable = per_mb * grad_accum
     overlap = t["comm_overlap"].get(stack.sharding, 0.0)
     exposed = comm - min(overlap * comm, hideable)

@@ -34,7 +34,7 @@ from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's f
 from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
 from advisor.text import md, plain
-from advisor.units import money
+from advisor.units import GB, GiB, money
 from pricing.files import atomic_write
 
 if TYPE_CHECKING:  # PyYAML is imported where a bundle is written (_dump)
@@ -359,8 +359,8 @@ def build_bundle(
         "notes": notes,
         "sky_ok": not sky_caveat(c),
         "dataset": dataset,
-        "gb": lambda b: f"{b / 1e9:.1f} GB",
-        "gib": lambda b: f"{b / 2**30:.1f} GiB",
+        "gb": lambda b: f"{b / GB:.1f} GB",
+        "gib": lambda b: f"{b / GiB:.1f} GiB",
         "money": money,
         "runs_as": runs_as(c),
         "save_steps": args["training"]["save_steps"],

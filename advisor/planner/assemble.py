@@ -20,6 +20,7 @@ from advisor.stacks import Stack
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
 from pricing.cache import stale_days
 from pricing.managed import alternatives
+from advisor.units import BILLION, MILLION
 
 
 def _lora_probe(request: PlanRequest):
@@ -90,7 +91,7 @@ def _managed(spec, counts, method: str, request: PlanRequest) -> list:
     """Per-token services that list this model for the method (for QLoRA, their LoRA: the same adapter
     comes back), priced for the plan's tokens x epochs (pricing/managed.py)."""
     for m in (method, "lora") if method == "qlora" else (method,):
-        found = alternatives(spec.name, counts.params_total / 1e9, m, request.tokens, request.epochs)
+        found = alternatives(spec.name, counts.params_total / BILLION, m, request.tokens, request.epochs)
         if found:
             return found
     return []
@@ -205,7 +206,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
                       calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch),
         cost=Cost(spot=bool(o["spot"]), price_hour=float(o["price"]) * nodes, usd=usd,
                   on_demand_usd=float(r["cost_on_demand_usd"]), spot_usd=cost_spot,
-                  usd_per_m_tokens=usd / (request.train_tokens / 1e6), usd_low=float(r["cost_p10"]),
+                  usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
                   usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
         notes=_notes(cfg, request, spec) + list(extra_notes),

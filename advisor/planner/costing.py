@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from advisor.units import GB
 
 BILLING_FILE = Path(__file__).resolve().parents[1] / "data" / "billing.json"
 CPU_RAM_USABLE = 0.9  # share of instance RAM offloaded states may use (OS, dataloader, page cache)
@@ -42,7 +43,7 @@ def setup_hours(weights_gb: float, output_gb, override: float | None = None):
 
 def checkpoint_write_hours(state_bytes, nodes):
     """Hours to write one resumable checkpoint, each node writing its shard in parallel."""
-    return state_bytes / 1e9 / (billing()["checkpoint"]["write_gb_s_per_node"] * nodes) / 3600
+    return state_bytes / GB / (billing()["checkpoint"]["write_gb_s_per_node"] * nodes) / 3600
 
 
 def interruption_rate(gpus, nodes, spot, spot_rate: float | None = None):

@@ -25,6 +25,8 @@ A host whose RAM or vCPUs are not listed passes, and the candidate says so.
 
 from __future__ import annotations
 
+from advisor.units import GB
+
 SHARD_GB = 5.0  # transformers save_pretrained max_shard_size="5GB": the largest shard one process loads
 PROCESS_RAM_GB = 2.0  # per training process: host-side CUDA/torch runtime and dataloader buffers (assumption)
 VCPUS_PER_GPU = 2  # the training process and one dataloader worker per GPU (assumption)
@@ -41,8 +43,8 @@ def ram_needed_bytes(weights16_bytes: float, gpus_per_node: int, sharding: str, 
     if sharded_loading(sharding):
         loading = weights16_bytes
     else:
-        loading = min(weights16_bytes, SHARD_GB * 1e9) * gpus_per_node
-    return loading + offload_bytes_per_node / RAM_USABLE + PROCESS_RAM_GB * 1e9 * gpus_per_node
+        loading = min(weights16_bytes, SHARD_GB * GB) * gpus_per_node
+    return loading + offload_bytes_per_node / RAM_USABLE + PROCESS_RAM_GB * GB * gpus_per_node
 
 
 def vcpus_needed(gpus_per_node: int) -> int:
@@ -53,7 +55,7 @@ def check(need_ram, need_vcpus, ram_gb, vcpus):
     """(ram_ok, vcpus_ok, unknown) arrays: the host's RAM (GB, NaN unknown) and vCPUs against the need."""
     import numpy as np
 
-    ram = np.asarray(ram_gb, float) * 1e9 * RAM_USABLE
+    ram = np.asarray(ram_gb, float) * GB * RAM_USABLE
     cpus = np.asarray(vcpus, float)
     unknown_ram, unknown_cpu = np.isnan(ram), np.isnan(cpus)
     ram_ok = unknown_ram | (np.asarray(need_ram, float) <= ram)

@@ -17,6 +17,7 @@ from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection, config_frame, refresh, reject_nofit, select
 from advisor.results import Plan
 from advisor.stacks import Stack
+from advisor.units import BYTES_16BIT, BYTES_FP32, GB
 
 
 SETTLE_ROUNDS = 20
@@ -56,9 +57,9 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
                        "planned on one node only", int(single.sum()), _offers._examples(off.loc[single]))
 
     counts = engine.counts(_lora_probe(request))
-    weights_gb = counts.params_total * 2 / 1e9
+    weights_gb = counts.params_total * BYTES_16BIT / GB
     request_weights_gb = weights_gb  # the 16-bit checkpoint a node loads (host RAM rule)
-    cfg = config_frame(configs, request, weights_gb, counts.adapters_total * 4 / 1e9)
+    cfg = config_frame(configs, request, weights_gb, counts.adapters_total * BYTES_FP32 / GB)
     reject_nofit(cfg, configs, off, priced_counts, request, rejections)
 
     chosen = _settled_selection(cfg, configs, priced, request, rejections, evaluator, request_weights_gb)

@@ -16,7 +16,7 @@ from advisor.planner import costing, host, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
-from advisor.units import gb
+from advisor.units import GB, GiB, gb
 
 
 @dataclass
@@ -78,7 +78,7 @@ def refresh(cfg, configs: list[Config], weights_gb: float):
     hours = {q: [c.timed.train_hours[q] if c.timed else float("nan") for c in configs] for q in costing.QUANTILES}
     return cfg.assign(micro_batch=[c.max_micro_batch for c in configs],
                       cpu_ram=[c.cpu_ram for c in configs],
-                      ram_need=[host.ram_needed_bytes(weights_gb * 1e9, c.per_node, c.stack.sharding, c.cpu_ram)
+                      ram_need=[host.ram_needed_bytes(weights_gb * GB, c.per_node, c.stack.sharding, c.cpu_ram)
                                 for c in configs],
                       calibrated=[bool(c.timed and c.timed.calibrated) for c in configs],
                       tight=[c.tight for c in configs],
@@ -118,7 +118,7 @@ def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: 
             continue
         best = min(rows, key=need1.__getitem__)  # the first of the leanest
         provider, kind = first_offer[(g, pn)]
-        where = f"{g} {column['usable'][best] / 2**30:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
+        where = f"{g} {column['usable'][best] / GiB:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
         rejections.add(f"{where}: {meth} fine-tuning needs {gb(need1[best])} per GPU even at micro-batch 1 "
                        f"(limit {gb(column['limit'][best])} with {request.headroom:.0%} headroom)", count,
                        f"{provider} {kind} · {configs[column['row'][best]].stack.label()}")

@@ -8,6 +8,7 @@ from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection
 from advisor.results import Candidate
+from advisor.units import BILLION, MILLION
 
 
 def _disagreeing(disagreements, candidates: list[Candidate]) -> list[str]:
@@ -31,7 +32,7 @@ def _remedy(c: Candidate, request: PlanRequest) -> str:
     share = max(min(shares), 0.0) if shares else 1.0
     tokens = request.train_tokens * share
     gpus = f"{c.gpu_count * c.nodes}x {c.gpu_model}"
-    scope = (f"~{_tokens(tokens)} tokens would fit on {gpus} ({c.provider} {c.instance_type})" if tokens >= 1e6
+    scope = (f"~{_tokens(tokens)} tokens would fit on {gpus} ({c.provider} {c.instance_type})" if tokens >= MILLION
              else f"even the setup alone does not fit on {gpus}")
     need = [f"the requested {_tokens(request.train_tokens)} tokens need ${k.usd_at_risk:,.2f}"]
     if request.deadline_hours is not None:
@@ -40,7 +41,7 @@ def _remedy(c: Candidate, request: PlanRequest) -> str:
 
 
 def _tokens(n: float) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+    return f"{n / BILLION:.3g}B" if n >= BILLION else f"{n / MILLION:.3g}M"
 
 
 def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanRequest, off, spot, spec) -> list[str]:

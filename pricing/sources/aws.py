@@ -19,6 +19,7 @@ from pricing.errors import FetchError
 from pricing.gpus import get_gpu
 from pricing.instances import lookup
 from pricing.schema import Problem
+from pricing.units import MiB
 
 NAME = "aws"
 DEFAULT_URL = "https://pricing.us-east-1.amazonaws.com"
@@ -97,7 +98,7 @@ def parse_lines(lines, region: str, url: str, fetched_at: str):
     return pd.DataFrame(rows), problems
 
 
-MAX_LINE = 1024 * 1024  # no line of a real offer file comes near this
+MAX_LINE = MiB  # no line of a real offer file comes near this
 
 
 def _lines(chunks, url: str):
