@@ -7,9 +7,8 @@ sentence naming the field and the accepted values.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,6 +33,18 @@ SHARDINGS: tuple[str, ...] = Sharding.__args__
 OFFLOADS: tuple[str, ...] = Offload.__args__
 LOSSES: tuple[str, ...] = Loss.__args__
 FRAMEWORKS: tuple[str, ...] = Framework.__args__
+# Subsets the estimator and the bundle ask about, each said once (the predicates on Stack read them).
+ADAPTER_METHODS: tuple[Method, ...] = ("lora", "qlora")  # frozen base + trainable adapters (peft)
+ZERO_SHARDINGS: tuple[Sharding, ...] = ("zero1", "zero2", "zero3")  # DeepSpeed ZeRO stages
+# What each sharding splits across ranks (ZeRO paper, Rajbhandari et al. 2020, §5: stage 1 optimizer states,
+# stage 2 + gradients, stage 3 + parameters; FSDP FULL_SHARD splits all three). ddp replicates everything.
+PARAM_SHARDINGS: tuple[Sharding, ...] = ("fsdp", "zero3")
+GRAD_SHARDINGS: tuple[Sharding, ...] = ("fsdp", "zero2", "zero3")
+OPTIMIZER_SHARDINGS: tuple[Sharding, ...] = ("fsdp", "zero1", "zero2", "zero3")
+MIXED_PRECISIONS: tuple[Precision, ...] = ("amp-bf16", "amp-fp16")  # fp32 master weights + 16-bit autocast
+HALF_PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16")  # weights held in 16-bit (pure bf16 / fp16)
+OPTIMIZER_OFFLOADS: tuple[Offload, ...] = ("optimizer", "both")
+PARAM_OFFLOADS: tuple[Offload, ...] = ("params", "both")
 # Modules peft's modules_to_save can train fully beside the adapters (every supported family names them so).
 SAVABLE_MODULES: tuple[str, ...] = ("embed_tokens", "lm_head")
 # --lora-targets / --modules-to-save: module names (config attribute names: q_proj, self_attn.o_proj, w1) or
@@ -109,23 +120,21 @@ class Stack(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "Stack":
-        if self.method == "qlora" and self.precision == "fp32":
+        if self.is_qlora and self.pure_fp32:
             raise StackError(
                 "--precision: QLoRA computes in 16-bit; use bf16, fp16, amp-bf16 or amp-fp16, not fp32."
             )
-        if self.offload != "none" and self.sharding not in ("fsdp", "zero2", "zero3", "zero1"):
+        if self.offloads and not self.is_sharded:
             raise StackError(
                 "--offload: CPU offload needs --sharding fsdp, zero1, zero2 or zero3."
             )
-        if self.offload in ("params", "both") and self.sharding not in ("fsdp", "zero3"):
+        if self.offloads_params and not self.shards_params:
             raise StackError("--offload: parameter offload needs --sharding fsdp or zero3.")
-        if self.sharding in ("ddp", "fsdp", "zero1", "zero2", "zero3") and self.gpus == 1:
-            # Legal (FSDP on one GPU is used for CPU offload) -- nothing to shard, no error.
-            pass
-        if self.dora and self.method == "full":
+        # A sharding on one GPU is legal (FSDP on one GPU is used for CPU offload): nothing to shard, no error.
+        if self.dora and self.is_full:
             raise StackError("--dora: DoRA is a LoRA variant (peft use_dora=True); use it with --method lora or qlora.")
         saved = self.saved_modules
-        if saved and self.method == "full":
+        if saved and self.is_full:
             raise StackError("--modules-to-save: only with --method lora or qlora (full fine-tuning already trains "
                              "every module).")
         unknown = [m for m in saved if m not in SAVABLE_MODULES]
@@ -134,15 +143,15 @@ class Stack(BaseModel):
                              f"{' and/or '.join(SAVABLE_MODULES)} (comma-separated).")
         targets = {t.strip() for t in self.lora_targets.split(",")}
         both = [m for m in saved if m in targets]
-        if both and self.method != "full":
+        if both and self.is_adapter:
             # peft's ModulesToSaveWrapper refuses a module that already is a LoRA layer (peft/utils/other.py
             # AuxiliaryTrainingWrapper._check_module: BaseTunerLayer -> TypeError).
             raise StackError(f"--modules-to-save: {', '.join(both)} is also in --lora-targets; train it fully or "
                              "with an adapter, not both.")
-        if self.liger and self.loss == "chunked":
+        if self.liger and self.chunked_loss:
             raise StackError("--loss chunked: --liger already replaces the loss with its fused linear "
                              "cross-entropy (chunked); use one of them.")
-        if self.liger and self.method != "full" and "lm_head" in targets:
+        if self.liger and self.is_adapter and "lm_head" in targets:
             # liger-kernel's lce_forward passes self.lm_head.weight to the fused loss: a LoRA adapter on lm_head
             # would never run (src/liger_kernel/transformers/model/llama.py, lce_forward).
             raise StackError("--lora-targets: Liger's fused linear cross-entropy reads lm_head's weight directly, so a "
@@ -161,45 +170,116 @@ class Stack(BaseModel):
         time: a cached value would survive `model_copy(update=...)` and name the wrong stack)."""
         return tuple(self.__dict__.values())  # pydantic keeps exactly the fields there, in order
 
+    # ----------------------------------------------------------------- predicates: the closed sets, asked once
     @property
-    def trainable_base(self) -> bool:
+    def is_full(self) -> bool:
+        """Full fine-tuning: every base weight trains."""
         return self.method == "full"
+
+    @property
+    def is_adapter(self) -> bool:
+        """LoRA or QLoRA: a frozen base with trainable adapters."""
+        return self.method in ADAPTER_METHODS
+
+    @property
+    def is_qlora(self) -> bool:
+        """The frozen base's linears held in NF4 (bitsandbytes 4-bit)."""
+        return self.method == "qlora"
+
+    @property
+    def is_distributed(self) -> bool:
+        """Wrapped for data parallelism (ddp, fsdp or a ZeRO stage), sharded or not."""
+        return self.sharding != "none"
+
+    @property
+    def is_sharded(self) -> bool:
+        """Some training state is split across ranks: fsdp or any ZeRO stage (optimizer states at least)."""
+        return self.sharding in OPTIMIZER_SHARDINGS
+
+    @property
+    def shards_grads(self) -> bool:
+        return self.sharding in GRAD_SHARDINGS
+
+    @property
+    def shards_params(self) -> bool:
+        """Weights split across ranks: FSDP full shard or ZeRO-3."""
+        return self.sharding in PARAM_SHARDINGS
+
+    @property
+    def is_zero(self) -> bool:
+        """DeepSpeed ZeRO (any stage); its 16-bit modes keep fp32 master weights."""
+        return self.sharding in ZERO_SHARDINGS
+
+    @property
+    def mixed_precision(self) -> bool:
+        """amp-bf16 / amp-fp16: fp32 master weights, 16-bit autocast compute."""
+        return self.precision in MIXED_PRECISIONS
+
+    @property
+    def pure_fp32(self) -> bool:
+        return self.precision == "fp32"
+
+    @property
+    def half_weights(self) -> bool:
+        """Weights held in 16-bit (pure bf16 or fp16)."""
+        return self.precision in HALF_PRECISIONS
+
+    @property
+    def fp32_weights(self) -> bool:
+        """Weights held in fp32: fp32 itself or mixed precision's masters."""
+        return self.pure_fp32 or self.mixed_precision
+
+    @property
+    def offloads(self) -> bool:
+        return self.offload != "none"
+
+    @property
+    def offloads_optimizer(self) -> bool:
+        return self.offload in OPTIMIZER_OFFLOADS
+
+    @property
+    def offloads_params(self) -> bool:
+        return self.offload in PARAM_OFFLOADS
+
+    @property
+    def chunked_loss(self) -> bool:
+        return self.loss == "chunked"
 
     @property
     def shard_degree_params(self) -> int:
         """Over how many ranks weights are split (ZeRO-3 / FSDP full shard)."""
-        return self.gpus if self.sharding in ("fsdp", "zero3") else 1
+        return self.gpus if self.shards_params else 1
 
     @property
     def shard_degree_grads(self) -> int:
-        return self.gpus if self.sharding in ("fsdp", "zero2", "zero3") else 1
+        return self.gpus if self.shards_grads else 1
 
     @property
     def shard_degree_optimizer(self) -> int:
-        return self.gpus if self.sharding in ("fsdp", "zero1", "zero2", "zero3") else 1
+        return self.gpus if self.is_sharded else 1
 
     def label(self) -> str:
         """Short human label, e.g. 'qlora r16 · bf16 · adamw-8bit · ckpt · flash · fsdp×8'. DeepSpeed's
         16-bit modes keep fp32 master weights, so a full fine-tune there reads 'bf16 (fp32 master)'."""
-        parts = [self.method if self.method == "full" else f"{self.method} r{self.lora_rank}"]
+        parts = [self.method if self.is_full else f"{self.method} r{self.lora_rank}"]
         if self.dora:
             parts[0] += " dora"
         precision = self.precision
-        if self.method == "full" and self.sharding.startswith("zero") and precision in ("bf16", "fp16"):
+        if self.is_full and self.is_zero and self.half_weights:
             precision += " (fp32 master)"
         parts += [precision, self.optimizer]
         if self.grad_checkpointing:
             parts.append("ckpt")
         parts.append(self.attention)
-        parts += [name for name, on in (("liger", self.liger), ("chunked-loss", self.loss == "chunked"),
+        parts += [name for name, on in (("liger", self.liger), ("chunked-loss", self.chunked_loss),
                                         ("compile", self.compile)) if on]
         if self.modules_to_save:
             parts.append(f"train {self.modules_to_save}")
-        if self.sharding != "none":
+        if self.is_distributed:
             parts.append(f"{self.sharding}×{self.gpus}")
         elif self.gpus > 1:
             parts.append(f"×{self.gpus}")
-        if self.offload != "none":
+        if self.offloads:
             parts.append(f"offload-{self.offload}")
         if self.framework != "hf":
             parts.append(f"{self.framework} framework")

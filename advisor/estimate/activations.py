@@ -127,11 +127,11 @@ def describe(term: str) -> str:
 
 def act_bytes(stack: Stack) -> int:
     """Bytes per element of activations between layers."""
-    return 4 if stack.precision == "fp32" else 2
+    return 4 if stack.pure_fp32 else 2
 
 
 def adapter_bytes(stack: Stack) -> int:
-    if stack.precision == "fp32":
+    if stack.pure_fp32:
         return 4
     return 4 if stack.adapter_dtype == "fp32" else 2
 
@@ -171,39 +171,39 @@ def _norm(saved: Saved, name: str, h: int, stack: Stack, fp32_norm: bool) -> Non
         return
     saved.add(f"{name}.input_fp32", FP32 * h)
     saved.add(f"{name}.rsqrt", FP32)  # (b, s, 1) fp32 reciprocal RMS
-    if stack.method == "full":
-        fp32_out = fp32_norm or stack.precision.startswith("amp") or stack.precision == "fp32"
+    if stack.is_full:
+        fp32_out = fp32_norm or stack.mixed_precision or stack.pure_fp32
         saved.add(f"{name}.normalised", (FP32 if fp32_out else act_bytes(stack)) * h)
 
 
 def residual_bytes(stack: Stack) -> int:
     """Dtype of the residual stream between layers: fp32 under autocast (fp32 weights) and in fp32."""
-    return FP32 if stack.precision.startswith("amp") else act_bytes(stack)
+    return FP32 if stack.mixed_precision else act_bytes(stack)
 
 
 def weight_bytes(stack: Stack) -> int:
     """Bytes per element of the frozen base weights as a layer reads them (QLoRA: dequantised 16-bit)."""
-    return 4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2
+    return 4 if stack.fp32_weights else 2
 
 
 def embedding_needs_grad(arch: Architecture, stack: Stack) -> bool:
     """Whether the embedding output requires a gradient, so the first layer saves what the others do:
     full fine-tuning, checkpointing (peft/Trainer enable_input_require_grads), or a trainable embedding
     (LoRA on embed_tokens, modules_to_save embed_tokens)."""
-    if stack.method == "full" or stack.grad_checkpointing:
+    if stack.is_full or stack.grad_checkpointing:
         return True
     return "embed_tokens" in arch.head_targets(stack.lora_targets) or "embed_tokens" in stack.saved_modules
 
 
 def _stream_bytes(stack: Stack, stream: str) -> int:
     """Dtype of the tensor a linear reads: norm outputs stay fp32 under autocast."""
-    if stack.precision.startswith("amp") and stream in (ATTN_IN, MLP_IN, SHARED_IN):
+    if stack.mixed_precision and stream in (ATTN_IN, MLP_IN, SHARED_IN):
         return FP32
     return act_bytes(stack)
 
 
 def lora_target_names(arch: Architecture, stack: Stack) -> set[str]:
-    if stack.method == "full":
+    if stack.is_full:
         return set()
     return {lin.name for lin in arch.lora_targeted(stack.lora_targets)}
 
@@ -216,7 +216,7 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, attn_
     `attn_in_grad` is False for the first
     layer of a frozen-embedding model: nothing upstream needs a gradient, so the dropout there
     saves nothing."""
-    amp = stack.precision.startswith("amp")
+    amp = stack.mixed_precision
     targets = lora_target_names(arch, stack)
     dropout = stack.lora_dropout > 0
     shared: set[str] = set()  # streams already counted once
@@ -232,7 +232,7 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, attn_
             continue
         width, sb = lin.in_features, _stream_bytes(stack, lin.stream)
         mask_needed = dropout and (attn_in_grad or lin.stream != ATTN_IN)
-        if stack.method == "full":
+        if stack.is_full:
             if amp and sb == FP32:
                 saved.add("linear_inputs.autocast_casts", 2 * width)  # each linear casts separately
             elif lin.stream == ATTN_OUT and fused_attention:
@@ -240,7 +240,7 @@ def _linears(saved: Saved, arch: Architecture, layer: Layer, stack: Stack, attn_
             else:
                 once(lin.stream, sb * width, f"linear_inputs.{lin.stream}")
             continue
-        if stack.method == "qlora" and stack.bnb_saves_inputs:
+        if stack.is_qlora and stack.bnb_saves_inputs:
             once(lin.stream, sb * width, "qlora.saved_inputs")
         if lin.name not in targets:
             continue  # frozen linear: backward needs only its weight
@@ -257,7 +257,7 @@ def _dora_fixed(saved: Saved, stack: Stack, width: int, out: int, input_grad: bo
     Under autocast the cast is autocast's cached 16-bit copy, already among the weight copies."""
     ab = adapter_bytes(stack)
     saved.add_fixed("dora.scales", 3 * ab * out)
-    amp = stack.precision.startswith("amp")
+    amp = stack.mixed_precision
     if stack.lora_dropout > 0 and not amp and input_grad and ab != weight_bytes(stack):
         saved.add_fixed("dora.weight_copies", ab * width * out)
 
@@ -267,7 +267,7 @@ def lora_adapter(saved: Saved, stack: Stack, width: int, out: int, sb: int, mask
     """What one peft LoRA linear (lora.Linear.forward) saves per token on top of its frozen base, and DoRA's
     extra tensors (DoraLinearVariant.forward). `share(nbytes)` counts an input the base stream already
     provides (dropout 0, adapter dtype = input dtype); `prefix` names the terms (lm_head adapters apart)."""
-    amp = stack.precision.startswith("amp")
+    amp = stack.mixed_precision
     ab = adapter_bytes(stack)
     dropout = stack.lora_dropout > 0
     names = {"mask": f"{prefix}.dropout_masks", "input": f"{prefix}.inputs", "rank": f"{prefix}.rank"}
@@ -308,7 +308,7 @@ def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int, padded: b
     fam = families.traits(spec.family)
     if spec.qk_norm:
         saved.add("attention.qk_norm", FP32 * (q + kv))
-        if stack.method == "full":
+        if stack.is_full:
             saved.add("attention.qk_norm", (FP32 if fam.norm_weight_offset_fp32 else a) * (q + kv))
     if stack.attention == "eager":
         rep = heads // max(spec.num_key_value_heads, 1)
@@ -317,7 +317,7 @@ def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int, padded: b
         scores = heads * s  # per token: one row of the b·heads·s·s matrix
         if fam.attention_softcap:
             saved.add("attention.softcap", a * scores)
-        if stack.precision == "fp32":
+        if stack.pure_fp32:
             saved.add("attention.scores", FP32 * scores)
         else:
             saved.add("attention.scores", (FP32 + a) * scores)  # fp32 softmax + 16-bit copy
@@ -338,7 +338,7 @@ def _attention(saved: Saved, arch: Architecture, stack: Stack, s: int, padded: b
 def _mlp(saved: Saved, arch: Architecture, layer: Layer, stack: Stack) -> None:
     spec = arch.spec
     a = act_bytes(stack)
-    full = stack.method == "full"
+    full = stack.is_full
     if layer.moe:
         e, k = spec.num_experts, spec.num_experts_per_tok
         fe = spec.moe_intermediate_size or spec.intermediate_size
@@ -462,7 +462,7 @@ def loss_transient(arch: Architecture, stack: Stack, shape: Shape) -> LossTransi
             "liger-kernel ops/fused_linear_cross_entropy.py (commit 00eba634) fused_linear_cross_entropy_forward: "
             "inc_factor = cdiv(V, H), chunk_size = next_power_of_2(cdiv(BT, inc_factor)); loss_1d fp32",
         )
-    if stack.loss == "chunked":
+    if stack.chunked_loss:
         rows = shape.micro_batch * -(-shape.seq_len // CHUNKED_LOSS_CHUNKS)
         return LossTransient(
             "overhead.loss_gradients", (2 * FP32 + a) * v * rows,
@@ -484,11 +484,11 @@ def dora_transient(arch: Architecture, stack: Stack) -> int:
     the in×out product lives -- then get_weight_norm adds s·BA to W cast to the adapter dtype
     (a copy when the dtypes differ) and takes the row norms: in² + in·r + (3 + copy)·in·out elements
     of the adapter dtype (QLoRA: plus the dequantised 16-bit weight). The largest adapted module counts."""
-    if not stack.dora or stack.method == "full":
+    if not stack.dora or stack.is_full:
         return 0
     ab, r = adapter_bytes(stack), stack.lora_rank
     copy = 1 if ab != weight_bytes(stack) else 0
-    deq = 2 if stack.method == "qlora" else 0
+    deq = 2 if stack.is_qlora else 0
     sizes = [(lin.in_features, lin.out_features) for lin in arch.lora_targeted(stack.lora_targets)]
     heads = arch.head_targets(stack.lora_targets)
     v, h = arch.spec.vocab_size, arch.spec.hidden_size
@@ -528,7 +528,7 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
     spec = arch.spec
     a = act_bytes(stack)
     h, v = spec.hidden_size, spec.vocab_size
-    amp = stack.precision.startswith("amp")
+    amp = stack.mixed_precision
     fam = families.traits(spec.family)
     totals: dict[str, float] = {}
     fixed: dict[str, float] = {}
@@ -555,7 +555,7 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
     # Shape (1, s, head_dim): one copy per sequence position, not per batch row.
     # (families.json rope_tables: Gemma 3 computes a local and a global table)
     totals["rope.cos_sin"] = 2 * a * spec.head_dim * fam.rope_tables
-    full = stack.method == "full"
+    full = stack.is_full
     heads = () if full else arch.head_targets(stack.lora_targets)
     saved_modules = () if full else stack.saved_modules
     if full or "embed_tokens" in heads or "embed_tokens" in saved_modules:
@@ -578,7 +578,7 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
         # final soft-capping happens inside the kernel.
         fin.add("loss.flce_grad_input", residual_bytes(stack) * h)
         if lm_head_trains:
-            fixed["loss.flce_grad_weight"] = float(v * h * (4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2))
+            fixed["loss.flce_grad_weight"] = float(v * h * (4 if stack.fp32_weights else 2))
     else:
         if lm_head_trains:  # lm_head (the tied embedding, or peft's trainable copy) keeps its input
             fin.add("lm_head.input", 2 * h if amp else a * h)

@@ -260,6 +260,6 @@ def tensor_counts(arch, stack) -> tuple[int, int]:
     """(weight tensors, trainable tensors) per decoder layer: its linear weights; LoRA's A and B per
     targeted linear (peft lora.Linear), or every weight for full fine-tuning."""
     weights = max(1, len(arch.linear_names()))
-    if stack.method == "full":
+    if stack.is_full:
         return weights, weights
     return weights, max(2, 2 * len(lora_target_names(arch, stack)))

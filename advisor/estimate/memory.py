@@ -119,20 +119,20 @@ def _trainable(arch: Architecture, stack: Stack) -> tuple[int, int]:
     """(trainable parameters, bytes per trainable parameter): every weight for full fine-tuning; the
     adapters (and DoRA's magnitude vectors, which peft keeps in the adapter dtype) for LoRA/QLoRA. The
     modules_to_save copies train too, in the model's dtype: `_saved_copies`."""
-    if stack.method == "full":
+    if stack.is_full:
         return arch.params_total, PARAM_BYTES[stack.precision]
     return arch.lora_params(stack.lora_rank, stack.lora_targets) + _dora_magnitudes(arch, stack), adapter_bytes(stack)
 
 
 def _dora_magnitudes(arch: Architecture, stack: Stack) -> int:
-    return arch.dora_magnitudes(stack.lora_targets) if stack.dora and stack.method != "full" else 0
+    return arch.dora_magnitudes(stack.lora_targets) if stack.dora and stack.is_adapter else 0
 
 
 def _saved_copies(arch: Architecture, stack: Stack) -> tuple[int, int]:
     """(parameters, bytes each) of peft's modules_to_save copies: ModulesToSaveWrapper keeps the frozen
     original AND a trainable deepcopy of it (peft 0.21.2 utils/other.py ModulesToSaveWrapper.update), in
     the dtype the model was loaded in (16-bit for QLoRA's embeddings/lm_head)."""
-    if stack.method == "full" or not stack.saved_modules:
+    if stack.is_full or not stack.saved_modules:
         return 0, 0
     return arch.saved_module_params(stack.saved_modules), PARAM_BYTES[stack.precision]
 
@@ -140,7 +140,7 @@ def _saved_copies(arch: Architecture, stack: Stack) -> tuple[int, int]:
 def _copy_optimizer_bytes(stack: Stack, count: int, pb: int, arch: Architecture) -> tuple[float, str]:
     """Optimizer state of the modules_to_save copies (their own dtype, not the adapters')."""
     opt = stack.optimizer
-    if stack.sharding.startswith("zero") and pb == 2:
+    if stack.is_zero and pb == 2:
         states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
                   "sgd": 4, "adafactor": 0}[opt]
         return count * (8 + states), "fp32 master + fp32 gradient partition + states (DeepSpeed mixed precision)"
@@ -159,7 +159,7 @@ def _copy_optimizer_bytes(stack: Stack, count: int, pb: int, arch: Architecture)
 
 def _adafactor_state_elems(arch: Architecture, stack: Stack) -> int:
     """Adafactor (Shazeer & Stern 2018): row + column second-moment factors per matrix."""
-    if stack.method != "full":
+    if stack.is_adapter:
         return sum(lin.count * 2 * stack.lora_rank + lin.count * (lin.in_features + lin.out_features)
                    for lin in arch.lora_targeted(stack.lora_targets))
     spec = arch.spec
@@ -191,10 +191,10 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
     pb = PARAM_BYTES[stack.precision]
     n_p = stack.shard_degree_params
     weights: dict[str, Component] = {}
-    compute_b = BYTES_FP32 if stack.precision == "fp32" else BYTES_16BIT
+    compute_b = BYTES_FP32 if stack.pure_fp32 else BYTES_16BIT
     largest_layer = arch.largest_layer_params * arch.scale
 
-    if stack.method == "qlora":
+    if stack.is_qlora:
         q = arch.linear_weight_params
         nf4 = nf4_bytes_per_param(stack.double_quant)
         weights["weights.nf4_linears"] = Component(
@@ -215,7 +215,7 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
             formula=f"{P:,} params × {pb} B ({stack.precision}){f' / {n_p} shards' if n_p > 1 else ''}",
             source="ZeRO (Rajbhandari et al. 2020) §3: Ψ parameters; stage 3 partitions them",
         )
-    if stack.method != "full":
+    if stack.is_adapter:
         heads = arch.head_targets(stack.lora_targets)
         weights["weights.lora_adapters"] = Component(
             bytes=int((trainable - mags) * tb / n_p),
@@ -241,16 +241,16 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
     root = (arch.embed_params + arch.lm_head_params + arch.final_norm_params) * arch.scale
     if stack.sharding == "zero3":
         unit = max(largest_layer, arch.embed_params * arch.scale, arch.lm_head_params * arch.scale)
-        weights.update(_zero3_gathered(P, unit, 0.5 if stack.method == "qlora" else compute_b))
-    elif n_p > 1 or stack.offload in ("params", "both"):
-        wb = 0.5 if stack.method == "qlora" else compute_b
+        weights.update(_zero3_gathered(P, unit, 0.5 if stack.is_qlora else compute_b))
+    elif n_p > 1 or stack.offloads_params:
+        wb = 0.5 if stack.is_qlora else compute_b
         weights["weights.gathered_units"] = Component(
             bytes=int((2 * largest_layer + root) * wb),
             formula="two decoder layers (current + prefetched) and the root unit (embeddings, lm_head, "
             "final norm, kept unsharded from forward to backward) in the compute dtype",
             source="PyTorch FSDP2 fully_shard: per-layer all-gather with prefetch; root not resharded after forward",
         )
-    if stack.offload in ("params", "both"):
+    if stack.offloads_params:
         for key in ("weights.base", "weights.nf4_linears", "weights.16bit_rest", "weights.lora_adapters"):
             if key in weights:
                 weights[key] = Component(bytes=0, formula=weights[key].formula + " (offloaded to CPU)", source=weights[key].source)
@@ -280,7 +280,7 @@ def _gradients(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: 
             f"{f' / {n_g} shards' if n_g > 1 else ''}",
             source="peft modules_to_save: the copy has requires_grad=True (utils/other.py _set_layer_requires_grad)",
         )
-    if n_g > 1 and stack.sharding in ("fsdp", "zero2", "zero3") and stack.method == "full":
+    if n_g > 1 and stack.shards_grads and stack.is_full:
         gradients["gradients.unsharded_buffers"] = Component(
             bytes=int((largest_layer + root) * tb),
             formula="one layer's and the root unit's unsharded gradients before reduce-scatter",
@@ -306,7 +306,7 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
         per, note = tb, f"momentum buffer × {tb} B"
     else:  # adafactor
         per, note = 0.0, "factored second moment (rows + columns per matrix), no first moment"
-    deepspeed_mixed = stack.sharding.startswith("zero") and tb == 2
+    deepspeed_mixed = stack.is_zero and tb == 2
     if deepspeed_mixed:
         # DeepSpeed's bf16/fp16 mode always keeps fp32 master weights and an fp32 gradient partition
         # the optimizer reads (DeepSpeed stage_1_and_2.py / stage3.py: single_partition_of_fp32_groups
@@ -328,7 +328,7 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
         "sgd": "torch.optim.SGD(momentum>0)",
         "adafactor": "Shazeer & Stern 2018, Adafactor",
     }[opt]
-    offload_opt = stack.offload in ("optimizer", "both")
+    offload_opt = stack.offloads_optimizer
     optimizer = {
         "optimizer.states": Component(
             bytes=0 if offload_opt else int(opt_bytes / n_o),
@@ -351,13 +351,13 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
 def _offloaded(arch: Architecture, stack: Stack, trainable: int, copies: int) -> int:
     """Host RAM (bytes, over all GPUs) the offloaded states take."""
     opt, P, pb = stack.optimizer, arch.params_total, PARAM_BYTES[stack.precision]
-    offload_opt = stack.offload in ("optimizer", "both")
+    offload_opt = stack.offloads_optimizer
     cpu = 0
     if offload_opt:
         # ZeRO-Offload (Ren et al. 2021) keeps fp32 master params, fp32 grads and Adam states on CPU.
         cpu += int((trainable + copies) * (16 if opt.startswith("adamw") else 8))
-    if stack.offload in ("params", "both"):
-        cpu += int(P * (0.5 if stack.method == "qlora" else pb))
+    if stack.offloads_params:
+        cpu += int(P * (0.5 if stack.is_qlora else pb))
     return cpu
 
 
@@ -372,11 +372,11 @@ def checkpoint_bytes(arch: Architecture, stack: Stack) -> int:
     weights plus, per rank, fp32 masters and optimizer states: deepspeed/runtime/engine.py
     _save_checkpoint and _save_zero_checkpoint)."""
     states = _model_states(arch, stack.model_copy(update={"gpus": 1, "offload": "none"}))
-    keys = ("weights.base",) if stack.method == "full" else (
+    keys = ("weights.base",) if stack.is_full else (
         "weights.lora_adapters", "weights.dora_magnitudes", "weights.modules_to_save")
     weights = sum(states.weights[key].bytes for key in keys if key in states.weights)
     optimizer = sum(c.bytes for c in states.optimizer.values())
-    if stack.sharding.startswith("zero"):
+    if stack.is_zero:
         trainable, tb = _trainable(arch, stack)
         copies, cb = _saved_copies(arch, stack)
         optimizer -= 4 * (trainable * (tb == 2) + copies * (cb == 2))  # the fp32 gradient partition
@@ -391,7 +391,7 @@ def check(arch: Architecture, stack: Stack) -> None:
             f"--attention: {arch.spec.name} ({arch.spec.family}) runs with {' or '.join(allowed)} in transformers 5, "
             f"not {stack.attention}."
         )
-    if stack.method != "full":
+    if stack.is_adapter:
         unknown = arch.unknown_targets(stack.lora_targets)
         if unknown:
             raise BadInput(
@@ -465,8 +465,8 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
         # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
         tb = _trainable(arch, stack)[1]
-        head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.method == "full" else 0
-        if "lm_head" in stack.saved_modules and stack.method != "full":
+        head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.is_full else 0
+        if "lm_head" in stack.saved_modules and stack.is_adapter:
             head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
         if stack.liger:
             head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
@@ -491,7 +491,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         overhead["overhead.nccl_buffers"] = part(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
     reduce_bucket = 0
     if stack.sharding == "zero3":
-        gb = BYTES_FP32 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else BYTES_16BIT
+        gb = BYTES_FP32 if stack.fp32_weights else BYTES_16BIT
         reduce_bucket = DEEPSPEED_ZERO3["reduce_bucket_size"] * gb
         overhead["overhead.zero3_reduce_bucket"] = part(
             bytes=reduce_bucket,
@@ -567,7 +567,7 @@ def _transients(arch: Architecture, stack: Stack, shape: Shape, acts: Activation
             "W + s·BA, built to take ‖W + s·BA‖ every forward (and again in a recomputed layer)",
             source="peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.get_lora_weight / get_weight_norm",
         )
-    if stack.method == "qlora":
+    if stack.is_qlora:
         largest = arch.largest_dense_linear
         transients["overhead.dequantised_weight"] = part(
             bytes=int(largest * BYTES_16BIT),
@@ -581,12 +581,12 @@ def _warnings(arch: Architecture, stack: Stack, shape: Shape) -> list[str]:
     """What the estimate cannot promise for this model and stack."""
     spec = arch.spec
     warnings = []
-    if stack.method == "qlora" and arch.expert_weight_params:
+    if stack.is_qlora and arch.expert_weight_params:
         warnings.append(
             f"QLoRA leaves this MoE's {arch.expert_weight_params / BILLION:.1f}B fused expert weights in 16-bit: "
             "transformers 5 quantises nn.Linear modules only."
         )
-    if arch.lora_wraps_experts(stack.lora_targets) and stack.method != "full" and stack.lora_dropout > 0:
+    if arch.lora_wraps_experts(stack.lora_targets) and stack.is_adapter and stack.lora_dropout > 0:
         warnings.append(
             "peft wraps this MoE's experts with LoRA ParamWrappers, which refuse lora_dropout != 0; "
             "use --lora-dropout 0 (estimated as if dropout were 0 for the experts)."
@@ -617,7 +617,7 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
     }
     if spec.vision is not None:
         assumptions["vision_tower"] = "weights counted; text-only batches (no image activations)"
-    if stack.method != "full":
+    if stack.is_adapter:
         assumptions["adapter_dtype"] = "fp32 (peft autocast_adapter_dtype=True)" if adapter_bytes(stack) == 4 else "bf16"
         assumptions["lora"] = f"r={stack.lora_rank}, alpha={stack.lora_alpha}, dropout={stack.lora_dropout}, targets={stack.lora_targets}"
         if stack.dora:
@@ -627,7 +627,7 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
     assumptions["loss"] = (
         "Liger fused linear cross-entropy (no logits kept; one chunk of logits at a time)" if stack.liger
         else "chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks): fp32 log_softmax kept, "
-             "one chunk's gradients at a time" if stack.loss == "chunked"
+             "one chunk's gradients at a time" if stack.chunked_loss
         else "transformers ForCausalLMLoss: fp32 logits, log_softmax kept")
     if stack.liger:
         assumptions["liger"] = "Liger RMSNorm, SwiGLU/GeGLU, RoPE and fused linear cross-entropy (use_liger_kernel=True)"

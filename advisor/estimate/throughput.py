@@ -175,7 +175,7 @@ def _counts(arch, stack: Stack) -> Counts:
     adapted = 0
     adapted_in = adapted_out = adapted_w = 0.0
     trainable_tensors = 0
-    if stack.method != "full":
+    if stack.is_adapter:
         adapters_total = float(arch.lora_params(stack.lora_rank, stack.lora_targets))
         adapters_active = float(arch.lora_params_per_token(stack.lora_rank, stack.lora_targets))
         text = [lin for layer in arch.layers for lin in layer.linears]
@@ -190,14 +190,14 @@ def _counts(arch, stack: Stack) -> Counts:
     lm_head = float(m.vocab_size * m.hidden_size)
     matmul_active += lm_head  # lm_head projection (tied or not, the matmul happens)
     extra, lm_head_trained = 0.0, False
-    if stack.method != "full" and stack.modules_to_save:
+    if stack.is_adapter and stack.modules_to_save:
         for name in (n.strip() for n in stack.modules_to_save.split(",") if n.strip()):
             if name in ("lm_head", "embed_tokens", "wte", "output"):
                 extra += lm_head
                 trainable_tensors += 1
                 lm_head_trained |= name in ("lm_head", "output")
     tensors += 2 + (0 if m.tie_word_embeddings else 1)  # embedding, final norm, lm_head
-    if stack.method == "full":
+    if stack.is_full:
         trainable_tensors = tensors
     scale = arch.scale  # --params mode: the synthetic shape stretched to the given size
     return Counts(
@@ -231,7 +231,7 @@ def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float
     attn_fwd = 4.0 * c.layers * s_ctx * c.d_attn
     mm_fwd = 2.0 * c.matmul_active
     ad_fwd = 2.0 * c.adapters_active
-    if stack.method == "full":
+    if stack.is_full:
         model = 3 * mm_fwd + 3 * attn_fwd
     else:
         model = 2 * mm_fwd + 3 * attn_fwd + 3 * ad_fwd + (2.0 * c.lm_head if c.lm_head_trained else 0.0)
@@ -293,7 +293,7 @@ def module_calls(c: Counts, stack: Stack) -> float:
         return 0.0
     t = table()["module_calls"]
     per_layer = float(t["layer"])
-    if stack.method != "full" and c.adapted_linears:
+    if stack.is_adapter and c.adapted_linears:
         per_layer += t["lora_per_adapted_linear"] * c.adapted_linears / max(c.layers, 1)
     return per_layer * c.layers * (2.0 if stack.grad_checkpointing else 1.0)
 
@@ -356,7 +356,7 @@ def _elementwise_bytes(c: Counts, stack: Stack, seq_len: int) -> float:
 def _loss_bytes(c: Counts, stack: Stack) -> float:
     """Bytes per token of the logits path (forward + backward), by loss implementation."""
     t = table()["elementwise_bytes"]["loss_per_vocab"]
-    mode = "fused" if stack.liger else "chunked" if stack.loss == "chunked" else "compiled" if stack.compile else "eager"
+    mode = "fused" if stack.liger else "chunked" if stack.chunked_loss else "compiled" if stack.compile else "eager"
     return t[mode] * c.vocab
 
 
@@ -367,7 +367,7 @@ def _kernels_per_microbatch(c: Counts, stack: Stack) -> float:
     fwd = t["layer_forward"][mode]
     passes = 3.0 + (1.0 if stack.grad_checkpointing else 0.0)  # backward ≈ 2 forwards of kernels
     per_layer = fwd * passes
-    if stack.method != "full" and c.adapted_linears:
+    if stack.is_adapter and c.adapted_linears:
         lora = t["lora_per_adapted_linear"]
         per_adapter = lora["forward"] * (2 if stack.grad_checkpointing else 1) + lora["backward"]
         if stack.dora:
@@ -375,11 +375,11 @@ def _kernels_per_microbatch(c: Counts, stack: Stack) -> float:
         if stack.compile:
             per_adapter *= t["compiled_lora_factor"]
         per_layer += per_adapter * c.adapted_linears / max(c.layers, 1)
-    if stack.method == "qlora":
+    if stack.is_qlora:
         per_layer += t["dequant_per_linear_pass"] * (c.quantised_linears / max(c.layers, 1)) * (passes - 1)
     if c.moe_layers:
         per_layer += t["moe_layer"] * passes * c.moe_layers / max(c.layers, 1)
-    if stack.sharding in ("fsdp", "zero3"):
+    if stack.shards_params:
         per_layer += t["fsdp_layer"]
     return per_layer * c.layers + t["model_per_microbatch"]
 
@@ -389,13 +389,13 @@ def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, nodes: in
     n = stack.gpus
     # LoRA adapters are fp32 (peft default) and DeepSpeed's 16-bit modes keep fp32 masters: the
     # optimizer traffic is then the mixed-precision kind
-    mixed = (stack.precision.startswith("amp") or stack.precision == "fp32" or stack.method != "full"
-             or stack.sharding.startswith("zero"))
+    mixed = (stack.mixed_precision or stack.pure_fp32 or stack.is_adapter
+             or stack.is_zero)
     opt_bytes = t["optimizer_bytes_per_param"]["amp" if mixed else "pure16"][stack.optimizer]
-    if stack.offload in ("optimizer", "both"):
+    if stack.offloads_optimizer:
         shard = trainable / n
         return trainable / nodes / t["cpu_adam_params_per_s"] + shard * BYTES_FP32 / (t["pcie_gb_s"] * GB)
-    grad_bytes = BYTES_16BIT if stack.method == "full" and not mixed else BYTES_FP32
+    grad_bytes = BYTES_16BIT if stack.is_full and not mixed else BYTES_FP32
     clip = t["grad_clip_passes"] * grad_bytes * trainable / stack.shard_degree_grads  # norm, then rescale
     return (trainable / stack.shard_degree_optimizer * opt_bytes + clip) / bw
 
@@ -422,10 +422,10 @@ def _adapter_seconds(c: Counts, stack: Stack, T: int, rate: float, bw: float) ->
     t = table()
     ckpt = 1.0 if stack.grad_checkpointing else 0.0
     dequant = 0.0
-    if stack.method == "qlora":
+    if stack.is_qlora:
         dequant = c.quantised_weight_total * t["nf4_dequant_bytes_per_param"] * (2.0 + ckpt) / bw
     dora = 0.0
-    if stack.dora and stack.method != "full":
+    if stack.dora and stack.is_adapter:
         # the weight norm of W + s·BA every forward, and the rescaling of every adapted output
         dora = (c.adapted_weight_total * t["dora_bytes_per_weight"] * (1.0 + ckpt)
                 + c.adapted_out_features * t["dora_bytes_per_output_feature"] * (3.0 + ckpt) / 3.0 * T) / bw
@@ -474,7 +474,7 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     attn_fwd = 4.0 * c.layers * s_ctx * c.d_attn
     attn_flops = attn_fwd * (3.0 + ckpt) * T
     mm_flops = exec_fpt * T - attn_flops
-    weight_passes = (3.0 if stack.method == "full" else 2.0) + ckpt  # fwd, dgrad, (wgrad), recompute
+    weight_passes = (3.0 if stack.is_full else 2.0) + ckpt  # fwd, dgrad, (wgrad), recompute
     dense_bytes = 2.0 * (c.dense_weight_total + c.lm_head) * weight_passes
     expert_bytes = 2.0 * c.expert_weight_total * weight_passes  # every expert is read by each pass
     # grouped expert GEMMs multiply only M·k/E rows each: below the ridge they stream weights
@@ -487,7 +487,7 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     # elementwise traffic (norms, RoPE, SwiGLU, residuals, casts, LoRA inputs, loss)
     passes = 3.0 + ckpt  # forward + backward (twice the forward's bytes) + recompute
     elem = _elementwise_bytes(c, stack, shape.seq_len) * c.layers * passes * T
-    if stack.method != "full" and c.adapted_linears:
+    if stack.is_adapter and c.adapted_linears:
         lb = t["elementwise_bytes"]["lora_per_input_feature"]
         per_in = lb[stack.adapter_dtype] * (1.0 - (lb["dropout_share"] if stack.lora_dropout == 0 else 0.0))
         elem += per_in * c.adapted_in_features * (3.0 + ckpt) / 3.0 * T * (0.5 if stack.compile else 1.0)
@@ -508,17 +508,17 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     if nodes > 1:
         per_mb /= t["multi_node_efficiency"]  # stragglers and synchronisation jitter across nodes
 
-    trainable = (c.params_total if stack.method == "full" else c.adapters_total + c.extra_trainable)
+    trainable = (c.params_total if stack.is_full else c.adapters_total + c.extra_trainable)
     optimizer = _optimizer_seconds(c, stack, gpu, trainable, nodes, bw)
 
     comm = hideable = net = 0.0
     if nodes > 1:
         net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
-    if n > 1 and stack.sharding != "none":
-        grad_bytes = trainable * (BYTES_16BIT if stack.method == "full" else BYTES_FP32)  # LoRA adapters/grads in fp32
+    if n > 1 and stack.is_distributed:
+        grad_bytes = trainable * (BYTES_16BIT if stack.is_full else BYTES_FP32)  # LoRA adapters/grads in fp32
         weight_bytes = (c.quantised_weight_total * NF4_TRAFFIC_BYTES_PER_PARAM
                         + (c.params_total - c.quantised_weight_total) * BYTES_16BIT
-                        if stack.method == "qlora" else c.params_total * BYTES_16BIT)
+                        if stack.is_qlora else c.params_total * BYTES_16BIT)
         ring = (n - 1) / n
         if stack.sharding == "ddp":
             volume = 2 * ring * grad_bytes  # all-reduce once per step (no_sync while accumulating)
@@ -530,11 +530,11 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
             volume = ring * (2 * weight_bytes * grad_accum + grad_bytes)
             hideable = per_mb * grad_accum
         comm = volume / (link_gb_s(gpu, nodes, net) * GB * t["collective_efficiency"])
-    if stack.offload in ("params", "both"):
+    if stack.offloads_params:
         # offloaded parameters cross PCIe from host memory before every use of each rank's shard
         weight_shard = (c.quantised_weight_total * NF4_TRAFFIC_BYTES_PER_PARAM
                         + (c.params_total - c.quantised_weight_total) * BYTES_16BIT
-                        if stack.method == "qlora" else c.params_total * BYTES_16BIT) / n
+                        if stack.is_qlora else c.params_total * BYTES_16BIT) / n
         comm += weight_shard * (2.0 + ckpt) * grad_accum / (t["pcie_gb_s"] * GB)
         hideable = per_mb * grad_accum
     overlap = t["comm_overlap"].get(stack.sharding, 0.0)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from advisor.launch.caveats import DEEPSPEED, expert_lora
+from advisor.launch.caveats import expert_lora
 from advisor.results import Candidate
 
 AXOLOTL_FILE = "axolotl.yaml"
@@ -49,11 +49,11 @@ def precision_keys(precision: str) -> tuple[dict, str]:
 
 
 def _sharding(c: Candidate, layer: str | None, ds_file: str) -> dict:
-    if c.sharding in DEEPSPEED:
+    if c.stack.is_zero:
         return {"deepspeed": ds_file}  # the bundle's ds_config.json: stage, offload, buckets as estimated
     if c.sharding != "fsdp":
         return {}  # one GPU, or DDP: `accelerate launch` with num_processes > 1
-    fsdp: dict = {"fsdp_version": 2, "offload_params": c.offload != "none", "reshard_after_forward": True,
+    fsdp: dict = {"fsdp_version": 2, "offload_params": c.stack.offloads, "reshard_after_forward": True,
                   "state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": c.grad_checkpointing}
     if layer:
         fsdp.update(auto_wrap_policy="TRANSFORMER_BASED_WRAP", transformer_layer_cls_to_wrap=layer)
@@ -64,10 +64,10 @@ def _sharding(c: Candidate, layer: str | None, ds_file: str) -> dict:
 
 def _adapter(c: Candidate, family: str, moe: bool) -> dict:
     st = c.stack
-    if st.method == "full":
+    if st.is_full:
         return {}
     targets = st.lora_targets.strip()
-    out: dict = {"adapter": st.method, **({"load_in_4bit": True} if st.method == "qlora" else {}),
+    out: dict = {"adapter": st.method, **({"load_in_4bit": True} if st.is_qlora else {}),
                  "lora_r": st.lora_rank, "lora_alpha": st.lora_alpha,
                  "lora_dropout": 0.0 if expert_lora(c, family, moe) else st.lora_dropout}
     if targets == "all-linear":
@@ -99,13 +99,13 @@ def axolotl_config(c: Candidate, *, model_name: str, family: str, moe: bool, lay
         "gradient_accumulation_steps": c.grad_accum,
         "num_epochs": float(epochs),
         "optimizer": optimizer,
-        "learning_rate": 2e-5 if st.method == "full" else 2e-4,  # as training_args.yaml
+        "learning_rate": 2e-5 if st.is_full else 2e-4,  # as training_args.yaml
         **precision,
         # under FSDP checkpointing is fsdp_config.activation_checkpointing (as in accelerate_config.yaml)
         "gradient_checkpointing": st.grad_checkpointing and c.sharding != "fsdp",
         _ATTENTION_KEYS[st.attention]: True,
     }
-    if st.loss == "chunked" and not st.liger:
+    if st.chunked_loss and not st.liger:
         cfg["chunked_cross_entropy"] = True
     if st.compile:
         cfg["torch_compile"] = True
@@ -113,6 +113,6 @@ def axolotl_config(c: Candidate, *, model_name: str, family: str, moe: bool, lay
         cfg.update(plugins=[LIGER_PLUGIN], liger_rope=True, liger_rms_norm=True, liger_glu_activation=True,
                    liger_fused_linear_cross_entropy=True)
     cfg.update(_sharding(c, layer, ds_file))
-    if st.method == "qlora" and not st.double_quant:
+    if st.is_qlora and not st.double_quant:
         notes.append("axolotl quantises the 4-bit constants too (double quantisation); the estimate assumed not")
     return cfg, notes

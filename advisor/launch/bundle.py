@@ -29,7 +29,7 @@ from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
 from advisor.estimate.memory import DEEPSPEED_ZERO3
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
-    DECODER_LAYERS, DEEPSPEED, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
+    DECODER_LAYERS, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
     total_gpus)
 from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
@@ -87,7 +87,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 def mixed_precision(c: Candidate) -> str:
     """accelerate's `mixed_precision`: autocast for amp-*, DeepSpeed's 16-bit mode for pure 16-bit."""
     amp = PRECISIONS[c.precision][1]
-    if c.sharding in DEEPSPEED and c.precision in ("bf16", "fp16"):
+    if c.stack.is_zero and c.stack.half_weights:
         return c.precision
     return amp
 
@@ -126,7 +126,7 @@ def _fsdp_config(c: Candidate, model: ModelSpec) -> dict:
     else:
         fsdp["fsdp_auto_wrap_policy"] = "SIZE_BASED_WRAP"
         fsdp["fsdp_min_num_params"] = 100_000_000
-    fsdp["fsdp_offload_params"] = c.offload != "none"
+    fsdp["fsdp_offload_params"] = c.stack.offloads
     fsdp["fsdp_state_dict_type"] = "SHARDED_STATE_DICT"
     fsdp["fsdp_cpu_ram_efficient_loading"] = True
     fsdp["fsdp_activation_checkpointing"] = c.grad_checkpointing
@@ -157,12 +157,12 @@ def deepspeed_json(c: Candidate) -> dict:
     mp = mixed_precision(c)
     zero: dict = {
         "stage": stage,
-        "offload_optimizer": {"device": "cpu" if c.offload in ("optimizer", "both") else "none"},
+        "offload_optimizer": {"device": "cpu" if c.stack.offloads_optimizer else "none"},
         "contiguous_gradients": Z["contiguous_gradients"],
         "reduce_bucket_size": Z["reduce_bucket_size"],
     }
     if stage == 3:
-        zero["offload_param"] = {"device": "cpu" if c.offload in ("params", "both") else "none"}
+        zero["offload_param"] = {"device": "cpu" if c.stack.offloads_params else "none"}
         for key in ("stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                     "stage3_max_live_parameters", "stage3_max_reuse_distance"):
             zero[key] = Z[key]
@@ -207,7 +207,7 @@ def training_args(
         "optim": OPTIM_NAMES[c.optimizer],
         "bf16": mp == "bf16",
         "fp16": mp == "fp16",
-        "learning_rate": 2e-5 if c.method == "full" else 2e-4,
+        "learning_rate": 2e-5 if c.stack.is_full else 2e-4,
         "num_train_epochs": float(opts.get("epochs") or 1),
         "max_grad_norm": MAX_GRAD_NORM,
         "logging_steps": 10,
@@ -223,7 +223,7 @@ def training_args(
         training["ddp_find_unused_parameters"] = False
     lora = None
     st = c.stack
-    if st.method in ("lora", "qlora"):
+    if st.is_adapter:
         targets = st.lora_targets.strip()
         lora = {
             "task_type": "CAUSAL_LM",
@@ -243,7 +243,7 @@ def training_args(
     if st.compile:
         training["torch_compile"] = True
     quant = None
-    if c.method == "qlora":
+    if c.stack.is_qlora:
         compute = "float16" if c.precision in ("fp16", "amp-fp16") else "bfloat16"
         quant = {
             "load_in_4bit": True,
@@ -251,7 +251,7 @@ def training_args(
             "bnb_4bit_use_double_quant": st.double_quant,
             "bnb_4bit_compute_dtype": compute,
         }
-        if c.sharding in ("fsdp", "zero3"):
+        if c.stack.shards_params:
             quant["bnb_4bit_quant_storage"] = compute  # so FSDP/ZeRO-3 can flatten the packed weights (§9)
     cfg = {
         "model": {
@@ -265,7 +265,7 @@ def training_args(
         "training": training,
         # --loss chunked: train.py computes torchtune's CEWithChunkedOutputLoss on the logits (not a
         # TrainingArguments field, so it has its own section)
-        "loss": {"type": "chunked", "chunks": CHUNKED_LOSS_CHUNKS} if st.loss == "chunked" and not st.liger else None,
+        "loss": {"type": "chunked", "chunks": CHUNKED_LOSS_CHUNKS} if st.chunked_loss and not st.liger else None,
         "lora": lora,
         "quantization": quant,
         "estimate": {
@@ -318,11 +318,11 @@ def requirements(c: Candidate) -> list[str]:
     flash-attn is not among them: it needs a CUDA build (sky.yaml and the README install it), and train.py
     falls back to PyTorch SDPA, saying so, when it is missing."""
     names = ["torch", "transformers", "accelerate", "pyyaml"]
-    if c.method != "full":
+    if c.stack.is_adapter:
         names.append("peft")
-    if c.method == "qlora" or "8bit" in c.optimizer:
+    if c.stack.is_qlora or "8bit" in c.optimizer:
         names.append("bitsandbytes")
-    if c.sharding in DEEPSPEED:
+    if c.stack.is_zero:
         names.append("deepspeed")
     if c.stack.liger:
         names.append("liger-kernel")

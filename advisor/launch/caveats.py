@@ -14,7 +14,6 @@ from advisor.results import Candidate
 # config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's
 # *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0; families.json decoder_layer_class).
 DECODER_LAYERS: dict[str, str] = families.decoder_layers()
-DEEPSPEED = ("zero1", "zero2", "zero3")
 # Provider names as price sheets spell them -> SkyPilot's cloud name.
 SKY_NAMES = {"lambdalabs": "lambda", "google": "gcp", "lambda-labs": "lambda", "amazon": "aws"}
 # The SkyPilot release sky.yaml is checked against (the test extra's pin; tests/test_sky_yaml.py loads every
@@ -33,7 +32,7 @@ def total_gpus(c: Candidate) -> int:
 def distributed_type(c: Candidate) -> str:
     if c.sharding == "fsdp":
         return "FSDP"
-    if c.sharding in DEEPSPEED:
+    if c.stack.is_zero:
         return "DEEPSPEED"
     return "MULTI_GPU" if total_gpus(c) > 1 else "NO"
 
@@ -42,7 +41,7 @@ def expert_lora(c: Candidate, family: str, moe: bool) -> bool:
     """LoRA on a MoE whose fused experts peft wraps with ParamWrapper (all-linear, families.json expert_lora):
     ParamWrapper refuses lora_dropout != 0 (peft 0.21.2 peft/tuners/lora/layer.py ParamWrapper.__init__:
     "does not work with lora_dropout != 0"), so the bundle writes 0, as the estimate assumed."""
-    return (c.method != "full" and moe and families.traits(family).expert_lora
+    return (c.stack.is_adapter and moe and families.traits(family).expert_lora
             and c.stack.lora_targets.strip() == "all-linear")
 
 
@@ -50,7 +49,7 @@ def cpu_adam(c: Candidate) -> bool:
     """ZeRO optimizer offload: accelerate replaces the Trainer's optimizer with DeepSpeedCPUAdam
     (accelerate 1.15.0 Accelerator._prepare_deepspeed -> utils/deepspeed.py map_pytorch_optim_to_deepspeed,
     whenever offload_optimizer.device != "none" and zero_force_ds_cpu_optimizer is not false)."""
-    return c.sharding in DEEPSPEED and c.offload in ("optimizer", "both")
+    return c.stack.is_zero and c.stack.offloads_optimizer
 
 
 def sky_cloud(provider: str) -> str:
@@ -82,15 +81,15 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
         notes.append(
             "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
             "optimizer states to the CPU (less GPU memory, more host RAM than estimated).")
-    if c.method == "qlora" and dist == "FSDP":
+    if c.stack.is_qlora and dist == "FSDP":
         notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
                      "run a few steps before a long job.")
-    if c.optimizer == "adamw-fp32" and c.method == "full" and c.precision in ("bf16", "fp16") and dist != "DEEPSPEED":
+    if c.optimizer == "adamw-fp32" and c.stack.is_full and c.stack.half_weights and dist != "DEEPSPEED":
         notes.append(
             "adamw-fp32 is written as adamw_torch_fused, whose states follow the weights' dtype: with pure "
             f"{c.precision} weights transformers keeps 16-bit states (less memory than estimated, no fp32 master "
             "copy).")
-    if dist == "DEEPSPEED" and c.precision in ("bf16", "fp16") and c.method == "full":
+    if dist == "DEEPSPEED" and c.stack.half_weights and c.stack.is_full:
         notes.append(
             f"DeepSpeed's {c.precision} mode keeps fp32 master weights and fp32 Adam states "
             "(12 B per trainable parameter, ZeRO paper); check the estimate assumed that.")

@@ -19,8 +19,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from advisor.stacks import ATTENTIONS
+
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "families.json"
-ALL_ATTENTION = ("flash", "sdpa", "eager")
+ALL_ATTENTION = ATTENTIONS  # every kernel (advisor.stacks.Attention); a family may allow fewer
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 

@@ -75,7 +75,7 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     spec = engine.spec
     top_stack = candidates[0].stack if candidates else _lora_probe(request).model_copy(
         update={"method": request.methods[0]})
-    trainable = counts.params_total if top_stack.method == "full" else engine.counts(top_stack).adapters_total
+    trainable = counts.params_total if top_stack.is_full else engine.counts(top_stack).adapters_total
     info = ModelInfo(name=spec.name, family=spec.family, source=spec.source, params_total=int(counts.params_total),
                      params_trainable=int(trainable), params_active=int(counts.matmul_active))
     return Plan(model=info, workload=_workload(request), candidates=candidates, pareto=pareto, baseline=baseline,

@@ -27,11 +27,12 @@ from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
-from advisor.stacks import Shape, Stack
+from advisor.stacks import (ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape,
+                            Stack)
 from advisor.workload import measurements
 from pricing.gpus import get_gpu
 
-OPTIMIZERS = ("adamw", "adamw-8bit")
+OPTIMIZERS = ("adamw", "adamw-8bit")  # the ones searched when --optimizer is not pinned (of stacks.OPTIMIZERS)
 # Pins that describe adapters: they shape LoRA/QLoRA stacks, not the full fine-tune (the baseline)
 ADAPTER_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "adapter_dtype", "dora",
                   "modules_to_save", "double_quant", "bnb_saves_inputs")
@@ -50,7 +51,7 @@ def precision_for(method: str, sharding: str, bf16: bool) -> str:
     K = 12). LoRA/QLoRA: 16-bit frozen weights (peft keeps adapters in fp32). Cards without bf16
     (T4, V100) use fp16."""
     half = "bf16" if bf16 else "fp16"
-    if method != "full" or sharding.startswith("zero"):
+    if method in ADAPTER_METHODS or sharding in ZERO_SHARDINGS:
         return half
     return f"amp-{half}"
 
@@ -140,7 +141,7 @@ def _shardings(method: str, n_gpus: int, pins: dict[str, Any]) -> list[tuple[str
         if n_gpus == 1 and sharding in ("ddp",):
             sharding = "none"
         offload = pins.get("offload", "none")
-        if offload != "none" and sharding not in ("fsdp", "zero1", "zero2", "zero3"):
+        if offload != "none" and sharding not in OPTIMIZER_SHARDINGS:
             return []
         return [(sharding, offload)]
     if n_gpus == 1:
@@ -150,7 +151,7 @@ def _shardings(method: str, n_gpus: int, pins: dict[str, Any]) -> list[tuple[str
         if method == "full":
             out.append(("zero3", "optimizer"))
     if "offload" in pins:
-        out = [(s, pins["offload"]) for s, _ in out if pins["offload"] == "none" or s in ("fsdp", "zero3")]
+        out = [(s, pins["offload"]) for s, _ in out if pins["offload"] == "none" or s in PARAM_SHARDINGS]
     return list(dict.fromkeys(out))
 
 

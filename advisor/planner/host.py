@@ -25,6 +25,7 @@ A host whose RAM or vCPUs are not listed passes, and the candidate says so.
 
 from __future__ import annotations
 
+from advisor.stacks import PARAM_SHARDINGS
 from advisor.units import GB
 
 SHARD_GB = 5.0  # transformers save_pretrained max_shard_size="5GB": the largest shard one process loads
@@ -35,7 +36,7 @@ RAM_USABLE = 0.9  # share of instance RAM a job may use (OS, page cache)
 
 def sharded_loading(sharding: str) -> bool:
     """FSDP and ZeRO-3 load the full checkpoint on local rank 0 only (cpu_ram_efficient_loading / zero.Init)."""
-    return sharding in ("fsdp", "zero3")
+    return sharding in PARAM_SHARDINGS
 
 
 def ram_needed_bytes(weights16_bytes: float, gpus_per_node: int, sharding: str, offload_bytes_per_node: float) -> float:

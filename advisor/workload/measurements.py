@@ -265,7 +265,7 @@ def gather(files: Iterable[str | Path], use_store: bool = True) -> list[Measurem
 
 def stack_key(stack: Stack) -> tuple:
     """The stack fields a measurement must share with a candidate (module docstring: which and why)."""
-    skip = set(IGNORED) | (set(ADAPTER_FIELDS) if stack.method == "full" else set())
+    skip = set(IGNORED) | (set(ADAPTER_FIELDS) if stack.is_full else set())
     return tuple((k, v) for k, v in stack.model_dump().items() if k not in skip)
 
 
