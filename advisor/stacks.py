@@ -82,7 +82,7 @@ class Stack(BaseModel):
     gpus: int = Field(1, gt=0)  # total data-parallel ranks (all nodes)
     sharding: Sharding = "none"
     offload: Offload = "none"
-    # Techniques a Hugging Face user switches on (issue 12): Liger Kernel (TrainingArguments
+    # Techniques a Hugging Face user switches on: Liger Kernel (TrainingArguments
     # use_liger_kernel: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE), a chunked
     # cross-entropy without the other kernels, torch.compile, peft DoRA, and modules trained fully
     # beside the adapters (peft modules_to_save, e.g. "embed_tokens,lm_head").

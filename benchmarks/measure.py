@@ -655,7 +655,7 @@ VALIDATION_CASES: tuple[ValidationCase, ...] = (
           attention="sdpa", grad_checkpointing=True),
     _case("mistral lora-d0 bf16-adapters bf16 eager", _MISTRAL, 2, 256, method="lora", lora_dropout=0.0,
           adapter_dtype="bf16", precision="bf16", attention="eager"),
-    # Techniques (issue 12). DoRA with dropout keeps each adapted weight cast to fp32; without dropout it
+    # Techniques. DoRA with dropout keeps each adapted weight cast to fp32; without dropout it
     # keeps the base layer's own output (Qwen2: minus the q/k/v bias); its weight-norm graph is built and
     # dropped inside forward (the harness tells those transients apart).
     _case("llama-3l lora-d0.05 dora bf16 sdpa", _LLAMA_3L, 2, 128, method="lora", dora=True, lora_dropout=0.05,

@@ -1,4 +1,4 @@
-"""User sheets as spreadsheets write them (issue 25): money cells, owned hardware, own billing.
+"""User sheets as spreadsheets write them: money cells, owned hardware, own billing.
 
 A sheet exported from Excel, Numbers or Google Sheets writes `$39.00`, `1,234.50` or `USD 39`
 where our schema wants `39.0`, and `0.00` for hardware the team owns. These helpers turn such

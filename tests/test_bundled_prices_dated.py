@@ -1,4 +1,4 @@
-"""The bundled prices, checked against the bundled dated observation sheet (issue 31): every catalog row a
+"""The bundled prices, checked against the bundled dated observation sheet: every catalog row a
 dated observation speaks for is within the tolerance of it or disputed (and then priced at it), rows nobody
 observed stay undated and stale, vast rows carry their host size, and more than 16 providers are priced."""
 

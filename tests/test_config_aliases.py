@@ -1,5 +1,5 @@
-"""Configs read the same whichever way they were written (issue 12), and families.json says what
-transformers 5.24 / peft 0.21.2 say (issue 10).
+"""Configs read the same whichever way they were written, and families.json says what
+transformers 5.24 / peft 0.21.2 say.
 
 For every supported family a small random config is built with transformers' own config class
 and written three ways: as the Hub spells it (the catalog's key names), as transformers 5's

@@ -111,7 +111,7 @@ def test_estimate_passes_accumulation_and_nodes_to_the_time_model():
     assert two_nodes["nodes"] == 2 and two_nodes["assumptions"]["internode_gbps"] > 0
 
 
-SETUPS = {  # issue 13: the same tokens/s from `estimate` and from the matching plan candidate
+SETUPS = {  # the same tokens/s from `estimate` and from the matching plan candidate
     "8b-lora-1xh100": ("meta-llama/Llama-3.1-8B", "lora", "H100", 1, {}),
     # Answer.AI's 70B FSDP-QLoRA on two 24 GB cards offloads the sharded weights to the CPU
     "70b-qlora-fsdp-2x4090": ("meta-llama/Llama-3.1-70B", "qlora", "RTX4090", 2, {"sharding": "fsdp", "offload": "params"}),

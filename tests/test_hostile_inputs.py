@@ -1,4 +1,4 @@
-"""Hostile and impossible inputs (issue 14): model configs, model references, numeric flags, YAML
+"""Hostile and impossible inputs: model configs, model references, numeric flags, YAML
 plan files, terminal output and the error style.
 
 Physically impossible values are refused when they are parsed, with one line that names the
@@ -339,7 +339,7 @@ def test_escape_sequences_and_line_breaks_in_a_price_sheet_never_reach_the_termi
         '"acme\nsplit",r1,box-2,H100,8,2.0\n'
         "acme,<script>r</script>,box-3,H100,8,2.0\n", encoding="utf-8")
     code, out, err = gpu_advisor(capsys, "prices", "list", "--prices", sheet, "--gpu", "H100", "--limit", "5")
-    assert "row 2, column 'provider'" in one_line_error(code, err)  # a bad row refuses the sheet (issue 25) ...
+    assert "row 2, column 'provider'" in one_line_error(code, err)  # a bad row refuses the sheet ...
     assert "\x07" not in err
     code, out, err = gpu_advisor(capsys, "prices", "list", "--prices", sheet, "--gpu", "H100", "--limit", "5",
                                  "--skip-bad-rows")  # ... or is left out, with a warning

@@ -1,4 +1,4 @@
-"""Hostile plan files for `gpu-advisor launch --from` (issue 14): a plan from a colleague or a
+"""Hostile plan files for `gpu-advisor launch --from`: a plan from a colleague or a
 ticket must be safe to launch.
 
 Every plan-derived string either is refused on load (control characters, line breaks, escape

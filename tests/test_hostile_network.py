@@ -1,4 +1,4 @@
-"""Hostile price servers (issue 14): a local server that stalls, trickles, loops, lies about
+"""Hostile price servers: a local server that stalls, trickles, loops, lies about
 sizes and sends compression bombs. Every case must end with one clear line that names the
 limit and says the last good sheet was kept, and the cache must be byte for byte what it was
 before. Bounded work is counted (requests the server saw, pages, the waits the client slept),

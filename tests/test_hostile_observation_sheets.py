@@ -1,6 +1,6 @@
 """The dated observation sheet's checker (scripts/check_observations.py, pricing.observations): the bundled
 sheet passes, and every hostile or careless row is refused with one line naming the file, the row (as a
-spreadsheet numbers it) and the column (issue 31)."""
+spreadsheet numbers it) and the column."""
 
 from __future__ import annotations
 

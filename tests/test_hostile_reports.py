@@ -1,5 +1,4 @@
-"""Hostile plan files for `gpu-advisor report`, and hostile text in every Markdown and table output
-(issue 14).
+"""Hostile plan files for `gpu-advisor report`, and hostile text in every Markdown and table output.
 
 A plan's text either is refused on load (control characters, line breaks, escape sequences: one
 line, exit 2, nothing written) or stays text: the Markdown report parses (CommonMark) to the same

@@ -1,4 +1,4 @@
-"""Hostile and Excel-made price sheets (issue 14): byte-order marks, duplicate keys, absurd
+"""Hostile and Excel-made price sheets: byte-order marks, duplicate keys, absurd
 values, alias bombs, deep nesting, giant fields, and formula cells on the way out. Every
 case ends with a correct result or one clear line naming the file, row and column; bombs and
 deep documents are refused before any object is built (counted by the `builds` fixture)."""

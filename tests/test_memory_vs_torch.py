@@ -179,7 +179,7 @@ def test_validation_matrix_covers_the_promised_ground():
     assert fams(lambda s: s.precision == "amp-bf16") >= 3 and fams(lambda s: s.precision == "bf16") >= 3
     assert fams(lambda s: s.precision == "fp32") >= 2
     assert fams(lambda s: s.method == "lora" and s.lora_dropout > 0) >= 2
-    # the techniques of issue 12 that run on a CPU
+    # the techniques of advisor/stacks.py (Liger, chunked loss, compile, DoRA, modules_to_save) that run on a CPU
     assert fams(lambda s: s.dora) >= 2
     assert any("lm_head" in c.stack.lora_targets for c in VALIDATION_CASES)
     assert any("embed_tokens" in c.stack.lora_targets for c in VALIDATION_CASES)

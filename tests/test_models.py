@@ -18,7 +18,7 @@ from advisor.model.spec import SUPPORTED_FAMILIES, ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Every model the catalog promises (issue 2), by Hugging Face id.
+# Every model the catalog promises, by Hugging Face id.
 REQUIRED_IDS = """
 meta-llama/Llama-3.1-8B meta-llama/Llama-3.1-70B meta-llama/Llama-3.1-405B meta-llama/Llama-3.2-1B
 meta-llama/Llama-3.2-3B meta-llama/Llama-3.3-70B-Instruct Qwen/Qwen2.5-0.5B Qwen/Qwen2.5-1.5B Qwen/Qwen2.5-3B

@@ -1,4 +1,4 @@
-"""Plan schema 4 (issue 22): every candidate is stored once; the Pareto front, best per GPU/provider, baseline
+"""Plan schema 4: every candidate is stored once; the Pareto front, best per GPU/provider, baseline
 and spot alternative name stored candidates by reference, and schema 2 and 3 plans still load, report and
 launch."""
 

@@ -1,4 +1,4 @@
-"""The cross-check rule (pricing.crosscheck, issue 31) on small sheets: a catalog price that agrees with
+"""The cross-check rule (pricing.crosscheck) on small sheets: a catalog price that agrees with
 the newest dated observation is confirmed and takes its date; one that does not is replaced by the dated
 price and keeps its own beside it; nothing observed stays undated; a user's own sheet is never touched."""
 

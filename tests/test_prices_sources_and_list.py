@@ -1,6 +1,6 @@
 """`prices sources` counts each provider's rows by what the dated observation sheet said of them, and the
 counts add up; `prices list` shows the cheapest row per GPU by default (`--all` for every row) with, for a
-disputed row, both prices and, for a confirmed row, its confirmation date (issues 31 and 36)."""
+disputed row, both prices and, for a confirmed row, its confirmation date."""
 
 from __future__ import annotations
 

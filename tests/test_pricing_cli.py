@@ -59,7 +59,7 @@ def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unk
     assert mine.split()[5:8] == ["80", "208", "1,800"] and mine.endswith(today)  # dated, fresh: no STALE
     undated = [line for line in lines if "bundled" in line and "date unknown" in line]
     assert undated and all(line.endswith("date unknown STALE") for line in undated)  # nobody observed these
-    # a cited page (2026-09-20), confirmed by a dated observation of the same price (2026-10-10, issue 31)
+    # a cited page (2026-09-20), confirmed by a dated observation of the same price (2026-10-10)
     [cw] = [line for line in lines if line.startswith("coreweave") and "HGX-H100-8x" in line]
     assert cw.split()[-3:] == ["2026-10-10", "confirmed", "2026-10-10"]
 
@@ -98,7 +98,7 @@ def test_bad_user_rows_are_warned_about_not_silently_dropped(tmp_path):
     sheet.write_text("provider,gpu_model,gpu_count,price_hour\nprivate,H100,8,abc\nprivate,H100,8,10\n")
     res = CliRunner().invoke(cli, ["prices", "list", "--prices", str(sheet), "--provider", "private",
                                    "--format", "csv"])
-    assert res.exception.exit_code == 2  # the plan would otherwise run without the user's price (issue 25)
+    assert res.exception.exit_code == 2  # the plan would otherwise run without the user's price
     assert "row 2, column 'price_hour': is not a number" in str(res.exception)  # the header is row 1
     res = CliRunner().invoke(cli, ["prices", "list", "--prices", str(sheet), "--provider", "private",
                                    "--format", "csv", "--skip-bad-rows"])
@@ -111,7 +111,7 @@ def test_import_writes_cache_sheet_that_list_then_prefers(tmp_path):
     src = tmp_path / "lambda_vms.csv"
     src.write_text("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n"
                    "gpu_8x_h100_sxm5,H100,8.0,208.0,1800.0,20.00,us-east-1,,\n")
-    # dated newer than any observation of it, so the dated observation sheet does not override it (issue 31)
+    # dated newer than any observation of it, so the dated observation sheet does not override it
     res = run("import", str(src), "--observed-at", "2026-11-30")
     assert res.exit_code == 0 and "imported 1 offers" in res.output
     rows = json.loads(run("list", "--provider", "lambda", "--region", "us-east-1", "--format", "json",

@@ -1,4 +1,4 @@
-"""Cluster and multi-GPU sellers (issue 26): a cited, dated sheet loaded with the bundled data, whose
+"""Cluster and multi-GPU sellers: a cited, dated sheet loaded with the bundled data, whose
 billing terms give the hours a run is charged for."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Honest price dates (issue 26) end to end: an undated bundled price never heads a plan while a
+"""Honest price dates end to end: an undated bundled price never heads a plan while a
 dated, fresh offer for the same GPU exists."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def plan(*extra):
 def test_undated_marketplace_rows_do_not_head_the_plan_while_a_dated_fresh_h100_offer_exists(tmp_path, monkeypatch):
     monkeypatch.setenv("GPU_ADVISOR_TODAY", "2026-12-01")  # the observation sheet's ages as of its last check
     top = [c["offer"] for c in plan()["candidates"]]
-    assert top and not any(o["stale"] for o in top)  # the dated observation sheet gives fresh offers (issue 31)
+    assert top and not any(o["stale"] for o in top)  # the dated observation sheet gives fresh offers
     sheet = tmp_path / "quote.csv"  # a dated quote, dearer per GPU-hour than the undated $1.29 rows
     sheet.write_text("provider,instance_type,gpu_model,gpu_count,vcpus,ram_gb,price_hour,observed_at\n"
                      "acme,1x-h100,H100,1,26,225,2.49,2026-11-28\n")

@@ -1,4 +1,4 @@
-"""dstack's gpuhunt catalog as a second source (issue 26): catalogs written in the test by gpuhunt's
+"""dstack's gpuhunt catalog as a second source: catalogs written in the test by gpuhunt's
 own writer, imported from local files and refreshed from a local HTTP server."""
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def test_bundled_clusters_and_a_gpuhunt_import_cover_at_least_15_providers(tmp_p
 
 
 def test_a_plan_over_bundled_clusters_and_gpuhunt_ranks_offers_of_at_least_15_providers(tmp_path):
-    """Issue 26: the planner sees every sheet: the best option per provider spans >= 15 providers."""
+    """The planner sees every sheet: the best option per provider spans >= 15 providers."""
     from advisor.planner import plan
 
     import_two_more_providers(tmp_path)

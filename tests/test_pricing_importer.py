@@ -68,7 +68,7 @@ def test_runpod_gb_in_mib_field_and_vast_totals_do_not_leak_into_memory(imported
     assert one(vast, instance_type="8x-H100_SXM-32-65536", region=vast[vast.instance_type ==
                "8x-H100_SXM-32-65536"].region.iloc[0]).gpu_memory_gb == 80
     assert set(vast[vast.instance_type == "1x-H100_NVL-32-65536"].gpu_model) == {"H100-NVL"}
-    # host specs: SkyPilot's rounded-down ("chunked") figures, the floor its launch asks Vast for (issue 31)
+    # host specs: SkyPilot's rounded-down ("chunked") figures, the floor its launch asks Vast for
     assert (vast.vcpus == 32).all() and (vast.ram_gb == 64).all()
 
 

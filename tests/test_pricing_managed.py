@@ -1,4 +1,4 @@
-"""Managed fine-tuning beside self-hosting (issue 26): the bundled, cited sheet and a user's own."""
+"""Managed fine-tuning beside self-hosting: the bundled, cited sheet and a user's own."""
 
 from __future__ import annotations
 

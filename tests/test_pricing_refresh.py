@@ -1,4 +1,4 @@
-"""Refresh that fails fast (issue 26): an unreachable host ends a source after one retry, a body
+"""Refresh that fails fast: an unreachable host ends a source after one retry, a body
 that trickles below the minimum rate is abandoned, progress is printed also off a terminal, and
 every failure keeps the last good sheet byte for byte. Work is bounded by counting attempts and
 bytes, never by a stopwatch."""

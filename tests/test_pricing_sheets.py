@@ -43,7 +43,7 @@ BAD_VALUES = {
     "gpu_memory_gb": ["-80", "0", "lots"],
     "vcpus": ["-1", "many"],
     "ram_gb": ["-5", "2 TB"],
-    "price_hour": ["-1", "-0", "0.001", "55 EUR", "free", "1e400"],  # 0: owned hardware, $55: money (issue 25)
+    "price_hour": ["-1", "-0", "0.001", "55 EUR", "free", "1e400"],  # 0: owned hardware, $55: money
     "currency": ["EUR", "dollars"],
     "fetched_at": ["yesterday", "2026-13-45", "30/11/2026"],
     "observed_at": ["last week", "2026-02-30"],  # empty is fine: unknown

@@ -1,4 +1,4 @@
-"""Recommendations an experienced ML engineer would sign (issue 11), over the bundled price sheet.
+"""Recommendations an experienced ML engineer would sign, over the bundled price sheet.
 
 Prices you can defend (on-demand headline, spot beside it, no stale or partial price ranked while
 a fresh complete one exists), clusters that exist (multi-node only over a known fabric), the
@@ -55,7 +55,7 @@ def every(p):
 
 def test_default_8b_lora_top_pick_is_on_demand_and_dated_only_by_an_observation(lora_8b):
     """The bundled catalog states no observation dates (PROVENANCE.md): a catalog price shows the date of the
-    dated public observation that confirmed it (issue 31), else 'date unknown' and stale, never the snapshot's
+    dated public observation that confirmed it, else 'date unknown' and stale, never the snapshot's
     build date; with dated offers at hand, no undated one is ranked."""
     from pricing.loader import load
 
@@ -75,7 +75,7 @@ def test_default_8b_lora_top_pick_is_on_demand_and_dated_only_by_an_observation(
 
 
 def test_a_dated_fresh_h100_beats_the_undated_marketplace_headline(tmp_path):
-    """Issue 26: the undated $1.29/GPU-h marketplace H100 rows lose the headline to a dated, fresh
+    """The undated $1.29/GPU-h marketplace H100 rows lose the headline to a dated, fresh
     offer, even a dearer one (the cheap rows are left out with their reason)."""
     seen = "2026-11-29T00:00:00Z"  # two days before the pinned today
     sheet = tmp_path / "quote.csv"  # cheaper than any dated H100 in the bundled sheets (RunPod Community $2.69)
@@ -102,7 +102,7 @@ def test_with_spot_the_alternative_is_beside_the_on_demand_pick_and_saves_agains
 
 
 def test_the_plan_prices_a_managed_service_beside_the_self_hosted_pick(lora_8b):
-    """Issue 26: a per-token service that lists the model and method, for the same tokens, with its
+    """A per-token service that lists the model and method, for the same tokens, with its
     source and date, in JSON and in the one sentence every output prints."""
     alts = lora_8b.managed_alternatives
     assert alts and all(a.source.startswith("http") and a.method == lora_8b.candidates[0].stack.method for a in alts)

@@ -261,7 +261,7 @@ def test_harness_catches_a_page_that_fetches_and_logs_an_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------- layout at 1280 and 390 px
-# Real plans on the bundled sheet, each built once: the three a team lead reads (issue 25).
+# Real plans on the bundled sheet, each built once: the three a team lead reads.
 LAYOUT_PLANS = {
     "8b-lora": dict(model="llama-3.1-8b", tokens="100M", methods="lora"),
     "70b-qlora": dict(model="llama-3.1-70b", tokens="100M", methods="qlora"),

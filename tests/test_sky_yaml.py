@@ -179,7 +179,7 @@ def test_skypilot_loads_every_sky_yaml_and_resolves_its_resources(loaded):
     assert checked >= 20 and len(summary["seeded"]) >= 8 and unlisted <= {"a3-ultragpu-8g"}
     # Only providers SkyPilot 0.9.2 has no cloud for (hyperbolic arrived in 0.10; hyperstack and coreweave have none
     # in 0.14.1 either) are left out: a provider whose name we fail to map to SkyPilot's (lambdalabs -> lambda) would show.
-    # The sellers only the dated observation sheet prices (issue 31) that SkyPilot 0.9.2 has no cloud for either;
+    # The sellers only the dated observation sheet prices that SkyPilot 0.9.2 has no cloud for either;
     # DigitalOcean is not among them (SkyPilot's cloud is `do`), so a plan naming it without the mapping would show.
     observed_only = {"crusoe", "civo", "scaleway", "together", "massedcompute", "ovhcloud", "tensordock", "sesterce",
                      "akamai", "salad", "vultr", "jarvislabs", "spheron", "shadeform", "verda"}

@@ -1,4 +1,4 @@
-"""Sheets as spreadsheets write them (issue 25): money cells, owned hardware at 0, bad rows named by
+"""Sheets as spreadsheets write them: money cells, owned hardware at 0, bad rows named by
 spreadsheet row (header = row 1) and refused unless --skip-bad-rows, discounts for public sheets
 only, and each row's own billing increment (per second by default for a user sheet)."""
 

@@ -1,4 +1,4 @@
-"""Techniques a Hugging Face user switches on (issue 12): each one's memory mechanism, its refusals, and
+"""Techniques a Hugging Face user switches on: each one's memory mechanism, its refusals, and
 what a user sees (a named component with formula and source in the table and the JSON).
 
 Liger Kernel's Triton kernels do not run on a CPU: its terms are checked against liger-kernel's source

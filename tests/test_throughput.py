@@ -372,7 +372,7 @@ def test_band_quantile_gives_the_pessimistic_end_for_a_p80_budget():
         band_quantile("RTX4090", stack, 1.0)
 
 
-# ----------------------------------------------------------------------------- frameworks and cards (issue 21)
+# ----------------------------------------------------------------------------- frameworks and cards
 
 
 def test_sustained_rate_is_per_card_with_its_power_limit():

@@ -148,7 +148,7 @@ def test_written_figures_agree_with_each_other():
 
 
 def test_held_out_figures_meet_the_goal():
-    """Issue 13: held-out median |error| ≤ 20 %, |signed median| ≤ 10 %, no source worse than 40 % median."""
+    """The time model's held-out median |error| ≤ 20 %, |signed median| ≤ 10 %, no source worse than 40 % median."""
     fit = table()["fit"]
     assert fit["held_out"]["median_abs_error"] <= 0.20
     assert abs(fit["held_out"]["signed_median"]) <= 0.10
@@ -158,7 +158,7 @@ def test_held_out_figures_meet_the_goal():
 
 
 def test_every_row_carries_the_framework_of_its_source(rows):
-    """Issue 21: rows are labelled hf or tuned from frameworks.csv (each with why), on the row and its stack;
+    """Rows are labelled hf or tuned from frameworks.csv (each with why), on the row and its stack;
     the HF-stack sources are the ones the default prediction is judged on."""
     known = frameworks()
     for r in rows:
@@ -172,7 +172,7 @@ def test_every_row_carries_the_framework_of_its_source(rows):
 
 
 def test_hf_stack_held_out_figures_meet_the_goal():
-    """Issue 21: HF-stack leave-one-source-out median |error| ≤ 15 %, |signed median| ≤ 10 %."""
+    """HF-stack leave-one-source-out median |error| ≤ 15 %, |signed median| ≤ 10 %."""
     fit = table()["fit"]
     hf = fit["held_out_by_framework"]["hf"]
     assert hf["rows"] >= 50

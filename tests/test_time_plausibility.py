@@ -1,4 +1,4 @@
-"""Issue 21, point 3: no HF-stack time prediction is faster than the best published run of any framework
+"""No HF-stack time prediction is faster than the best published run of any framework
 for its GPU class, method and model size. The caps are data (mfu.json `plausibility`, written by the
 calibration from its rows, each naming the row that set it); a grid of setups is swept through the time
 model alone and any prediction above its cap fails."""

@@ -23,7 +23,7 @@ re-derived for pre-norm RMSNorm/SwiGLU decoders, GQA, fused-kernel attention and
 - gradient checkpointing (transformers, reentrant torch.utils.checkpoint): only each
   layer's input is kept; one layer is recomputed at a time during backward.
 
-Techniques (issue 12), each from the code that implements it:
+Techniques, each from the code that implements it:
 - Liger Kernel (TrainingArguments use_liger_kernel; liger-kernel, linkedin/Liger-Kernel):
   LigerRMSNormFunction saves its input X in the input dtype and a fp32 RSTD per row
   (src/liger_kernel/ops/rms_norm.py, commit 43c5fe1b, forward: ctx.save_for_backward(X, W, RSTD)),

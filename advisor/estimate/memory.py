@@ -9,7 +9,7 @@ every saved activation and the fp32 loss gradients are alive together. AdamW is 
 kernel (HF Trainer's default `adamw_torch_fused` since torch 2.8), which updates in place;
 the foreach variant would add one state-sized temporary during step().
 
-Techniques (issue 12): DoRA's magnitude vectors train beside the adapters (peft dora.py); peft's
+Techniques: DoRA's magnitude vectors train beside the adapters (peft dora.py); peft's
 modules_to_save keeps a trainable copy beside each frozen original (its own weights, gradients and
 optimizer state, in the model's dtype); DeepSpeed ZeRO-3 keeps gathered parameters within its live
 budget and a contiguous reduce bucket, sized from the values `launch` writes (DEEPSPEED_ZERO3).

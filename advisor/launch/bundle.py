@@ -379,7 +379,7 @@ def build_bundle(
         "training_args.yaml": _args_header(c, acc) + _dump(args),
         "train.py": (TEMPLATES / "train.py").read_text(encoding="utf-8"),
         "launch.sh": _templates("shell").get_template("launch.sh.j2").render(ctx),
-        "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # issue 21: whose hours
+        "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # which framework's hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
             "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n"),
         "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")

@@ -214,5 +214,5 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
 
 
 def _band_basis(cfg: Config) -> str:
-    # measured run hook: a measured step may carry its own basis (H3), preferred when present
+    # a measured step (advisor/workload/measurements.py) carries its own basis, preferred when present
     return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])

@@ -1,4 +1,4 @@
-"""Hostile plan files, second round (issue 23): a plan is checked for consistency as well as shape.
+"""Hostile plan files: a plan is checked for consistency as well as shape.
 
 A shared plan JSON whose numbers contradict each other (a stack sharded 64 ways on a 1-GPU offer), lie
 outside what `plan` itself accepts (17 billion GPUs, 1e18 sequences per micro-batch, -5 epochs), carry an

@@ -1,4 +1,4 @@
-"""Hostile rows, v2 (issue 23): a row is validated as data before it is cached or planned. Bidi and
+"""Hostile sheet rows: a row is validated as data before it is cached or planned. Bidi and
 control characters, bools as numbers, fractional counts, sub-cent prices, dates in 2099 and a
 description naming another GPU are refused with their row, so one row never breaks every plan."""
 

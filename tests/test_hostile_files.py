@@ -1,4 +1,4 @@
-"""Hostile files, v2 (issue 23): FIFOs, devices, folders and files built to take minutes are
+"""Hostile files: FIFOs, devices, folders and files built to take minutes are
 refused with one line before they are read past the first limit. Work is bounded by counting
 the bytes read (pricing.files.BYTES_READ), never by a stopwatch."""
 

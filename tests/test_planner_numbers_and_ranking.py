@@ -1,4 +1,4 @@
-"""Planner v3 promises (issue 22): one owner for every number, pruning that never changes the answer,
+"""The planner's numbers and ranking: one owner for every number, pruning that never changes the answer,
 host checks, a ranking a senior engineer signs, like-with-like baselines, spot sanity, remedies."""
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def test_an_uncalibrated_segment_ranks_by_its_p80_and_says_so(lora_plan):
 
 
 def test_the_pinned_8b_lora_plan_does_not_open_with_a_fp16_marketplace_pair():
-    """Issue 22's reproduction: 2x V100 (fp16, marketplace, uncalibrated) 3% cheaper than 1x H100."""
+    """A reported plan: 2x V100 (fp16, marketplace, uncalibrated) 3% cheaper than 1x H100."""
     sheet = pd.DataFrame([offer("vast", "2x-V100", "V100-32GB", 2, 0.35),
                           offer("hyperbolic", "1x-H100", "H100", 1, 1.30)])
     p = plan(MODEL, offers=sheet, tokens=100e6, methods=("lora",),

@@ -1,4 +1,4 @@
-"""Hostile endpoints, v2 (issue 23): URL passwords never travel, redirects stay on the host, and
+"""Hostile endpoints: URL passwords never travel, redirects stay on the host, and
 network or cache failures are one line. Local pytest-httpserver only, never the internet."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile config.json values, second round (issue 23): strictly typed, one line with exit 2.
+"""Hostile config.json values: strictly typed, one line with exit 2.
 
 A string where a switch or a count goes ("false", "4096", "8") is not read the way Python's bool/int
 would read it: it is refused with the key named. 0, false or -0.0 heads are not "derived" (only null
