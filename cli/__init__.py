@@ -3,7 +3,7 @@
 This package is the composition root: it imports the library packages, none of them imports
 it (tests/test_layers.py). Subcommands live one per module (`cli/estimate.py`, ...) and are
 imported only when used, so `gpu-advisor estimate` never pays for pandas, matplotlib or the
-price sheets. Errors carrying an `exit_code` become one line on stderr (no traceback unless
+price sheets, and `gpu-advisor --help` imports none of them (it lists COMMANDS). Errors carrying an `exit_code` become one line on stderr (no traceback unless
 --debug); `cli/output.py` is the one place results become tables, CSV and Markdown.
 """
 
@@ -21,34 +21,63 @@ import click
 from advisor.errors import validation_message
 from advisor.text import plain
 
-# name -> "module:attribute" of the click command
-COMMANDS = {
-    "estimate": "cli.estimate:estimate",
-    "plan": "cli.plan:plan",
-    "prices": "cli.prices:prices",
-    "report": "cli.report:report",
-    "launch": "cli.launch:launch",
-    "models": "cli.models:models",
-    "tokens": "cli.tokens:tokens",
-    "calibrate": "cli.calibrate:calibrate",
-    "serve": "cli.serve:serve",
+# name -> ("module:attribute" of the click command, the first sentence of its help, which `gpu-advisor --help`
+# shortens as click does). Written here so that listing the commands imports none of them (tests/test_entry.py
+# checks that `--help` shows each command's own short help and loads no command module).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "estimate": ("cli.estimate:estimate",
+                 "Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."),
+    "plan": ("cli.plan:plan", "Rank cloud instances × technique stacks by the cost (or time) of the whole fine-tuning "
+                              "run."),
+    "prices": ("cli.prices:prices", "Price sheets: bundled snapshot, your own sheets, the fetch cache."),
+    "report": ("cli.report:report",
+               "Render a saved plan (from `gpu-advisor plan --format json`) as an HTML or Markdown report."),
+    "launch": ("cli.launch:launch", "Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml "
+                                    "and a README for candidate --rank of a saved plan (--from) or of a plan made now "
+                                    "from the plan options."),
+    "models": ("cli.models:models",
+               "List the built-in models: Hugging Face id, short aliases, family and parameter count."),
+    "tokens": ("cli.tokens:tokens", "Count DATA (JSONL/JSON, CSV, Parquet or a datasets folder) in the model's "
+                                    "tokens: totals, truncation at --seq-len, length percentiles, packed vs padded "
+                                    "compute and a suggested seq_len."),
+    "calibrate": ("cli.calibrate:calibrate", "Compare a measured run (measured.json from `launch.sh --benchmark`) "
+                                             "with the estimate for the same model, GPU, stack and shape, and store "
+                                             "it so `gpu-advisor plan` uses it for matching candidates."),
+    "serve": ("cli.serve:serve", "A local web page: a plan form, the decision card and ranked table for any inputs, "
+                                 "2-4 scenarios side by side, and the plan JSON, Markdown report and launch bundle as "
+                                 "downloads."),
 }
 
 
 class LazyGroup(click.Group):
+    """A group whose commands are imported when one is run, not when they are listed: `--help` writes the
+    names and one-line helps from COMMANDS, so it costs no command module (nor pandas, the planner or the
+    price loader they import)."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._load(name) is not None]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         return self._load(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        width = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, _short(text, width)) for name, (_, text) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     @staticmethod
     def _load(name: str) -> click.Command | None:
         target = COMMANDS.get(name)
         if target is None:
             return None
-        module, attr = target.split(":")
+        module, attr = target[0].split(":")
         return getattr(importlib.import_module(module), attr)
+
+
+def _short(text: str, limit: int) -> str:
+    """What click's Command.get_short_help_str(limit) makes of a help text: a command that only carries it."""
+    return click.Command(None, help=text).get_short_help_str(limit)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -88,3 +88,37 @@ def test_exit_handlers_run_and_a_live_thread_gets_the_ordinary_exit(tmp_path):
     r = _process("--thread", "models", "--no-such-option", code=code)
     assert r.returncode == 2 and "handler ran" in r.stderr
     assert marker.read_text() == "done"
+
+
+def test_help_lists_every_command_without_importing_any():
+    """`gpu-advisor --help` writes the command list from cli.COMMANDS: no command module, nor the planner or
+    the price loader they import, is loaded to list them (start-up: benchmarks/bench_startup.py)."""
+    code = ("import sys\nsys.argv = ['gpu-advisor', '--help']\nfrom cli import run\ntry:\n    run()\n"
+            "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "print('MODULES', ' '.join(sorted(sys.modules)), file=sys.stderr)")
+    r = _process(code=code)
+    assert r.returncode == 0, r.stderr
+    loaded = r.stderr.split("MODULES", 1)[1].split()
+    heavy = [m for m in loaded if m.startswith(("advisor.planner", "pricing.loader", "pandas", "numpy"))
+             or (m.startswith("cli.") and m != "cli")]
+    assert not heavy, heavy
+    from cli import COMMANDS
+
+    assert all(f"  {name}  " in r.stdout for name in COMMANDS)
+    via_module = _process("--help")  # python -m advisor
+    assert via_module.returncode == 0 and via_module.stdout == r.stdout
+
+
+def test_the_help_table_is_each_command_s_own_short_help():
+    """cli.COMMANDS carries the first sentence of each command's help, so `--help` shows what the command
+    itself says; a docstring that changes without the table fails here."""
+    import click
+
+    from cli import COMMANDS, _short
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == list(COMMANDS)
+    for name, (_, text) in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        for limit in (30, 45, 60, 80, 120, 400):
+            assert _short(text, limit) == command.get_short_help_str(limit), (name, limit)
