@@ -8,7 +8,7 @@ sentence naming the field and the accepted values.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -25,14 +25,14 @@ Loss = Literal["standard", "chunked"]
 # "tuned" is a torchtitan / llm-foundry-like stack (FSDP2, compile or fused kernels, a lean loop).
 Framework = Literal["hf", "tuned"]
 
-METHODS: tuple[str, ...] = Method.__args__
-PRECISIONS: tuple[str, ...] = Precision.__args__
-OPTIMIZERS: tuple[str, ...] = Optimizer.__args__
-ATTENTIONS: tuple[str, ...] = Attention.__args__
-SHARDINGS: tuple[str, ...] = Sharding.__args__
-OFFLOADS: tuple[str, ...] = Offload.__args__
-LOSSES: tuple[str, ...] = Loss.__args__
-FRAMEWORKS: tuple[str, ...] = Framework.__args__
+METHODS: tuple[str, ...] = get_args(Method)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+ATTENTIONS: tuple[str, ...] = get_args(Attention)
+SHARDINGS: tuple[str, ...] = get_args(Sharding)
+OFFLOADS: tuple[str, ...] = get_args(Offload)
+LOSSES: tuple[str, ...] = get_args(Loss)
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 # Subsets the estimator and the bundle ask about, each said once (the predicates on Stack read them).
 ADAPTER_METHODS: tuple[Method, ...] = ("lora", "qlora")  # frozen base + trainable adapters (peft)
 ZERO_SHARDINGS: tuple[Sharding, ...] = ("zero1", "zero2", "zero3")  # DeepSpeed ZeRO stages
@@ -119,7 +119,7 @@ class Stack(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _check(self) -> "Stack":
+    def _check(self) -> Stack:
         if self.is_qlora and self.pure_fp32:
             raise StackError(
                 "--precision: QLoRA computes in 16-bit; use bf16, fp16, amp-bf16 or amp-fp16, not fp32."
@@ -264,7 +264,7 @@ class Stack(BaseModel):
         parts = [self.method if self.is_full else f"{self.method} r{self.lora_rank}"]
         if self.dora:
             parts[0] += " dora"
-        precision = self.precision
+        precision: str = self.precision
         if self.is_full and self.is_zero and self.half_weights:
             precision += " (fp32 master)"
         parts += [precision, self.optimizer]
@@ -324,7 +324,7 @@ def _cli_args(model: BaseModel) -> list[str]:
             continue
         option = _OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
         if isinstance(value, bool):
-            yes, no = option if isinstance(option, tuple) else (option, "--no-" + option[2:])
+            yes, no = option if isinstance(option, tuple) else (option, "--no-" + str(option)[2:])
             out.append(yes if value else no)
         else:
             out += [str(option), str(value)]

@@ -17,15 +17,16 @@ import datetime as dt
 import os
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.baselines import BASELINES  # noqa: E402
-from pricing.files import atomic_write  # noqa: E402
 from benchmarks.calibration_rows import CONF_ORDER, MEASURED_CSV, CalibrationRow, load_rows  # noqa: E402
+from pricing.files import atomic_write  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS = "ours"
@@ -51,8 +52,8 @@ REPLAY = "ours, allocator replay"
 def default_replay() -> Callable[..., Any]:
     """What max_memory_reserved shows on the measured (large) card by the caching-allocator replay at the
     row's fixed shape with the default allocator (the published runs set no expandable segments)."""
-    from advisor.estimate.alloc_trace import LengthSpec
     from advisor.api import estimate_memory
+    from advisor.estimate.alloc_trace import LengthSpec
 
     def shows(spec, stack, shape) -> int:
         fixed = LengthSpec(mean=shape.seq_len, std=0, max=shape.seq_len)

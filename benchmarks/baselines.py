@@ -8,7 +8,7 @@ not improved: the accuracy benchmark shows how far each is from measurements.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack

@@ -182,7 +182,7 @@ def loop(priced, cfg):
             out.append((cost, h, i, j))
     out.sort()
     front, best = [], math.inf
-    for cost, h, i, j in out:
+    for _cost, h, i, j in out:
         if h < best:
             front.append((i, j))
             best = h

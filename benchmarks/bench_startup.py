@@ -60,9 +60,10 @@ def main() -> None:
     env = _environment()
     print(f"{dt.date.today()}  {os.cpu_count()} CPUs  Python {sys.version.split()[0]}")
     runs = interleaved(args.repeat, env)
+    median = {name: statistics.median(times) for name, times in runs.items()}
     for name, label in (("help", "gpu-advisor --help"), ("bare", "python -c pass")):
-        print(f"{label:<20} best {min(runs[name]) * 1000:6.0f} ms   median {statistics.median(runs[name]) * 1000:6.0f} ms")
-    print(f"ratio (median --help / median bare): {statistics.median(runs['help']) / statistics.median(runs['bare']):.2f}")
+        print(f"{label:<20} best {min(runs[name]) * 1000:6.0f} ms   median {median[name] * 1000:6.0f} ms")
+    print(f"ratio (median --help / median bare): {median['help'] / median['bare']:.2f}")
     loaded = subprocess.run(IMPORTED, capture_output=True, text=True, cwd=ROOT, env=env).stderr.split()
     print(f"project modules --help imports: {len(loaded)} "
           f"({sum(m.startswith('cli.') for m in loaded)} under cli, "

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from advisor.stacks import Shape, Stack  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     EXCLUDED_STACKS,
     LLAMA_SMALL,
@@ -33,7 +34,6 @@ from benchmarks.measure import (  # noqa: E402
     measure,
     model_spec,
 )
-from advisor.stacks import Shape, Stack  # noqa: E402
 
 DUMP = ROOT / "benchmarks" / "results" / "saved_tensors_llama.txt"
 

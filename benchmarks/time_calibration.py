@@ -41,8 +41,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from advisor.estimate.engine import Engine  # noqa: E402
-from advisor.estimate.throughput import (MFU_FILE, Counts, flops_per_token, gpu_class, segment, size_bucket, step_time,
-                                         sustained_fraction, table)
+from advisor.estimate.throughput import (  # noqa: E402
+    MFU_FILE,
+    Counts,
+    flops_per_token,
+    gpu_class,
+    segment,
+    size_bucket,
+    step_time,
+    sustained_fraction,
+    table,
+)
 from benchmarks.throughput_rows import TimeRow, load_rows  # noqa: E402
 from pricing.gpus import GPU, get_gpu  # noqa: E402
 

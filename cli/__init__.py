@@ -3,8 +3,9 @@
 This package is the composition root: it imports the library packages, none of them imports
 it (tests/test_layers.py). Subcommands live one per module (`cli/estimate.py`, ...) and are
 imported only when used, so `gpu-advisor estimate` never pays for pandas, matplotlib or the
-price sheets, and `gpu-advisor --help` imports none of them (it lists COMMANDS). Errors carrying an `exit_code` become one line on stderr (no traceback unless
---debug); `cli/output.py` is the one place results become tables, CSV and Markdown.
+price sheets, and `gpu-advisor --help` imports none of them (it lists COMMANDS). Errors carrying
+an `exit_code` become one line on stderr (no traceback unless --debug); `cli/output.py` is the one
+place results become tables, CSV and Markdown.
 """
 
 from __future__ import annotations

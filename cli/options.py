@@ -12,6 +12,7 @@ import click
 
 from advisor.stacks import ATTENTIONS, FRAMEWORKS, LOSSES, OFFLOADS, OPTIMIZERS, PRECISIONS, SHARDINGS
 
+
 def choice(values) -> click.Choice:
     """A click choice that takes any case ('LoRA', 'BF16') and passes on the canonical value."""
     return click.Choice(list(values), case_sensitive=False)

@@ -15,8 +15,8 @@ import csv
 import io
 import shutil
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import click
 

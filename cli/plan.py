@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+import reports
 from advisor import planner
 from advisor.planner import PlanRequest
 from advisor.results import FLAT, NEAR_TIE_NOTE
@@ -21,7 +22,6 @@ from advisor.workload.measurements import is_measured  # measured run: say which
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import emit, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
-import reports
 from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
 
 FORMATS = ("table", "json", "md", "csv")

@@ -22,8 +22,7 @@ from pricing.files import to_csv
 from pricing.gpus import get_gpu
 from pricing.http import redact
 from pricing.loader import load, provider_checks, read_sheet, sources_status
-from pricing.refresh import base_url
-from pricing.refresh import refresh as run
+from pricing.refresh import base_url, refresh as run
 from pricing.schema import validate
 from pricing.sources import SOURCES, gpuhunt, skypilot
 

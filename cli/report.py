@@ -10,14 +10,13 @@ from pathlib import Path
 
 import click
 
+import reports
 from advisor.errors import BadInput
 from advisor.results import Plan
 from advisor.text import plain
 from cli.output import output_options
 from pricing.errors import PriceInputError
 from pricing.files import load_json, read_text
-import reports
-
 
 MAX_PLAN_BYTES = 5_000_000  # the README's limit: ~1,600 candidates at ~3 KB each (the default --top 10 is ~40 KB)
 

@@ -16,8 +16,9 @@ import sys
 import threading
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import click
 

@@ -11,9 +11,9 @@ are the server's, given when it starts.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import parse_qsl, urlencode
 
 import click

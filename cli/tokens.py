@@ -9,8 +9,14 @@ from __future__ import annotations
 import click
 
 from advisor.text import plain
-from advisor.workload.dataset_tokens import (DEFAULT_SAMPLE, count_dataset, existing, load_tokenizer, terminal_progress,
-                                             tokenizer_ref)
+from advisor.workload.dataset_tokens import (
+    DEFAULT_SAMPLE,
+    count_dataset,
+    existing,
+    load_tokenizer,
+    terminal_progress,
+    tokenizer_ref,
+)
 from cli.output import emit, output_options, render_rows
 from pricing.files import atomic_write
 from reports import charts

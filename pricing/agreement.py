@@ -106,7 +106,8 @@ def _disagreements(dups, key: list[str], origin: str, tol: float) -> list[Disagr
             a, b = first["price_hour"], other["price_hour"]
             if pd.isna(a) or pd.isna(b) or b <= 0 or abs(a / b - 1) <= tol:
                 continue
-            out.append(Disagreement(*values, first[origin], float(a), _iso(first["observed_at"]),
+            provider, region, instance_type = values
+            out.append(Disagreement(provider, region, instance_type, first[origin], float(a), _iso(first["observed_at"]),
                                     other[origin], float(b), _iso(other["observed_at"])))
     return out
 

@@ -47,7 +47,6 @@ observations carry their region, and region-less ones come from sellers that pri
 
 from __future__ import annotations
 
-
 from pricing import settings
 from pricing.schema import Problem
 
@@ -80,7 +79,7 @@ def prepare(df, origin: str = "price_origin"):
     base = np.where(user, USER, np.where(dated, "dated", "undated")).astype(object)
     for col, (status, by, at, old, _) in STATUS.items():
         has = df[col].notna().to_numpy()
-        fill = np.where(has, base, None)
+        fill = np.where(has, base, None)  # type: ignore[call-overload]  # numpy's stubs: None is an object scalar
         df[status] = df[status].where(df[status].notna(), pd.Series(fill, index=df.index)) if status in df else fill
         for c in (by, at, old, "catalog_source"):
             if c not in df:
@@ -165,7 +164,8 @@ def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
         return df, []
     own = df["observed_at"].to_numpy(dtype="datetime64[ns]")  # the rows' own dates: what rule 4 compares with
     for col, tiers in TIERS.items():
-        df = _judge(df, own, obs, col, *best(df, obs, tiers, origin), tol)
+        rows, picks = best(df, obs, tiers, origin)
+        df = _judge(df, own, obs, col, rows, picks, tol)
     return _drop_unpriced(df)
 
 

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
 from pricing.units import GiB
 
 DATA = Path(__file__).parent / "data" / "gpus.csv"
@@ -80,7 +81,7 @@ def _table() -> dict[str, GPU]:
     out: dict[str, GPU] = {}
     with DATA.open(newline="") as f:
         for r in csv.DictReader(f):
-            def num(key: str) -> float | None:
+            def num(key: str, r: dict = r) -> float | None:  # this row (bound now, called now)
                 return float(r[key]) if r[key] not in ("", None) else None
 
             gpu = GPU(

@@ -24,8 +24,7 @@ import sys
 import threading
 import time
 
-from pricing import files
-from pricing import settings as _settings
+from pricing import files, settings as _settings
 from pricing.errors import FetchError, PriceInputError
 from pricing.units import KiB, MiB
 

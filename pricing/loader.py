@@ -446,7 +446,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
         df.loc[mask, "price_hour"] *= 1 - frac
         df.loc[mask, "spot_price_hour"] *= 1 - frac
         tag = f"discount {frac:.0%}"
-        df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n: f"{n};{tag}" if n else tag)
+        df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n, tag=tag: f"{n};{tag}" if n else tag)
 
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]
     df["age_days"] = age_days(df["observed_at"], now)

@@ -21,6 +21,7 @@ import math
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal, overload
 
 from pydantic import BaseModel, ConfigDict
 
@@ -60,6 +61,14 @@ def _key(name: str) -> str:
     name = name.strip().lower().rsplit("/", 1)[-1]
     name = re.sub(r"^meta-(?=llama)", "", name)
     return re.sub(r"-reference$", "", name)
+
+
+@overload
+def _num(row: dict, col: str, where: str, required: Literal[True]) -> float: ...
+
+
+@overload
+def _num(row: dict, col: str, where: str, required: bool = False) -> float | None: ...
 
 
 def _num(row: dict, col: str, where: str, required: bool = False) -> float | None:

@@ -31,6 +31,7 @@ import datetime as dt
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 from pricing import files, settings
 from pricing.errors import PriceInputError
@@ -150,7 +151,7 @@ def check_row(raw: dict, latest) -> tuple[dict, list[tuple[str, str, object]]]:
     """One row's cells -> (typed row, [(column, message, value)]); an empty list means the row is good."""
 
     errs: list[tuple[str, str, object]] = []
-    cells = {c: (raw.get(c) or None) for c in COLUMNS}
+    cells: dict[str, Any] = {c: (raw.get(c) or None) for c in COLUMNS}  # the required ones checked below
     for c, v in cells.items():  # the schema's text rules, for every cell
         if v is not None and len(v) > MAX_TEXT_CHARS:
             errs.append((c, f"is longer than {MAX_TEXT_CHARS:,} characters", v[:40] + "..."))

@@ -69,8 +69,9 @@ def offers(df, obs, origin: str = "price_origin", sheet: str = "observations"):
     kept = np.asarray(good.attrs.pop("rows"), dtype=int) - 1
     status = raw.iloc[kept].reset_index(drop=True)
     good[origin] = "bundled"
-    good["price_check"] = np.where(good["price_hour"].notna(), OBSERVATION, None)
-    good["spot_check"] = np.where(good["spot_price_hour"].notna(), OBSERVATION, None)
+    # numpy's stubs do not take None as the object scalar it is here
+    good["price_check"] = np.where(good["price_hour"].notna(), OBSERVATION, None)  # type: ignore[call-overload]
+    good["spot_check"] = np.where(good["spot_price_hour"].notna(), OBSERVATION, None)  # type: ignore[call-overload]
     for col in ("checked_by", "spot_checked_by"):
         good[col] = status[col].to_numpy(dtype=object)
     for col in ("checked_at", "spot_checked_at"):
@@ -119,6 +120,7 @@ def _row(group: list[dict], shapes: dict) -> dict:
     provider, region, gpu, n = first["provider"], first["region"], first["gpu_model"], first["n"]
     on, spot = _newest(group, PRICED_TIERS), _newest(group, SPOT_TIERS)
     main = on if on is not None else spot
+    assert main is not None, "a group holds at least one priced observation"  # _groups makes it so
     itype = _name(main)
     notes = [x for x in (main["notes"],) if isinstance(x, str) and x]
     if main["tier"] in ("community", "marketplace-median"):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from pricing.gpus import canonical_name, family, named_family
 
@@ -187,7 +188,7 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False,
 
     df = df.reset_index(drop=True)
     bad = np.zeros(n, dtype=bool)
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}  # column -> pandas Series
 
     def flag(mask, column: str, message: str, values) -> None:
         nonlocal bad

@@ -89,7 +89,7 @@ def memory_chart(plan: Plan, top: int = 5) -> str | None:
         fig.subplots_adjust(left=0.36, right=0.80)  # fixed margins: cheaper than tight_layout
         ax = fig.add_subplot()
         ys = list(range(len(rows)))[::-1]
-        for y, (tag, c) in zip(ys, rows):
+        for y, (_tag, c) in zip(ys, rows):
             left = 0.0
             if c.memory is None:
                 ax.barh(y, c.peak_memory_bytes / GB, color="#bbbbbb", height=0.6)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from advisor.results import Plan
 from advisor.units import duration, gb, money
-
 from reports.card import cost_band, hardware, time_band, where
 from reports.price_age import is_stale
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from advisor.results import Plan
 from advisor.units import money
-
 from reports import charts
 from reports.price_age import is_stale, price_age_days
 from reports.render import _env, build_context

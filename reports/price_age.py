@@ -4,7 +4,7 @@ two functions."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from advisor.results import Candidate, Plan
 
@@ -14,11 +14,11 @@ def _parse(ts: str) -> datetime | None:
         d = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
     except (ValueError, AttributeError):
         return None
-    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+    return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
 def price_age_days(c: Candidate, generated_at: str) -> int | None:
-    when, now = _parse(c.price_date), _parse(generated_at) or datetime.now(timezone.utc)
+    when, now = _parse(c.price_date), _parse(generated_at) or datetime.now(UTC)
     return None if when is None else (now - when).days
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shlex
 import warnings
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from urllib.parse import quote
 
@@ -21,7 +21,6 @@ from advisor.results import Candidate, Plan
 from advisor.text import md, plain
 from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
-
 from reports import charts
 from reports.card import decision_card
 from reports.price_age import is_stale, price_age_days
@@ -340,7 +339,7 @@ def _runs(s: str, ch: str) -> list[str]:
     return out + ([cur] if cur else [])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _env(fmt: str):
     import jinja2
 

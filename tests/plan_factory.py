@@ -9,6 +9,7 @@ checkpointing), cost is wall hours x instance price. Prices resemble public list
 from __future__ import annotations
 
 import itertools
+
 from advisor.results import Breakdown, Candidate, ModelInfo, Plan, Rejection
 
 GB = 10**9

@@ -9,6 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from advisor.model.catalog import load_model
+from advisor.stacks import Shape, Stack
+from benchmarks import accuracy
 from benchmarks.baselines import (
     accelerate_estimate,
     llama_factory,
@@ -16,9 +19,6 @@ from benchmarks.baselines import (
     unsloth_minimum,
     zero_16_bytes,
 )
-from advisor.model.catalog import load_model
-from advisor.stacks import Shape, Stack
-from benchmarks import accuracy
 from benchmarks.calibration_rows import GB, GIB, MEASURED_CSV, load_rows, parse_row
 
 HEADER = ("id,source_url,source_locator,model,params_b,method,lora_rank,lora_targets,quant_bits,precision,optimizer,"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_run import gpu_advisor, one_line_error
 
 from advisor.estimate.allocator import CachingAllocator, MiB, needed_capacity, replay
-from cli_run import gpu_advisor, one_line_error
 
 
 def test_freed_block_is_reused_without_a_new_segment():

@@ -11,11 +11,11 @@ import warnings
 
 import pytest
 import yaml
+from cli_run import gpu_advisor
+from launch_fixtures import candidate, spec
 
 from advisor.launch.bundle import LaunchWarning, build_bundle, write_bundle
 from advisor.workload.training_config import read_config
-from cli_run import gpu_advisor
-from launch_fixtures import candidate, spec
 
 AXOLOTL = {"config_framework": "axolotl", "epochs": 2.0}
 

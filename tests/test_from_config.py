@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
 
 pytest.importorskip("pyarrow")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
 
 PASSWORD = "PASSW0RD"

@@ -8,8 +8,8 @@ import os
 import sys
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
+
 from pricing import files, loader
 from pricing.errors import PriceInputError
 

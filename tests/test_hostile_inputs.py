@@ -400,7 +400,7 @@ def test_library_warnings_become_one_plain_line(capsys, monkeypatch):
     import cli.models
 
     def warn(family):
-        warnings.warn("glyph \x1b[31mmissing\nsecond line", UserWarning)
+        warnings.warn("glyph \x1b[31mmissing\nsecond line", UserWarning, stacklevel=2)
         return []
 
     monkeypatch.setattr(cli.models, "_rows", warn)

@@ -19,9 +19,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cli_run import gpu_advisor, one_line_error  # noqa: E402
 import yaml
-
+from cli_run import gpu_advisor, one_line_error  # noqa: E402
 from launch_fixtures import candidate, write_plan
 
 BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "chat_to_text.py", "launch.sh", "requirements.txt", "sky.yaml",

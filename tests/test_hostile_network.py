@@ -60,7 +60,7 @@ class Hostile:
             def handle_one_request(self):
                 try:
                     super().handle_one_request()
-                except (BrokenPipeError, ConnectionResetError, socket.timeout, OSError):
+                except (TimeoutError, BrokenPipeError, ConnectionResetError, OSError):
                     self.close_connection = True
 
             def do_GET(self):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from cli_run import gpu_advisor, one_line_error, saved_plan
-
 from launch_fixtures import candidate, write_plan
 
 DATA = Path(__file__).parent / "data" / "plans"

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
+
 from pricing import cache
 from pricing.loader import load, read_sheet
 from pricing.refresh import refresh

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from launch_fixtures import candidate, spec, write_plan
 
 from advisor.launch.bundle import DECODER_LAYERS, LaunchWarning, build_bundle, write_bundle
-from launch_fixtures import candidate, spec, write_plan
 
 # (sharding, offload, gpus per node, nodes) -> the accelerate mode it must become
 CONFIGS = [
@@ -39,7 +39,11 @@ def launcher_check(path: Path):
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils import patch_environment
-    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
+    from accelerate.utils.launch import (
+        prepare_deepspeed_cmd_env,
+        prepare_multi_gpu_env,
+        prepare_simple_launcher_cmd_env,
+    )
 
     cfg = load_config_from_file(str(path))
     parser = launch_command_parser()
@@ -118,11 +122,10 @@ def test_deepspeed_reads_the_bundles_zero3_buffers_exactly_as_the_estimate_used_
     import json
 
     import deepspeed  # the test extra installs it (pyproject.toml): missing is a failure
-
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    from advisor.estimate.memory import DEEPSPEED_ZERO3
     from advisor.api import estimate_memory
+    from advisor.estimate.memory import DEEPSPEED_ZERO3
 
     c = candidate(sharding="zero3", gpu_count=gpus, micro_batch=2, grad_accum=4, precision="bf16")
     ds = json.loads(bundle(c)["ds_config.json"])

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch_fixtures import TINY_LLAMA, candidate, spec, write_tiny_llama
 
 from advisor.launch.bundle import LaunchWarning, build_bundle, write_bundle
-from launch_fixtures import TINY_LLAMA, candidate, spec, write_tiny_llama
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import gpu_advisor, one_line_error
+from launch_fixtures import write_tiny_llama
 
 from advisor.stacks import Stack
 from advisor.workload import measurements
-from cli_run import gpu_advisor, one_line_error
-from launch_fixtures import write_tiny_llama
 
 STEPS, WARMUP = 6, 2
 PLAN = ["--tokens", "1M", "--seq-len", "64", "--global-batch", "8", "--gpu", "A100", "--methods", "lora",
@@ -236,9 +236,9 @@ def test_another_shape_is_scaled_by_the_time_model_and_its_band_widened(run, cac
     """Global batch 16 runs micro-batch 16 (measured: 8): the model's own ratio scales the rate, and the
     band is wider than the measured spread, by at most the time model's held-out band."""
     from advisor.estimate.engine import Engine
+    from advisor.estimate.throughput import band
     from advisor.model.catalog import load_model
     from advisor.stacks import Shape
-    from advisor.estimate.throughput import band
     from pricing.gpus import get_gpu
 
     path = relabel(run, "shape.json")

@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 import warnings
 
+import peft  # noqa: F401
 import pytest
-
 import torch  # the test extra installs torch, transformers and peft: missing is a failure
 import transformers
-import peft  # noqa: F401
 
+from advisor.stacks import Shape, Stack  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     EXCLUDED_STACKS,
     LLAMA_SMALL,
@@ -30,13 +30,12 @@ from benchmarks.measure import (  # noqa: E402
     measure,
     model_spec,
 )
-from advisor.stacks import Shape, Stack  # noqa: E402
 
 LLAMA = LLAMA_SMALL
 SHAPE = Shape(micro_batch=2, seq_len=256)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _measured(config_key: str, stack: Stack, shape: Shape):
     config = {"llama": LLAMA}.get(config_key) or _CASES[config_key].config
     with warnings.catch_warnings():

@@ -12,8 +12,17 @@ from pathlib import Path
 import pytest
 
 from advisor.errors import BadInput
-from advisor.model.catalog import (FAMILY_DEFAULTS, SIGLIP_DEFAULTS, catalog, catalog_names, from_hf_config, load_model,
-                                   parse_param_count, synthetic_spec, to_hf_config)
+from advisor.model.catalog import (
+    FAMILY_DEFAULTS,
+    SIGLIP_DEFAULTS,
+    catalog,
+    catalog_names,
+    from_hf_config,
+    load_model,
+    parse_param_count,
+    synthetic_spec,
+    to_hf_config,
+)
 from advisor.model.spec import SUPPORTED_FAMILIES, ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import click
 import pytest
+from cli_run import gpu_advisor, one_line_error
 from click.testing import CliRunner
 
 from cli import cli
 from cli.output import OUTPUT_FORMATS, emit, render_table
-from cli_run import gpu_advisor, one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SHEET = """provider,region,instance_type,gpu_model,gpu_count,ram_gb,price_hour,fetched_at,source

@@ -10,13 +10,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
-from advisor.model.catalog import catalog, from_hf_config, to_hf_config
-
 import torch  # the test extra installs torch and transformers: missing is a failure
 import transformers
 
 from advisor.model import architecture
+from advisor.model.catalog import catalog, from_hf_config, to_hf_config
 
 TOLERANCE = 0.001  # 0.1 %
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cli_run import gpu_advisor, one_line_error, saved_plan
 
-from advisor.results.plan_refs import VIEWS
 from advisor.results import PLAN_SCHEMA_VERSION, Plan
+from advisor.results.plan_refs import VIEWS
 
 DATA = Path(__file__).parent / "data" / "plans"
 

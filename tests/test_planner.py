@@ -96,7 +96,7 @@ def test_ranked_by_cost_at_the_ranking_quantile_except_near_ties(base):
     promoted = [any("near-tie" in n for n in c.notes) for c in base.candidates]
     plain = [k for k, p in zip(costs, promoted) if not p]
     assert plain == sorted(plain)
-    for i, c in enumerate(base.candidates):
+    for i, _c in enumerate(base.candidates):
         later = costs[i + 1:]
         if promoted[i] and later:  # within a near-tie of the cheapest option it was preferred to
             assert costs[i] <= min(later) + max(NEAR_TIE_SHARE * min(later), NEAR_TIE_USD) + 1e-9

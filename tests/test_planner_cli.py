@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
 from advisor.results import Plan
+from cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

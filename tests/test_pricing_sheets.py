@@ -7,8 +7,7 @@ import io
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pricing import cache
 from pricing.loader import load, load_offers, read_sheet

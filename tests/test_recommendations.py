@@ -312,8 +312,8 @@ def test_hours_and_cost_carry_the_time_models_held_out_band_and_risk_ranks_by_it
 @pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "Qwen/Qwen2.5-7B", "google/gemma-2-9b"])
 def test_with_a_frozen_lm_head_liger_never_costs_memory_or_speed_so_the_planner_prices_only_it(model):
     """The planner's shortcut (advisor/planner/configs.py _liger_choices) rests on this dominance."""
-    from advisor.model.architecture import supported_attention
     from advisor.estimate.engine import Engine
+    from advisor.model.architecture import supported_attention
     from advisor.stacks import Shape, Stack
 
     engine = Engine.of(model)

@@ -144,7 +144,7 @@ class DevTools:
         self.profile, self.ws, self.events = profile, None, []
         self._ids = iter(range(1, 100_000))
 
-    def __enter__(self) -> "DevTools":
+    def __enter__(self) -> DevTools:
         try:
             port_file = self.profile / "DevToolsActivePort"
             deadline = time.monotonic() + 60  # a ceiling for a stuck browser, not a speed test
@@ -213,7 +213,7 @@ def _load(html_file: Path, profile: Path, settle: float, proxy: RecordingProxy) 
         try:
             while True:
                 events.append(dt.ws.recv())
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             pass
         requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
         errors = [json.dumps(e["params"])[:300] for e in events if

@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
+
 from pricing import cache, crosscheck, http, settings
 from pricing.settings import SettingError
 
@@ -26,7 +26,8 @@ def test_every_variable_the_code_names_is_in_the_settings_module_and_the_docs_ta
     named = {m for p in CODE for m in NAME.findall(p.read_text(encoding="utf-8"))}
     assert len(named) >= 15, sorted(named)  # the grep itself works
     table = DOC.split("<!-- settings table")[1].split("<!-- end of settings table")[0]
-    assert not named - set(settings.VARIABLES), f"read but not in pricing/settings.py: {named - set(settings.VARIABLES)}"
+    unknown = named - set(settings.VARIABLES)
+    assert not unknown, f"read but not in pricing/settings.py: {unknown}"
     missing = [v for v in settings.VARIABLES if f"`{v}`" not in table]
     assert not missing, f"not in docs/settings.md's table: {missing}"
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from launch_fixtures import spec
 
 from advisor.launch.bundle import LaunchWarning, build_bundle
 from advisor.launch.caveats import SKY_NOTE, SKYPILOT_CHECKED, SKYPILOT_CLOUDS
 from advisor.planner import plan
-from launch_fixtures import spec
 
 # Not imported here: importing sky creates ~/.sky (catalog folders, a jobs database) in the real HOME.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sky") is None, reason="skypilot not installed (test extra)")

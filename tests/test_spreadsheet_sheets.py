@@ -8,8 +8,8 @@ import json
 import math
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
+
 from pricing.loader import load, read_sheet
 from pricing.spreadsheet import OWNED_NOTE, PER_SECOND, plain_number
 

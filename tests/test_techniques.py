@@ -133,7 +133,7 @@ def test_liger_with_a_lora_adapter_on_lm_head_is_refused():
 def test_every_supported_family_has_a_cited_liger_fact():
     from advisor.model import families
 
-    for name, fam in families.table().items():
+    for _name, fam in families.table().items():
         assert isinstance(fam.liger, bool)
         assert "MODEL_TYPE_TO_APPLY_LIGER_FN" in fam.about["liger"]
     assert not families.traits("qwen2_moe").liger and families.traits("llama").liger

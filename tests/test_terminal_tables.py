@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_run import gpu_advisor, one_line_error
 
 from advisor.units import count
-from cli_run import gpu_advisor, one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 

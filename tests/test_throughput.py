@@ -10,8 +10,16 @@ import pytest
 from advisor.api import estimate_throughput
 from advisor.errors import BadInput
 from advisor.estimate.engine import Engine
-from advisor.estimate.throughput import (band, band_quantile, counts, flops_per_token, gpu_class, segment, step_time,
-                                         table)
+from advisor.estimate.throughput import (
+    band,
+    band_quantile,
+    counts,
+    flops_per_token,
+    gpu_class,
+    segment,
+    step_time,
+    table,
+)
 from advisor.model.spec import ModelSpec
 from advisor.stacks import Shape, Stack
 from pricing.gpus import all_gpus, get_gpu

@@ -13,7 +13,6 @@ import json
 import math
 
 import pytest
-
 from cli_run import gpu_advisor, one_line_error
 
 pa = pytest.importorskip("pyarrow")
@@ -439,8 +438,8 @@ def test_a_padded_dataset_plan_times_each_candidate_at_its_own_micro_batch(capsy
 def test_padding_factors_are_one_for_equal_lengths_and_grow_with_the_micro_batch():
     import numpy as np
 
-    from advisor.workload.length_stats import padding_factors
     from advisor.planner import PlanRequest
+    from advisor.workload.length_stats import padding_factors
 
     equal = padding_factors(np.full(1000, 37), 64, False)
     assert all(f == pytest.approx(1.0, abs=1e-9) and f >= 1.0 for f in equal)

@@ -20,9 +20,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 from pydantic import BaseModel, ConfigDict
 

@@ -30,8 +30,8 @@ pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp at commit 001074d25084fdb87a79
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from advisor.units import MiB
 

@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 from advisor.estimate.memory import check, checkpoint_bytes, estimate
 from advisor.estimate.throughput import counts, step_time, throughput
@@ -51,7 +51,7 @@ class Engine:
         self._checkpoints: dict[tuple, int] = Memo()  # by the stack's own key
 
     @classmethod
-    def of(cls, model: ModelSpec | str) -> "Engine":
+    def of(cls, model: ModelSpec | str) -> Engine:
         """The engine of a model (catalog name, Hub id, path or spec), shared between callers."""
         if isinstance(model, str):
             model = load_model(model)

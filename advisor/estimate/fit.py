@@ -13,8 +13,8 @@ from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.results import FitCheck, MemoryEstimate
 from advisor.stacks import Shape, Stack
-from pricing.gpus import get_gpu
 from advisor.units import GB
+from pricing.gpus import get_gpu
 
 
 def fit_check(engine: Engine, stack: Stack, shape: Shape, gpu_name: str, headroom: float,

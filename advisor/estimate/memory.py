@@ -20,15 +20,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.errors import BadInput
-from advisor.estimate.activations import (ActivationEstimate, act_bytes, adapter_bytes, describe, dora_transient,
-                                          estimate_activations)
+from advisor.estimate.activations import (
+    ActivationEstimate,
+    act_bytes,
+    adapter_bytes,
+    describe,
+    dora_transient,
+    estimate_activations,
+)
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import Architecture, supported_attention
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
-from advisor.units import (BILLION, BYTES_16BIT, BYTES_FP32, BYTES_INT8, NF4_BLOCK, NF4_BYTES,
-                           NF4_DOUBLE_QUANT_BLOCK, MiB)
+from advisor.units import (
+    BILLION,
+    BYTES_16BIT,
+    BYTES_FP32,
+    BYTES_INT8,
+    NF4_BLOCK,
+    NF4_BYTES,
+    NF4_DOUBLE_QUANT_BLOCK,
+    MiB,
+)
 
 # CUDA context + cuBLAS/cuDNN module images once torch initialises a device: 0.3-0.6 GiB with
 # lazy module loading (CUDA >= 11.7; shared/reference/GPU_SPECS.md "Memory"; PyTorch notes on
@@ -455,7 +469,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         )
     W = sum(c.bytes for k, c in comps.items() if k.startswith("weights."))
     G = sum(c.bytes for k, c in comps.items() if k.startswith("gradients."))
-    O = sum(c.bytes for k, c in comps.items() if k.startswith("optimizer."))
+    O = sum(c.bytes for k, c in comps.items() if k.startswith("optimizer."))  # noqa: E741 - W, G, O, A as summed
     A = acts.saved_total + acts.recompute
 
     transients = _transients(arch, stack, shape, acts, part)

@@ -17,7 +17,7 @@ examples/deepseek-v2/qlora-fsdp-2_5.yaml). advisor/workload/training_config.py r
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from advisor.launch.caveats import expert_lora
 from advisor.results import Candidate

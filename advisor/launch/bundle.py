@@ -29,8 +29,16 @@ from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
 from advisor.estimate.memory import DEEPSPEED_ZERO3
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
-    DECODER_LAYERS, caveats, cpu_adam, distributed_type, expert_lora, runs_as, sky_caveat, sky_cloud,
-    total_gpus)
+    DECODER_LAYERS,
+    caveats,
+    cpu_adam,
+    distributed_type,
+    expert_lora,
+    runs_as,
+    sky_caveat,
+    sky_cloud,
+    total_gpus,
+)
 from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
 from advisor.text import md, plain

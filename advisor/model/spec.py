@@ -70,7 +70,7 @@ class VisionSpec(BaseModel):
     mm_tokens_per_image: int = 256
 
     @model_validator(mode="after")
-    def _bounds(self) -> "VisionSpec":
+    def _bounds(self) -> VisionSpec:
         _check(self, {"hidden_size": (1, MAX_HIDDEN), "intermediate_size": (1, MAX_INTERMEDIATE),
                       "num_hidden_layers": (1, MAX_LAYERS), "num_attention_heads": (1, MAX_HEADS),
                       "image_size": (1, MAX_IMAGE_SIZE), "patch_size": (1, self.image_size),
@@ -117,7 +117,7 @@ class ModelSpec(BaseModel):
     params_override: int | None = None
 
     @model_validator(mode="after")
-    def _bounds(self) -> "ModelSpec":
+    def _bounds(self) -> ModelSpec:
         """Sizes a real model can have (the bounds above); experts only with an expert count."""
         _check(self, {
             "vocab_size": (1, MAX_VOCAB), "hidden_size": (1, MAX_HIDDEN), "intermediate_size": (1, MAX_INTERMEDIATE),

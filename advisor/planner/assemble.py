@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 from advisor.estimate.engine import Engine
 from advisor.estimate.throughput import band
-from advisor.planner import configs as _configs
-from advisor.planner import ranking
+from advisor.planner import configs as _configs, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
 from advisor.planner.ranking import offer_identity
@@ -17,10 +16,10 @@ from advisor.planner.select import Selection, misses
 from advisor.planner.wording import _disagreeing, _notes, _remedy, _warnings
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
 from advisor.stacks import Stack
+from advisor.units import BILLION, MILLION
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
 from pricing.cache import stale_days
 from pricing.managed import alternatives
-from advisor.units import BILLION, MILLION
 
 
 def _lora_probe(request: PlanRequest):

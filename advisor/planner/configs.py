@@ -16,9 +16,10 @@ the user pins (`PlanRequest.pins`) fixes that dimension; the others are searched
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 from advisor.estimate.engine import Engine, usable_limit
 from advisor.estimate.throughput import band_quantile, quantile_factor, segment, table
@@ -27,8 +28,7 @@ from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
-from advisor.stacks import (ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape,
-                            Stack)
+from advisor.stacks import ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape, Stack
 from advisor.workload import measurements
 from pricing.gpus import get_gpu
 
@@ -212,7 +212,7 @@ class Config:
     limit: int
     fabric_gbps: float | None = None  # across nodes (None: one node)
     fitted: Fit = Fit()
-    timed: "StepTime | None" = None
+    timed: StepTime | None = None
 
     def __getattr__(self, name: str):
         """The records' fields read as the config's own (cfg.max_micro_batch, cfg.tight, ...)."""
@@ -264,7 +264,7 @@ def is_calibrated(gpu, stack: Stack) -> bool:
     return bool(entry and entry.get("rows", 0) > 0)
 
 
-def _factor(t: dict, cfg: "Config", q: float) -> float:
+def _factor(t: dict, cfg: Config, q: float) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
@@ -283,14 +283,14 @@ EIGHT_BIT = ("adamw-8bit", "paged-adamw-8bit")
 ONLY_8BIT_NOTE = "fits only with 8-bit AdamW: no standard-AdamW stack of this method fits this hardware"
 
 
-def drop_needless_8bit(configs: list["Config"], request: PlanRequest) -> tuple[list["Config"], list["Config"]]:
+def drop_needless_8bit(configs: list[Config], request: PlanRequest) -> tuple[list[Config], list[Config]]:
     """Standard AdamW by default (DESIGN.md): an unpinned 8-bit AdamW config is kept only where no
     standard-AdamW stack of the same method fits the same hardware (GPU model, GPUs per node,
     nodes, fabric): then 8-bit is what makes the run fit. Returns (kept, dropped)."""
     if "optimizer" in request.pins:
         return configs, []
 
-    def hardware(c: "Config") -> tuple:
+    def hardware(c: Config) -> tuple:
         return c.gpu_model, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
 
     fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.max_micro_batch > 0}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+
 from advisor.units import GB
 
 BILLING_FILE = Path(__file__).resolve().parents[1] / "data" / "billing.json"

@@ -8,8 +8,7 @@ from typing import Any
 
 from advisor.estimate.engine import Engine
 from advisor.model.spec import ModelSpec
-from advisor.planner import configs as _configs
-from advisor.planner import offers as _offers
+from advisor.planner import configs as _configs, offers as _offers
 from advisor.planner.assemble import _lora_probe, assemble
 from advisor.planner.configs import Config, Evaluator
 from advisor.planner.rejections import Rejections
@@ -18,7 +17,6 @@ from advisor.planner.select import Selection, config_frame, refresh, reject_nofi
 from advisor.results import Plan
 from advisor.stacks import Stack
 from advisor.units import BYTES_16BIT, BYTES_FP32, GB
-
 
 SETTLE_ROUNDS = 20
 

@@ -30,9 +30,8 @@ SUSPECT_SHARE_ROWS = 5  # instance types of one provider at one exact spot/on-de
 def offer_identity(priced):
     """An integer per offer row and tier: equal for the same provider, GPU, GPU count, price (and spot
     price, on the spot tier), fabric and billing terms."""
-    import pandas as pd
-
     import numpy as np
+    import pandas as pd
 
     spot = priced["spot"].to_numpy(bool)
     spot_price = np.where(spot, priced["spot_price_hour"].round(6).fillna(-1).to_numpy(float), -1.0)  # its tier's

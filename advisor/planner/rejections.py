@@ -25,7 +25,7 @@ class Rejections:
             entry = self._by.setdefault(reason, [0, example])
             entry[0] += int(n)
 
-    def copy(self) -> "Rejections":
+    def copy(self) -> Rejections:
         out = Rejections()
         out._by = {k: list(v) for k, v in self._by.items()}
         out._offer_stage = set(self._offer_stage)

@@ -15,8 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from advisor.errors import BadInput, validation_message
 from advisor.model.catalog import load_model, parse_param_count
-from advisor.model.spec import (MAX_BATCH, MAX_EPOCHS, MAX_GPUS, MAX_HOURS, MAX_NODES, MAX_SEQ_LEN, MAX_TOKENS, MAX_USD,
-                                ModelSpec)
+from advisor.model.spec import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_GPUS,
+    MAX_HOURS,
+    MAX_NODES,
+    MAX_SEQ_LEN,
+    MAX_TOKENS,
+    MAX_USD,
+    ModelSpec,
+)
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain
 from advisor.workload.measurements import gather
@@ -217,7 +226,7 @@ class PlanRequest(BaseModel):
         return pins
 
     @model_validator(mode="after")
-    def _check(self) -> "PlanRequest":
+    def _check(self) -> PlanRequest:
         self.methods = tuple(dict.fromkeys(check_choice("--methods", self.methods, METHODS))) or METHODS
         self.sort = self.sort.lower() if isinstance(self.sort, str) else self.sort
         self.risk = self.risk.lower() if isinstance(self.risk, str) else self.risk
@@ -288,7 +297,7 @@ class PlanRequest(BaseModel):
     # ------------------------------------------------------------------ from flags and files
 
     @classmethod
-    def from_options(cls, options: dict[str, Any], plan_file: str | Path | None = None) -> "PlanRequest":
+    def from_options(cls, options: dict[str, Any], plan_file: str | Path | None = None) -> PlanRequest:
         """Flags over the YAML plan file over the defaults. Keys use the CLI's spelling
         (`examples`, `avg_tokens`, `deadline`, `all_stacks`, `gpu`, `spot`, ...)."""
         merged: dict[str, Any] = {}

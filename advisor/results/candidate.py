@@ -3,7 +3,8 @@ flat view of them (`FLAT`, `Candidate.flat()`) that CSV and tables read."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -59,7 +60,7 @@ class Offer(BaseModel):
         return check_gpu(v)
 
     @model_validator(mode="after")
-    def _numbers(self) -> "Offer":
+    def _numbers(self) -> Offer:
         if not 1 <= self.gpu_count <= MAX_GPUS:
             raise ValueError(f"gpu_count: must be between 1 and {MAX_GPUS:,} (got {self.gpu_count})")
         check_number(self.price_hour, "price_hour")
@@ -110,12 +111,12 @@ class Cost(BaseModel):
     usd_at_risk: float | None = Field(None, description="cost at the ranking quantile (ranking key)")
 
 
-def _lora_rank(c: "Candidate") -> int | None:
+def _lora_rank(c: Candidate) -> int | None:
     return None if c.stack.method == "full" else c.stack.lora_rank
 
 
 # flat key -> where it lives (dotted path) or how it is derived. Order is the flat view's order.
-FLAT: dict[str, str | Callable[["Candidate"], Any]] = {
+FLAT: dict[str, str | Callable[[Candidate], Any]] = {
     "provider": "offer.provider", "region": "offer.region", "instance_type": "offer.instance_type",
     "gpu_model": "offer.gpu_model", "gpu_count": "offer.gpu_count", "nodes": "nodes", "spot": "cost.spot",
     "method": "stack.method", "precision": "stack.precision", "optimizer": "stack.optimizer",
@@ -162,7 +163,7 @@ class Candidate(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _numbers(self) -> "Candidate":
+    def _numbers(self) -> Candidate:
         """Counts within the physical bounds; every time, cost, price and memory finite and >= 0."""
         if not 1 <= self.nodes <= MAX_NODES:
             raise ValueError(f"nodes: must be between 1 and {MAX_NODES:,} (got {self.nodes})")
@@ -206,12 +207,12 @@ class Candidate(BaseModel):
             obj = getattr(obj, part)
         return obj
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Candidate":
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Candidate:
         """As pydantic's, and flat keys (`price_date`, `provider`, ...) update the nested field they name."""
         flat = {k: v for k, v in (update or {}).items() if k in FLAT and k not in type(self).model_fields}
         if not flat:
             return super().model_copy(update=update, deep=deep)
-        base = super().model_copy(update={k: v for k, v in update.items() if k not in flat}, deep=deep)
+        base = super().model_copy(update={k: v for k, v in (update or {}).items() if k not in flat}, deep=deep)
         return type(self).model_validate({**{k: getattr(base, k) for k in type(self).model_fields}, **flat})
 
     def estimate_args(self) -> list[str]:

@@ -94,9 +94,9 @@ class MemoryEstimate(BaseModel):
                                               "its ranks' share: divide by the node count)")
     assumptions: dict[str, str | int | float | bool] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
-    fit: "FitCheck | None" = None
-    throughput: "Throughput | None" = None
-    reserved: "Reserved | None" = Field(None, description="caching-allocator replay under --lengths "
+    fit: FitCheck | None = None
+    throughput: Throughput | None = None
+    reserved: Reserved | None = Field(None, description="caching-allocator replay under --lengths "
                                                          "(advisor.alloc_trace); None: fixed shapes")
 
 

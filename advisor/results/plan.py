@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -143,7 +144,7 @@ class Plan(BaseModel):
         """Views given as candidates (a schema 1-3 file, or Plan(pareto=[...])) become references."""
         return to_refs(data, PLAN_SCHEMA_VERSION) if isinstance(data, dict) else data
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> "Plan":
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Plan:
         """As pydantic's; an update of the candidates or of a view (pareto=[...], baseline=...) stores them
         again, so each view keeps the candidate it named (or is given) and each candidate is stored once."""
         if not set(update or {}) & {"candidates", "others", *VIEWS}:
@@ -197,7 +198,7 @@ class Plan(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _text_and_numbers(self) -> "Plan":
+    def _text_and_numbers(self) -> Plan:
         """The plan's own text and numbers (candidates, offers and the model check themselves)."""
         for name in ("workload", "assumptions", "warnings"):
             _check_tree(getattr(self, name), name)

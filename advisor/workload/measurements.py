@@ -25,8 +25,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -76,7 +77,7 @@ class StepStats(BaseModel):
     steps: list[float] = Field(default_factory=list, max_length=MAX_STEPS)
 
     @model_validator(mode="after")
-    def _order(self) -> "StepStats":
+    def _order(self) -> StepStats:
         for name in ("median", "p10", "p90"):
             _positive(getattr(self, name), f"step_seconds.{name}", 1e6)
         for v in self.steps:
@@ -160,7 +161,7 @@ class Measurement(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _numbers(self) -> "Measurement":
+    def _numbers(self) -> Measurement:
         _positive(self.tokens_per_sec, "tokens_per_sec", MAX_TOKENS_PER_SEC)
         if self.wall_seconds is not None:
             _positive(self.wall_seconds, "wall_seconds", 1e7)

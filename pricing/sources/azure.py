@@ -100,7 +100,8 @@ def fetch(base_url: str, regions=None, session=None, progress=None):
     for region in regions or DEFAULT_REGIONS:
         flt = ("serviceName eq 'Virtual Machines' and priceType eq 'Consumption' "
                f"and armRegionName eq '{region}'")
-        url, params = base_url, {"$filter": flt}
+        params: dict[str, str] | None = {"$filter": flt}  # the next pages' links carry it themselves
+        url = base_url
         first = PreparedRequest()
         first.prepare_url(base_url, params)
         seen = {first.url, base_url}

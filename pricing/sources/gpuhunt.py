@@ -207,7 +207,7 @@ def fetch(base_url: str, regions=None, session=None, progress=None, providers=No
             texts = _zip_csvs(data, url)
         except PriceInputError as exc:
             raise FetchError(url, str(exc).split(": ", 1)[-1]) from None
-        for name, text in texts:
+        for _name, text in texts:
             df, probs = parse_csv(text, provider, source=f"gpuhunt:{url}",
                                   observed_at=version_date(version) or now, fetched_at=now, sheet=url)
             frames.append(df)

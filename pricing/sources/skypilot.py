@@ -73,7 +73,8 @@ def gpu_info(text: str | None) -> dict:
         return {}
     gpus = val.get("Gpus") or [{}]
     first = gpus[0] if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) else {}
-    mem = first.get("MemoryInfo") if isinstance(first.get("MemoryInfo"), dict) else {}
+    info = first.get("MemoryInfo")
+    mem = info if isinstance(info, dict) else {}
     out = {"Name": first.get("Name"), "Count": first.get("Count"),
            "SizeInMiB": mem.get("SizeInMiB"), "Partition": first.get("GpuPartitionSize")}
     return out
@@ -104,9 +105,10 @@ def memory_gib_per_gpu(cloud: str, size, count: float | None) -> float | None:
     return size / 1024
 
 
-def parse_rows(rows: list[dict], cloud: str, source: str, fetched_at: str, sheet: str,
+def parse_rows(rows: list, cloud: str, source: str, fetched_at: str, sheet: str,
                notes: str | None = None):
-    """Rows of one catalog file (dicts by column name) -> (DataFrame in our schema, problems)."""
+    """Rows of one catalog file -> (DataFrame in our schema, problems): (row number, dict by column name)
+    pairs, or for gcp the dicts themselves (_combine_gcp pairs its host and accelerator rows first)."""
     import pandas as pd
 
     problems: list[Problem] = []
@@ -189,7 +191,8 @@ def _vast_host(offer: dict) -> None:
 
 def _combine_gcp(rows: list[dict], sheet: str):
     """Join GCP host rows and accelerator rows (same region) into priced offers."""
-    hosts, gpus = [], {}
+    hosts: list[tuple[int, dict]] = []
+    gpus: dict[tuple, tuple[int, dict]] = {}  # (accelerator, count, region) -> (row number, row)
     for i, r in enumerate(rows, start=1):
         if (r.get("InstanceType") or "").strip():
             hosts.append((i, r))
@@ -200,7 +203,7 @@ def _combine_gcp(rows: list[dict], sheet: str):
     out, problems, used = [], [], set()
     for i, h in hosts:
         itype = h["InstanceType"].strip()
-        for pattern, label in GCP_HOSTS:
+        for pattern, label in GCP_HOSTS:  # noqa: B007 - label is read after the break
             m = re.fullmatch(pattern, itype)
             if m:
                 break
@@ -217,19 +220,19 @@ def _combine_gcp(rows: list[dict], sheet: str):
         _, g = gpus[key]
 
         def add(a, b):
-            a, b = _price(a), _price(b)
-            return None if a is None or b is None else round(a + b, 6)
+            pa, pb = _price(a), _price(b)
+            return None if pa is None or pb is None else round(pa + pb, 6)
 
         row = dict(g, InstanceType=itype, vCPUs=h.get("vCPUs"), MemoryGiB=h.get("MemoryGiB"),
                    Price=add(h.get("Price"), g.get("Price")),
                    SpotPrice=add(h.get("SpotPrice"), g.get("SpotPrice")))
         out.append((i, row))
     for key, (i, g) in gpus.items():
-        label, count, _ = key
+        label, n, _ = key
         if key in used or label not in ("T4", "V100", "P100", "P4", "L4"):
             continue
         host = "g2" if label == "L4" else "n1"
-        out.append((i, dict(g, InstanceType=f"{host}+{count:g}x{label}", vCPUs=None,
+        out.append((i, dict(g, InstanceType=f"{host}+{n:g}x{label}", vCPUs=None,
                             MemoryGiB=None, _note="gpu_only_price")))
     return out, problems
 
