@@ -25,7 +25,6 @@ from cli.options import choice
 from pricing import settings
 from pricing.files import atomic_write, csv_safe
 
-FORMATS = ("table", "md", "csv")
 # Every output format a command may offer, in the order --help lists them.
 OUTPUT_FORMATS = ("table", "json", "md", "csv")
 FOLD = 22  # the narrowest a text column is folded to before columns are left out

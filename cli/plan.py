@@ -20,11 +20,9 @@ from advisor.text import md, plain
 from advisor.units import GB, money
 from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 from cli.options import FIELDS, as_args, choice, stack_options
-from cli.output import emit, output_options, render_rows, render_table, terminal_width
+from cli.output import OUTPUT_FORMATS, emit, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
 from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
-
-FORMATS = ("table", "json", "md", "csv")
 
 
 def plan_options(f):
@@ -290,7 +288,7 @@ def _flat_columns():
 @click.command()
 @plan_options
 @source_options
-@output_options(*FORMATS, out=True, out_help="write the plan in --format to FILE (whole, atomically) instead of "
+@output_options(*OUTPUT_FORMATS, out=True, out_help="write the plan in --format to FILE (whole, atomically) instead of "
                                             "standard output, e.g. -o plan.json --format json for report and launch")
 @click.option("--report", type=click.Path(dir_okay=False), default=None, help="also write an HTML/Markdown report")
 def plan(fmt: str, out: Path | None, report: str | None, **options) -> None:
