@@ -19,12 +19,13 @@ This module only hands the public names on.
 from advisor.results.candidate import FLAT, NEAR_TIE_NOTE, Candidate, Cost, MemoryFit, Offer, Timing
 from advisor.results.checks import (NAME_CHARS, TEXT_CHARS, check_count, check_gpu, check_number, check_text,
                                     check_workload)
-from advisor.results.estimate import Breakdown, Component, FitCheck, MemoryEstimate, ModelInfo, Reserved, Throughput
+from advisor.results.estimate import (Breakdown, Component, FitCheck, MemoryEstimate, ModelInfo, ObjectiveMemory, Reserved,
+                                      Throughput)
 from advisor.results.plan import (KNOWN_SCHEMA_VERSIONS, MAX_HISTOGRAM_BINS, MAX_HISTOGRAM_ROWS, PLAN_SCHEMA_VERSION,
                                   LengthHistogram, Plan, Rejection)
 
 __all__ = ["Breakdown", "Candidate", "Component", "Cost", "FLAT", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
            "LengthHistogram", "MAX_HISTOGRAM_BINS", "MAX_HISTOGRAM_ROWS", "MemoryEstimate", "MemoryFit", "ModelInfo",
-           "NAME_CHARS", "NEAR_TIE_NOTE", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
+           "NAME_CHARS", "NEAR_TIE_NOTE", "ObjectiveMemory", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
            "TEXT_CHARS", "Throughput", "Timing", "check_count", "check_gpu", "check_number", "check_text",
            "check_workload"]
