@@ -29,7 +29,6 @@ SRC = "trl 1.16.0 trl/kernels/chunked_logprob.py ChunkedLogProbFunction (:311-46
 # Per-token outputs each trainer asks the policy's fused head for (differentiable ones need a saved mask).
 DPO_OUTPUTS = ("log_probs", "entropy", "mean_logits", "is_top1")  # dpo_trainer.py:957
 GRPO_OUTPUTS = ("log_probs", "entropy")  # grpo_trainer.py:1072
-_DIFFERENTIABLE = ("log_probs", "entropy")  # the rest are mark_non_differentiable (chunked_logprob.py:387)
 
 
 @dataclass(frozen=True)
@@ -66,12 +65,9 @@ def fused_head(arch: Architecture, stack: Stack, rows: int, seq: int, completion
         "fused_head.targets": (n * 8, f"{n:,} labels × 8 B (int64)"),
         "fused_head.log_z_entropy": (n * 4 * 2, f"{n:,} × 2 fp32 (log-sum-exp and entropy per position)"),
     }
-    diff = [o for o in outputs if o in _DIFFERENTIABLE]
-    # compact: x.new_zeros(mask.shape).masked_scatter(mask, x) keeps the one label mask (bool) for backward;
-    # otherwise x.view(...).masked_fill(~mask, 0) keeps a fresh ~mask per differentiable output (utils.py:1655-1658)
-    masks = 1 if compact else len(diff)
-    saved["fused_head.output_masks"] = (masks * positions, f"{masks} bool label mask(s) × {positions:,} positions "
-                                                           "(masked_scatter / masked_fill backward)")
+    # the outputs re-expanded to (rows, seq - 1) by masked_scatter(mask, x) (compact) or masked_fill(~mask, 0) keep
+    # one bool mask for backward (utils.py:1655-1658; one on the CPU census, where only log_probs reaches the loss)
+    saved["fused_head.output_mask"] = (positions, f"one bool label mask × {positions:,} positions")
     tile_rows = min(n, TOKEN_CHUNK)
     tile = tile_rows * VOCAB_CHUNK * cb  # mm_buf is (min(N, 4096), 32768) whatever the vocabulary (:347)
     casts = (tile_rows * h * cb if hb != cb else 0) + (min(v, VOCAB_CHUNK) * h * cb if weight_bytes(stack) != cb else 0)

@@ -26,11 +26,16 @@ SRC = ("trl 1.16.0 grpo_trainer.py:1813-1889 (_generate_single_turn), trl/models
 
 
 def kv_dtypes(stack: Stack) -> tuple[int, int]:
-    """(key bytes, value bytes) per element of transformers' cache for this stack's weights and autocast."""
+    """(key bytes, value bytes) per element of transformers' cache for this stack's weights and autocast.
+
+    fp32 weights (TRL's default load): accelerate wraps the prepared model's forward in autocast, so a full model's
+    generate runs k/v projections in 16-bit and RoPE promotes only the keys to fp32 (4 + 2 B; research probe,
+    /work/staging/rl/cpu_check); a PEFT model generates through its base model's unwrapped forward, outside
+    autocast, so both stay fp32 (4 + 4 B; benchmarks/rl_census.py measures it)."""
     if stack.precision == "fp32":
         return 4, 4
     if stack.precision.startswith("amp"):
-        return 4, 2  # fp32 weights + 16-bit autocast: keys promoted to fp32 by RoPE, values 16-bit
+        return (4, 4) if stack.method != "full" else (4, 2)
     return 2, 2
 
 
@@ -41,13 +46,14 @@ def kv_per_token(arch: Architecture, key_bytes: int, value_bytes: int) -> int:
 
 
 def hf_kv_cache(arch: Architecture, stack: Stack, batch: int, prompt: int, completion: int) -> tuple[int, str]:
-    """transformers' KV cache at the last generated token of `batch` rows."""
+    """transformers' KV cache at the last generated token of `batch` rows: prompt + completion - 1 positions (the
+    last token is sampled, never fed back)."""
     kb, vb = kv_dtypes(stack)
     per = kv_per_token(arch, kb, vb)
-    tokens = prompt + completion
+    tokens = prompt + completion - 1
     spec = arch.spec
     return batch * tokens * per, (
-        f"{batch:,} completions × ({prompt:,} prompt + {completion:,} completion) tokens × {spec.num_hidden_layers} "
+        f"{batch:,} completions × ({prompt:,} prompt + {completion:,} completion - 1) tokens × {spec.num_hidden_layers} "
         f"layers × {spec.num_key_value_heads} kv heads × {spec.head_dim} × ({kb} B key + {vb} B value)")
 
 
@@ -80,5 +86,7 @@ def buffered_batch(batch: int, seq: int, completion: int, per_token_vectors: int
     (old-policy, reference and vLLM sampling log-probs as the run uses them)."""
     ids = batch * seq * 8 * 2
     vectors = batch * completion * 4 * per_token_vectors
-    return ids + vectors, (f"{batch:,} completions × {seq:,} positions × (ids + mask, int64) + {per_token_vectors} fp32 "
-                           f"per-token vector(s) × {completion:,}")
+    advantages = batch * 4 + 8  # one fp32 advantage per completion, num_items_in_batch (int64)
+    return ids + vectors + advantages, (
+        f"{batch:,} completions × {seq:,} positions × (ids + mask, int64) + {per_token_vectors} fp32 per-token "
+        f"vector(s) × {completion:,} + advantages")

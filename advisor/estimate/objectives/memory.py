@@ -52,10 +52,30 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape, compact: bool = Tru
     loss_name = loss_transient(arch, base, row_shape).name
     for key in [k for k in comps if k.startswith(_SFT_LOSS) or k == loss_name]:
         del comps[key]
+    copies = comps.get("activations.autocast_weight_copies")
+    if copies is not None and not stack.liger:  # the fused head casts lm_head's weight inside its autograd.Function
+        # (chunked_logprob.py:351-353, no graph): no 16-bit copy of lm_head stays saved, as the SFT loss path keeps
+        left = copies.bytes - 2 * arch.spec.vocab_size * arch.spec.hidden_size
+        comps["activations.autocast_weight_copies"] = Component(bytes=max(left, 0), formula=copies.formula + " (not "
+                                                                "lm_head's: the fused head casts it chunk by chunk)",
+                                                                source=copies.source)
     outputs = fused_head.DPO_OUTPUTS if o.kind == "dpo" else fused_head.GRPO_OUTPUTS
     head = fused_head.fused_head(arch, stack, rows, seq, completion, outputs, compact)
     for term, (nbytes, formula) in head.saved.items():
         comps[f"activations.{term}"] = Component(bytes=nbytes, formula=formula, source=fused_head.SRC)
+    if o.kind == "grpo":
+        # the clipped-ratio loss over the completions (grpo_trainer.py:3096-3160, loss "dapo"): exp(log-ratio) and the
+        # two-sided min keep fp32 (rows, completion) tensors, the completion mask (int64) multiplies the loss; beta > 0
+        # adds exp(ref - logp) and its product (CPU census: 20 B, 28 B with beta, per row and completion token)
+        per = 20 + (8 if o.effective_beta else 0)
+        comps["activations.grpo_loss"] = Component(
+            bytes=rows * completion * per + rows * 4 + 4,
+            formula=f"{rows} rows × {completion} completion tokens × {per} B (fp32 ratio, min, int64 mask"
+                    + (", KL terms" if o.effective_beta else "") + ")", source="trl 1.16.0 grpo_trainer.py:3020-3160")
+    else:  # -logsigmoid over the pairs' margins keeps its fp32 input (dpo_trainer.py:1387-1389; 8 B per pair on the
+        # CPU census)
+        comps["activations.dpo_loss"] = Component(bytes=shape.micro_batch * 8, formula="2 fp32 per pair (loss margins)",
+                                                  source="trl 1.16.0 dpo_trainer.py:1349-1528")
     ref_bytes, ref_formula = reference.weights(arch, stack)
     if ref_bytes:
         comps["weights.reference"] = Component(bytes=ref_bytes, formula=ref_formula, source=reference.SRC)
