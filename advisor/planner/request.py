@@ -264,6 +264,8 @@ class PlanRequest(BaseModel):
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
             raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
         o = self.objective
+        if "seq_len" not in self.model_fields_set and not o.is_sft:  # a library caller's objective sets the row
+            self.seq_len = o.grpo_seq_len() if o.kind == "grpo" else DPO_MAX_LENGTH
         if o.kind == "grpo" and self.sequences_per_step % o.num_generations:
             raise BadInput(f"--global-batch: GRPO's global batch counts completions, {self.sequences_per_step} is not a "
                            f"multiple of --num-generations {o.num_generations} (TRL refuses it: "
