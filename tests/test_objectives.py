@@ -146,6 +146,9 @@ def grpo_plan():
 def test_grpo_plan_hours_have_a_generation_term(grpo_plan):
     c = grpo_plan.candidates[0]
     assert 0 < c.timing.generation_hours < c.timing.train_hours
+    # every run's generation batch holds whole prompt groups, on however many training GPUs (TRL refuses others)
+    assert all(x.timing.global_batch % 8 == 0 and x.timing.global_batch % x.stack.gpus == 0
+               for x in grpo_plan.candidates)
     assert {x.stack.objective.vllm for x in grpo_plan.candidates} == {"none", "colocate", "server"}
 
 

@@ -25,7 +25,7 @@ from advisor.estimate.throughput import band_quantile, quantile_factor, segment,
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention
-from advisor.planner.objectives import objectives_for, refusal_reason
+from advisor.planner.objectives import global_batch as objective_global_batch, objectives_for, refusal_reason
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
 from advisor.stacks import Shape, Stack
@@ -415,7 +415,7 @@ class Evaluator:
         """Step time at the micro-batch and accumulation that reach the global batch, and training
         hours per quantile (`StepTime`, frozen)."""
         req, n = self.request, cfg.stack.gpus
-        mb, accum, global_batch = split_batch(req.sequences_per_step, n, cfg.max_micro_batch)
+        mb, accum, global_batch = split_batch(objective_global_batch(req, n), n, cfg.max_micro_batch)
         network = req.network_gbps if req.network_gbps is not None else cfg.fabric_gbps
         t = self.engine.step(cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu, nodes=cfg.nodes,
                              mfu=req.mfu, network_gbps=network)

@@ -11,6 +11,8 @@ candidate says about it.
 
 from __future__ import annotations
 
+import math
+
 from advisor.estimate.objectives.spec import Objective
 from advisor.planner.request import PlanRequest
 
@@ -36,9 +38,20 @@ def objectives_for(request: PlanRequest, gpu, gpus: int) -> list[tuple[Objective
         if train < 1:
             continue
         # TRL's default steps_per_generation = gradient accumulation: each GPU generates its share of the global batch
-        fields["generation_batch_per_gpu"] = max(1, round(request.sequences_per_step / train))
+        fields["generation_batch_per_gpu"] = global_batch(request, train) // train
         out.append((Objective(**fields), train))
     return out
+
+
+def global_batch(request: PlanRequest, gpus: int) -> int:
+    """The global batch a run on `gpus` training GPUs uses: the requested one, or for GRPO the nearest multiple of
+    both the GPU count and num_generations (TRL refuses a generation batch that splits a prompt's group,
+    grpo_config.py:1131-1135)."""
+    wanted = request.sequences_per_step
+    if request.objective.kind != "grpo":
+        return wanted
+    unit = math.lcm(gpus, request.objective.num_generations)
+    return max(unit, round(wanted / unit) * unit)
 
 
 def server_shortfall(request: PlanRequest, gpus: int) -> str | None:
