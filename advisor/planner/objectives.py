@@ -88,6 +88,7 @@ def placement(stack, gpu_count: int, nodes: int) -> str:
         return (f"GRPO: {o.vllm_server_gpus} of the {total} GPUs serve vLLM (gpu_memory_utilization "
                 f"{o.utilization:g}); {stack.gpus} train")
     if o.vllm == "colocate":
-        return (f"GRPO: vLLM colocated in each of the {stack.gpus} training GPUs at gpu_memory_utilization "
-                f"{o.utilization:g}" + (" with sleep mode" if o.vllm_sleep else ""))
-    return f"GRPO: transformers generate on the {stack.gpus} training GPU(s), no vLLM"
+        where = "the training GPU" if stack.gpus == 1 else f"each of the {stack.gpus} training GPUs"
+        return (f"GRPO: vLLM colocated in {where} at gpu_memory_utilization {o.utilization:g}"
+                + (" with sleep mode" if o.vllm_sleep else ""))
+    return f"GRPO: transformers generate on the {'training GPU' if stack.gpus == 1 else f'{stack.gpus} training GPUs'}, no vLLM"
