@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_validator
 
 from advisor.errors import BadInput
 
@@ -100,6 +100,11 @@ class Objective(BaseModel):
         if isinstance(v, str):
             return tuple(x.strip() for x in v.split(",") if x.strip())
         return tuple(v) if isinstance(v, list) else v
+
+    @field_serializer("loss_type")
+    def _list(self, v: tuple[str, ...]) -> list[str]:
+        """A list in every dump (python and JSON alike: a dumped stack compares equal to its JSON)."""
+        return list(v)
 
     @model_validator(mode="after")
     def _check(self) -> "Objective":

@@ -232,8 +232,8 @@ def throughput(arch: Architecture, stack: Stack, shape: Shape, gpu, *, nodes: in
         tokens_per_sec_low=r["tokens_per_sec_low"], tokens_per_sec_high=r["tokens_per_sec_high"],
         interval_basis={"segment": tm.segment(g, stack), "rows": 0, "low_factor": round(low, 4),
                         "high_factor": round(high, 4),
-                        "basis": f"{basis}; generation share widened to {GENERATION_BAND[0]:g}-{GENERATION_BAND[1]:g}x "
-                                 "(uncalibrated)"},
+                        "basis": f"{basis}; {'generation' if stack.objective.kind == 'grpo' else 'reference forward'} "
+                                 f"share widened to {GENERATION_BAND[0]:g}-{GENERATION_BAND[1]:g}x (uncalibrated)"},
         components={k: v for k, v in r.items() if k.endswith("_seconds") or k.endswith("_per_token")},
         assumptions={"objective": stack.objective.label(stack.method),
                      "tokens": "tokens through the policy: rows (DPO 2 per pair) × row length",
