@@ -175,3 +175,10 @@ def test_dpo_plan_counts_pairs(capsys):
     p = json.loads(out)
     assert p["workload"]["objective"] == "dpo" and p["workload"]["pairs"] == 10_000
     assert p["workload"]["tokens"] == 10_000 * 2 * 1024  # two rows of TRL's max_length 1024 per pair
+
+
+def test_a_plan_file_switch_must_be_true_or_false_not_a_quoted_word(tmp_path, capsys):
+    path = tmp_path / "plan.yaml"
+    path.write_text(f"model: {MODEL}\nobjective: grpo\nprompts: 1000\nvllm: colocate\nvllm_sleep: 'no'\n")
+    code, _, err = gpu_advisor(capsys, "plan", "-f", path)
+    assert "--vllm-sleep" in one_line_error(code, err)

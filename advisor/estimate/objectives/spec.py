@@ -277,6 +277,9 @@ def pop_objective(options: dict) -> dict:
             value = max_model_length(value)
         elif name == "kind" and isinstance(value, str):
             value = value.lower()
+        elif name in ("vllm_sleep", "importance_sampling") and not isinstance(value, bool):
+            # a quoted 'no' in a plan file is text, not a switch (as PlanRequest's own booleans)
+            raise BadInput(f"--{option.replace('_', '-')}: expected true or false (got {str(value)[:40]!r}).")
         out[name] = value
     return out
 
