@@ -12,6 +12,8 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from advisor.estimate.objectives.spec import SFT, Objective
+
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
 Optimizer = Literal["adamw", "adamw-fp32", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor"]
@@ -92,6 +94,8 @@ class Stack(BaseModel):
     dora: bool = False
     modules_to_save: str = ""
     framework: Framework = "hf"  # time only: what runs the steps (memory is the same)
+    # SFT, DPO or GRPO and their settings (advisor/estimate/objectives/spec.py): what one step of the policy runs
+    objective: Objective = SFT
 
     @field_validator("lora_targets", "modules_to_save", mode="before")
     @classmethod
@@ -157,6 +161,13 @@ class Stack(BaseModel):
             raise StackError("--lora-targets: Liger's fused linear cross-entropy reads lm_head's weight directly, so a "
                              "LoRA adapter on lm_head would not train; drop lm_head or use --loss chunked instead of "
                              "--liger.")
+        if self.objective.ref_model == "adapter-off" and self.method == "full":
+            raise StackError("--ref-model adapter-off: the reference is the base with the LoRA adapter switched off; "
+                             "use it with --method lora or qlora (full fine-tuning keeps a copy or precomputes).")
+        if not self.objective.is_sft and self.method != "full" and "lm_head" in targets:
+            # trl/trainer/dpo_trainer.py:835-842: the fused log-prob head reads lm_head's weight directly
+            raise StackError("--lora-targets: TRL's DPO/GRPO trainers score tokens with a fused head that reads "
+                             "lm_head's weight directly, so an adapter on lm_head is refused; drop lm_head.")
         return self
 
     @property
@@ -283,6 +294,8 @@ class Stack(BaseModel):
             parts.append(f"offload-{self.offload}")
         if self.framework != "hf":
             parts.append(f"{self.framework} framework")
+        if not self.objective.is_sft:
+            parts.append(self.objective.label(self.method))
         return " · ".join(parts)
 
     def cli_args(self) -> list[str]:
@@ -321,6 +334,9 @@ def _cli_args(model: BaseModel) -> list[str]:
     out: list[str] = []
     for name, value in model.__dict__.items():
         if name not in type(model).model_fields or value is None or value == "":
+            continue
+        if isinstance(value, Objective):
+            out += value.cli_args()
             continue
         option = _OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
         if isinstance(value, bool):

@@ -14,12 +14,15 @@ from advisor.api import estimate_memory
 from advisor.errors import BadInput
 from advisor.estimate.alloc_trace import parse_lengths
 from advisor.estimate.engine import Engine, usable_limit
+from advisor.estimate.objectives.spec import objective_of, pop_objective
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
 from advisor.units import GB, GiB, MiB, count, gb
+from cli.objective_options import objective_options
+from cli.objective_view import objective_lines, objective_markdown, per_card
 from cli.options import FIELDS, choice, stack_options
 from cli.output import emit, output_options
 from pricing.gpus import get_gpu
@@ -37,12 +40,37 @@ class Finite(click.FloatRange):
         return number
 
 
-def build_stack(family: str = "llama", **kw):
+def build_stack(family: str = "llama", objective=None, **kw):
     """The Stack the estimate options describe (sharding defaults to fsdp on more than one GPU)."""
     fields = {k: kw[k] for k in FIELDS if kw.get(k) is not None}
     fields["sharding"] = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
     fields["attention"] = kw.get("attention") or default_attention(family)
+    if objective is not None:
+        fields["objective"] = objective
     return Stack(method=kw["method"], gpus=kw["gpus"], **fields)
+
+
+# The card a colocated vLLM's budget is sized for when `estimate` is given no --gpu (its share is a fraction of the
+# card's memory): said on the output.
+DEFAULT_VLLM_CARD = "H100"
+
+
+def _objective(fields: dict, gpu: str | None, seq_len: int, seq_given: bool):
+    """The Objective of the estimate and the row length it implies (GRPO: prompt + completion)."""
+    objective = objective_of(fields)
+    if objective.kind == "grpo":
+        if seq_given and "prompt_length" not in fields:
+            if seq_len <= objective.max_completion_length:
+                raise BadInput(f"--seq-len: {seq_len} leaves no prompt beside --max-completion-length "
+                               f"{objective.max_completion_length}.")
+            objective = objective.model_copy(update={"prompt_length": seq_len - objective.max_completion_length})
+        elif seq_given and seq_len != objective.grpo_seq_len():
+            raise BadInput(f"--seq-len: {seq_len} differs from --max-prompt-length + --max-completion-length "
+                           f"({objective.grpo_seq_len()}); give one or the other.")
+        seq_len = objective.grpo_seq_len()
+    if objective.vllm != "none":
+        objective = objective.model_copy(update={"card_bytes": int(get_gpu(gpu or DEFAULT_VLLM_CARD).usable_bytes)})
+    return objective, seq_len
 
 
 @click.command()
@@ -50,6 +78,7 @@ def build_stack(family: str = "llama", **kw):
 @click.option("--params", "params", default=None, help="only a parameter count: 4B, 4e9, 4000M (simple mode)")
 @click.option("--method", type=choice(METHODS), default="full", show_default=True)
 @stack_options
+@objective_options
 @click.option("--gpus", type=click.IntRange(min=1, max=MAX_GPUS), default=1, show_default=True, help="data-parallel ranks in total")
 @click.option("--batch-size", type=click.IntRange(min=1, max=MAX_BATCH), default=1, show_default=True, help="micro-batch per GPU")
 @click.option("--seq-len", type=click.IntRange(min=1, max=MAX_SEQ_LEN), default=2048, show_default=True)
@@ -80,7 +109,10 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     if (model is None) == (params is None):
         raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
-    stack = build_stack(spec.family, **stack_kw)
+    source = click.get_current_context().get_parameter_source("seq_len")
+    objective, seq_len = _objective(pop_objective(stack_kw), gpu, seq_len,
+                                    source == click.core.ParameterSource.COMMANDLINE)
+    stack = build_stack(spec.family, objective=objective, **stack_kw)
     shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
     if nodes > 1 and stack.gpus % nodes:
         raise BadInput(f"--nodes: {stack.gpus} GPUs do not split evenly over {nodes} nodes.")
@@ -98,15 +130,19 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     elif fmt == "md":
         emit(render_markdown(est), out)
     else:
-        emit(render_table(est, headroom), out)
+        cards = per_card(spec, stack, shape, COMMON_GPUS, headroom) if objective.vllm == "colocate" and not gpu else None
+        emit(render_table(est, headroom, cards=cards), out)
 
 
 def _rows(est) -> list[tuple[str, int, str]]:
     b = est.breakdown
     comps = est.components
     rows = []
-    for part, total in (("weights", b.weights), ("gradients", b.gradients), ("optimizer", b.optimizer),
-                        ("activations", b.activations), ("overhead", b.overhead)):
+    parts = [("weights", b.weights), ("gradients", b.gradients), ("optimizer", b.optimizer),
+             ("activations", b.activations)]
+    if b.generation or any(k.startswith("generation.") for k in comps):
+        parts.append(("generation", b.generation))
+    for part, total in parts + [("overhead", b.overhead)]:
         rows.append((part, total, ""))
         subs = [(k.split(".", 1)[1], c) for k, c in comps.items() if k.startswith(part + ".") and c.bytes]
         subs.sort(key=lambda kv: -kv[1].bytes)
@@ -115,12 +151,12 @@ def _rows(est) -> list[tuple[str, int, str]]:
         if len(subs) > 6:
             rows.append((f"  ({len(subs) - 6} more)", sum(c.bytes for _, c in subs[6:]), ""))
         absent = total - sum(c.bytes for _, c in subs)
-        if part in ("gradients", "activations") and absent < 0:
+        if part in ("gradients", "activations", "generation") and absent < 0:
             rows.append(("  not allocated at the peak", absent, est.assumptions.get("peak_phase", "")))
     return rows
 
 
-def render_table(est, headroom: float = 0.10) -> str:
+def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
     m, b = est.model, est.breakdown
     lines = [
         f"{plain(m.name)}  ({plain(m.family)}; {count(m.params_total)} params, {count(m.params_trainable)} trainable)",
@@ -155,8 +191,10 @@ def render_table(est, headroom: float = 0.10) -> str:
         )
         if f.suggestions:
             lines.append("  makes it fit: " + "; ".join(plain(x) for x in f.suggestions))
+    if est.objective is not None:
+        lines += objective_lines(est)
     if not est.fit:
-        lines.append(fits_line(est, headroom))
+        lines.append(cards or fits_line(est, headroom))
     if est.throughput:
         t = est.throughput
         band = ""
@@ -209,6 +247,8 @@ def render_markdown(est) -> str:
         label = name.strip() if not name.startswith("  ") else f"↳ {name.strip()}"
         lines.append(f"| {md(label)} | {n:,} | {n / GB:.2f} | {md(how)} |")
     lines.append(f"| **total** | {b.total:,} | {b.total / GB:.2f} | peak reserved + CUDA context |")
+    if est.objective is not None:
+        lines += ["", *objective_markdown(est)]
     if est.reserved:
         r = est.reserved
         lines += ["", f"Reserved ({md(r.lengths)}): needs {r.needed / GB:.2f} GB on the card checked "

@@ -19,6 +19,7 @@ from advisor.results import FLAT, NEAR_TIE_NOTE
 from advisor.text import md, plain
 from advisor.units import GB, money
 from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
+from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import OUTPUT_FORMATS, emit, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
@@ -35,6 +36,9 @@ def plan_options(f):
         click.option("--tokens", default=None, help="training tokens per epoch, e.g. 50M"),
         click.option("--examples", default=None, help="dataset size in examples (with --avg-tokens)"),
         click.option("--avg-tokens", default=None, help="average tokens per example"),
+        click.option("--pairs", default=None, help="DPO: preference pairs per epoch (each 2 rows of --seq-len tokens)"),
+        click.option("--prompts", default=None,
+                     help="GRPO: prompts per epoch (each --num-generations completions of prompt + completion tokens)"),
         click.option("--epochs", type=float, default=None, help="epochs [1]"),
         click.option("--seq-len", type=click.IntRange(min=1), default=None, help="sequence length [2048]"),
         click.option("--global-batch", type=click.IntRange(min=1), default=None, help="sequences per optimizer step [64]"),
@@ -82,6 +86,7 @@ def plan_options(f):
                      help="ignore the measurement store (runs stored by `gpu-advisor calibrate`)"),
     ]
     f = stack_options(f, pins=True)  # listed after the workload options
+    f = objective_options(f)
     for option in reversed(options):
         f = option(f)
     return f
@@ -110,6 +115,9 @@ def command_line(options: dict, **extra) -> str:
     for key, value in {**options, **extra}.items():
         if key in FIELDS and value is not None:
             parts += as_args(key, value)
+            continue
+        if key in ("vllm_sleep", "importance_sampling") and value is not None:
+            parts.append("--" + ("" if value else "no-") + key.replace("_", "-"))
             continue
         if key in ("spot", "padded") and value is not None:
             parts.append({"spot": ("--spot", "--no-spot"), "padded": ("--padded", "--packed")}[key][not value])
@@ -186,10 +194,14 @@ def _summary(plan) -> list[str]:
         c = plan.candidates[0]
         lines.append(f"Ranked at {plan.assumptions['risk']}: the top pick may take {c.timing.hours_at_risk:,.1f} h "
                      f"and cost {money(c.cost.usd_at_risk)}.")
+    unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
-                 f"global batch {w['global_batch']} sequences; {plan.assumptions.get('candidates_scored', 0):,} "
+                 f"global batch {w['global_batch']} {unit}; {plan.assumptions.get('candidates_scored', 0):,} "
                  "candidates scored.")
 
+    objective = _objective_line(plan)
+    if objective:
+        lines.append(objective)
     if plan.candidates and any(n.startswith(NEAR_TIE_NOTE) for n in plan.candidates[0].notes):
         lines.append(f"Why #1: {why(plan)}")
     if plan.baseline is not None:
@@ -221,6 +233,27 @@ def _summary(plan) -> list[str]:
     if plan.rejected:
         lines.append("Rejected: " + "; ".join(f"{r.count:,} × {r.reason}" for r in plan.rejected[:6]))
     return lines
+
+
+def _objective_line(plan) -> str:
+    """DPO / GRPO: the workload in its own units, and what the top pick runs where and spends generating."""
+    w = plan.workload
+    kind = w.get("objective")
+    if not kind:
+        return ""
+    if kind == "dpo":
+        line = f"DPO: {w.get('pairs', 0):,} preference pairs per epoch (2 rows each through the policy)"
+    else:
+        line = (f"GRPO: {w.get('prompts', 0):,} prompts per epoch × {w.get('num_generations')} completions "
+                f"(generation {w.get('generation')})")
+    if plan.candidates:
+        c = plan.candidates[0]
+        where = next((n for n in c.notes if n.startswith(("DPO:", "GRPO:"))), "")
+        line += f"; #1: {where.split(': ', 1)[-1]}" if where else ""
+        if kind == "grpo":
+            line += (f"; generation {c.timing.generation_hours:,.1f} h of its {c.timing.train_hours:,.1f} training "
+                     "hours (uncalibrated: band widened)")
+    return line + "."
 
 
 def render(plan, fmt: str) -> str:

@@ -12,6 +12,11 @@ without the organisation and with Meta's old 'Meta-' prefix and Together's '-Ref
 service fine-tunes any Hugging Face model of the bracket (Together's "bring your own model"); empty: the
 source names none, so the row matches nothing until you add the models the service lists for you.
 Brackets: min_params_b < params_b <= max_params_b.
+
+Objectives (`objectives`, ';'-separated: sft, dpo, grpo; empty = sft, so older sheets keep their meaning): which
+training objective a row's price is for. `unit`: m_tokens (default: USD per million billed tokens) or hour (USD
+per hour of the service's own training loop: OpenAI's reinforcement fine-tuning); an hourly row is priced only when
+the caller gives the hours.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ SHEET = Path(__file__).parent / "data" / "managed_finetuning.csv"
 ANY = "any-hf"
 METHODS = ("full", "lora", "qlora", "dora")
 COLUMNS = ("provider", "service", "min_params_b", "max_params_b", "models", "methods", "usd_per_m_tokens",
-           "usd_per_m_tokens_high", "min_charge_usd", "source", "observed_at", "date_read", "note")
+           "usd_per_m_tokens_high", "min_charge_usd", "source", "observed_at", "date_read", "note", "objectives", "unit")
+OBJECTIVES = ("sft", "dpo", "grpo")
+UNITS = ("m_tokens", "hour")
 
 
 class ManagedAlternative(BaseModel):
@@ -55,6 +62,9 @@ class ManagedAlternative(BaseModel):
     observed_at: str | None = None  # the date the source states for the price; None: undated
     date_read: str | None = None  # when the sheet's author read the source
     note: str | None = None
+    objective: str = "sft"
+    unit: str = "m_tokens"  # what usd_per_m_tokens is per: a million billed tokens, or an hour ("hour")
+    billed_hours: float | None = None
 
 
 def _key(name: str) -> str:
@@ -117,6 +127,12 @@ def _rows(path: str, stamp: float) -> tuple[dict, ...]:
         methods = {m.strip().lower() for m in row["methods"].split(";") if m.strip()}
         if not methods <= set(METHODS):
             raise PriceInputError(f"{where}: methods must be among {', '.join(METHODS)} (got {row['methods']!r})")
+        objectives = {o.strip().lower() for o in (row.get("objectives") or "sft").split(";") if o.strip()} or {"sft"}
+        if not objectives <= set(OBJECTIVES):
+            raise PriceInputError(f"{where}: objectives must be among {', '.join(OBJECTIVES)} (got {row['objectives']!r})")
+        unit = (row.get("unit") or "m_tokens").strip().lower()
+        if unit not in UNITS:
+            raise PriceInputError(f"{where}: unit must be one of {', '.join(UNITS)} (got {row['unit']!r})")
         low = _num(row, "usd_per_m_tokens", where, required=True)
         high = _num(row, "usd_per_m_tokens_high", where)
         if high is not None and high < low:
@@ -125,7 +141,8 @@ def _rows(path: str, stamp: float) -> tuple[dict, ...]:
                     "models": {_key(m) for m in (row.get("models") or "").split(";") if m.strip()},
                     "min_params_b": _num(row, "min_params_b", where) or 0.0,
                     "max_params_b": _num(row, "max_params_b", where), "usd_per_m_tokens": low,
-                    "usd_per_m_tokens_high": high, "min_charge_usd": _num(row, "min_charge_usd", where) or 0.0})
+                    "usd_per_m_tokens_high": high, "min_charge_usd": _num(row, "min_charge_usd", where) or 0.0,
+                    "objectives": objectives, "unit": unit})
     return tuple(out)
 
 
@@ -140,11 +157,13 @@ def rows(path: Path | None = None) -> tuple[dict, ...]:
 
 
 def alternatives(model_name: str, params_b: float, method: str, train_tokens: float, epochs: float = 1.0,
-                 path: Path | None = None) -> list[ManagedAlternative]:
-    """Every listed service's price for `train_tokens` x `epochs` of `model_name` with `method`, cheapest first.
+                 path: Path | None = None, objective: str = "sft", hours: float | None = None) -> list[ManagedAlternative]:
+    """Every listed service's price for `train_tokens` x `epochs` of `model_name` with `method` and `objective`,
+    cheapest first.
 
     Billed tokens = training tokens x epochs (validation tokens, which these services also bill, are
-    not part of a plan); cost = billed M tokens x rate, at least the minimum charge."""
+    not part of a plan; for DPO the caller passes the tokens of the pairs' files: prompt + chosen + rejected);
+    cost = billed M tokens x rate, at least the minimum charge. Hourly rows: `hours` x rate (skipped without hours)."""
     method = method.lower()
     billed = train_tokens * epochs / MILLION
     key = _key(model_name)
@@ -152,14 +171,18 @@ def alternatives(model_name: str, params_b: float, method: str, train_tokens: fl
     for r in rows(path):
         in_bracket = r["min_params_b"] < params_b and (r["max_params_b"] is None or params_b <= r["max_params_b"])
         listed = ANY in r["models"] or key in r["models"]
-        if method not in r["methods"] or not in_bracket or not listed:
+        if method not in r["methods"] or not in_bracket or not listed or objective not in r["objectives"]:
+            continue
+        if r["unit"] == "hour" and hours is None:
             continue
         low, high = r["usd_per_m_tokens"], r["usd_per_m_tokens_high"]
+        amount = hours if r["unit"] == "hour" else billed
         out.append(ManagedAlternative(
             provider=r["provider"], service=r["service"], method=method,
-            usd=max(billed * low, r["min_charge_usd"]),
-            usd_high=None if high is None else max(billed * high, r["min_charge_usd"]),
+            usd=max(amount * low, r["min_charge_usd"]),
+            usd_high=None if high is None else max(amount * high, r["min_charge_usd"]),
             usd_per_m_tokens=low, usd_per_m_tokens_high=high, billed_m_tokens=billed,
             min_charge_usd=r["min_charge_usd"], source=r["source"], observed_at=r["observed_at"],
-            date_read=r["date_read"], note=r["note"]))
+            date_read=r["date_read"], note=r["note"], objective=objective, unit=r["unit"],
+            billed_hours=hours if r["unit"] == "hour" else None))
     return sorted(out, key=lambda a: (a.usd, a.provider))

@@ -104,6 +104,17 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
     return out
 
 
+def _objective(c: Candidate) -> str:
+    """DPO / GRPO: what runs where (the planner's note) and, for GRPO, the hours spent generating."""
+    where_ = next((n for n in c.notes if n.startswith(("DPO:", "GRPO:"))), "")
+    if not where_:
+        return ""
+    text = f". {where_}"
+    if c.timing.generation_hours:
+        text += f"; generation {duration(c.timing.generation_hours)} of {duration(c.timing.train_hours)} training"
+    return text
+
+
 def decision_card(plan: Plan) -> dict:
     """The card as plain strings: status, headline, three figures, stack, why, misses, remedy and risks."""
     remedy = plan.remedy.removeprefix("Remedy:").strip()
@@ -126,7 +137,7 @@ def decision_card(plan: Plan) -> dict:
             {"label": "Hardware", "value": hardware(c), "detail": where(c)},
         ],
         "stack": f"{c.label or c.stack.label()} · micro-batch {c.micro_batch} × accumulation {c.grad_accum} at "
-                 f"{c.seq_len:,} tokens",
+                 f"{c.seq_len:,} tokens" + _objective(c),
         "why": why(plan),
         "misses": [n for n in c.notes if n.startswith("misses")] if not met else [],
         "remedy": remedy if not met else "",

@@ -5,6 +5,7 @@
 #   $OUT/<method>.measured.json   the bundle's measured.json (gpu-advisor calibrate reads it back here)
 #   $OUT/<method>.plan.json       the plan the bundle came from
 #   $OUT/gpu_measure.csv          the harness's rows (benchmarks/throughput_rows.py reads them as a source)
+#   $OUT/grpo_device.json         GRPO with vLLM colocated (benchmarks/grpo_device_check.py): measured vs estimated
 #   $OUT/device_check.log         every command's output, and a summary line per case
 # Each case has its own time limit and the whole script stops well inside 10 minutes (CHECK_SECONDS).
 #
@@ -94,6 +95,20 @@ print(f\"{d['tokens_per_sec']:,.0f} tokens/s, step {d['step_seconds']['median']:
     say "FAIL $method: benchmark exit $rc after $(( SECONDS - t0 )) s (timeout: 124; see log)"
   fi
 done
+
+# GRPO (issue 34): LoRA with vLLM colocated at gpu_memory_utilization 0.3 (transformers generation where vLLM is not
+# in the image, or in the dry run), measured against the objective estimate: $OUT/grpo_device.json
+GRPO_SECONDS="${GRPO_SECONDS:-150}"
+if [ "$(left)" -ge 90 ]; then
+  limit=$(( $(left) - 60 < GRPO_SECONDS ? $(left) - 60 : GRPO_SECONDS ))
+  if [ -n "$DRY" ]; then gargs=(--dry --steps 1); else gargs=(--steps 3); fi
+  timeout --kill-after=10 "$limit" "$PY" "$ROOT/benchmarks/grpo_device_check.py" --config "$CONFIG" --out "$OUT" \
+    "${gargs[@]}" >>"$LOG" 2>&1
+  rc=$?
+  if [ -f "$OUT/grpo_device.json" ]; then say "OK   grpo: $(tail -n 1 "$LOG")"; else say "FAIL grpo: exit $rc (see log)"; fi
+else
+  say "SKIP grpo: less than 90 s left"
+fi
 
 budget=$(( $(left) - 20 ))
 if [ "$budget" -ge 60 ]; then

@@ -87,7 +87,8 @@ def train(out: Path, tmp_path: Path, lr: float, expect: tuple[str, ...] = ()) ->
 
 MODULES = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
            "pyyaml": "yaml", "deepspeed": "deepspeed", "bitsandbytes": "bitsandbytes", "liger-kernel": "liger_kernel",
-           "flash-attn": "flash_attn"}  # stack package (versions.json) -> its import name
+           "flash-attn": "flash_attn", "trl": "trl", "datasets": "datasets",
+           "vllm": "vllm"}  # stack package (versions.json) -> its import name
 
 
 def unpinned_modules(out: Path) -> list[str]:

@@ -429,6 +429,10 @@ def estimate_activations(arch: Architecture, stack: Stack, shape: Shape) -> Acti
     if census.weight_copies:
         saved["activations.autocast_weight_copies"] = int(census.weight_copies)
     recompute = int(max(s.bytes_for(tokens) for s in census.layer_kinds)) if stack.grad_checkpointing else 0
+    if recompute and stack.precision.startswith("amp"):
+        # the recomputed layer runs under autocast again: each linear saves its weight's 16-bit cast for backward
+        # (measured on the CPU by benchmarks/rl_census.py, LoRA amp-bf16 with checkpointing)
+        recompute += int(2 * max(sum(lin.weight_params for lin in layer.linears) for layer in arch.layers) * arch.scale)
     loss = loss_transient(arch, stack, shape)
     return ActivationEstimate(saved=saved, recompute=recompute, loss_transient=loss.bytes, loss=loss)
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from advisor.estimate.memory import check, checkpoint_bytes, estimate
+from advisor.estimate.objectives import memory as objective_memory, timing as objective_timing
 from advisor.estimate.throughput import counts, step_time, throughput
 from advisor.memo import Memo
 from advisor.model.architecture import Architecture, build
@@ -78,6 +79,8 @@ class Engine:
             shape = shape or Shape(micro_batch=mb, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
             if self._memory_fn is not None:
                 est = self._memory_fn(self.spec, stack, shape)
+            elif not stack.objective.is_sft:  # DPO / GRPO: advisor/estimate/objectives/memory.py
+                est = objective_memory.estimate(self.arch, stack, shape)
             else:
                 est = estimate(self.arch, stack, shape)
             self._memory[key] = est
@@ -179,7 +182,9 @@ class Engine:
         """The time model's numbers for one step (seconds by component, tokens_per_sec, mfu, and the
         held-out band tokens_per_sec_low / tokens_per_sec_high with the calibration rows behind it,
         interval_rows): what `throughput` reports, as plain floats, without building the typed result
-        (the planner times thousands). `gpu` is a pricing.gpus.GPU."""
+        (the planner times thousands). `gpu` is a pricing.gpus.GPU. DPO / GRPO: advisor/estimate/objectives/timing.py."""
+        if not stack.objective.is_sft:
+            return objective_timing.step(self.arch, stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
         return step_time(self.counts(stack), stack, shape, gpu, grad_accum=shape.grad_accum or 1, nodes=nodes,
                          gpus_per_node=max(1, stack.gpus // nodes), mfu=mfu, network_gbps=network_gbps)
 
@@ -187,6 +192,9 @@ class Engine:
                    network_gbps: float | None = None) -> Throughput:
         """Tokens per second over all `stack.gpus` GPUs, at the shape's gradient accumulation, with its
         held-out band (advisor.estimate.throughput.band)."""
+        if not stack.objective.is_sft:
+            return objective_timing.throughput(self.arch, stack, shape, gpu, nodes=nodes, mfu=mfu,
+                                               network_gbps=network_gbps)
         return throughput(self.counts(stack), stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
 
 

@@ -89,8 +89,10 @@ def _class_of(architecture: str, vendor: str) -> str:
 
 
 def segment(gpu, stack: Stack) -> str:
-    """The calibration segment a setup belongs to: GPU class × method (the unit of the error band)."""
-    return f"{gpu_class(gpu)}/{stack.method}"
+    """The calibration segment a setup belongs to: GPU class × method (the unit of the error band); DPO and GRPO
+    steps are segments of their own (no calibration rows yet: the band of unseen classes)."""
+    seg = f"{gpu_class(gpu)}/{stack.method}"
+    return seg if stack.objective.is_sft else f"{seg}/{stack.objective.kind}"
 
 
 # --------------------------------------------------------------------------- parameter counts

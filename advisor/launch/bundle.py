@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
 from advisor.estimate.memory import DEEPSPEED_ZERO3
+from advisor.launch import rl
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
     DECODER_LAYERS,
@@ -334,6 +335,8 @@ def requirements(c: Candidate) -> list[str]:
         names.append("deepspeed")
     if c.stack.liger:
         names.append("liger-kernel")
+    if not c.stack.objective.is_sft:  # DPO / GRPO run on TRL (advisor/launch/rl.py)
+        names += ["trl", "datasets"] + (["vllm"] if c.stack.objective.vllm != "none" else [])
     return [f"{name}=={pins()[name]}" for name in names]
 
 
@@ -375,6 +378,7 @@ def build_bundle(
         "pins": pins(),
         "port": MAIN_PROCESS_PORT,
         "placeholder": HEAD_NODE_PLACEHOLDER,
+        "vllm_server": rl.server(c, model),  # GRPO with vLLM as a server: launch.sh starts it first
     }
     header = (
         _comment(f"accelerate {acc['distributed_type']} config written by gpu-advisor for {model.name}")
@@ -389,14 +393,40 @@ def build_bundle(
         "launch.sh": _templates("shell").get_template("launch.sh.j2").render(ctx),
         "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # which framework's hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
-            "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n"),
+            "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n")
+        + ("" if c.stack.objective.is_sft else rl.rl_readme(c)),
         "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
                      + _dump(sky_task(c, model))),
         "requirements.txt": "\n".join(reqs) + "\n",
         "chat_to_text.py": (TEMPLATES / "chat_to_text.py").read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
         **_axolotl_file(c, model, dataset, options or {}),
+        **_rl_files(c, args, acc, options or {}),
     }
+
+
+def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]) -> dict[str, str]:
+    """DPO / GRPO: TRL's script and config in place of the SFT ones (advisor/launch/rl.py); {} for SFT."""
+    o = c.stack.objective
+    if o.is_sft:
+        return {}
+    dtype, _ = PRECISIONS[c.precision]
+    cfg = rl.trl_config(c, dtype=dtype, attention=ATTN_NAMES[c.attention], mixed_precision=mixed_precision(c),
+                        optim=OPTIM_NAMES[c.optimizer], checkpointing=bool(args["training"]["activation_checkpointing"]),
+                        epochs=float(options.get("epochs") or 1), save_steps=args["training"]["save_steps"])
+    shared = {k: v for k, v in args.items() if k != "training"}
+    shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json")}
+    header = _comment(f"trl.{o.kind.upper()}Config fields written by gpu-advisor: the stack of the estimate "
+                      f"({c.stack_label or c.method}); train.py reads them (trl.{o.kind.upper()}Config(**this file))")
+    files = {
+        "train.py": (TEMPLATES / "train_rl.py").read_text(encoding="utf-8"),
+        rl.TRL_CONFIG_FILE: header + _dump(cfg),
+        "training_args.yaml": _args_header(c, acc) + "# DPO/GRPO: the trainer's own fields are in trl_config.yaml\n"
+        + _dump(shared),
+    }
+    if o.kind == "grpo":
+        files[rl.REWARDS_FILE] = (TEMPLATES / "rewards.py").read_text(encoding="utf-8")
+    return files
 
 
 def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping[str, object]) -> dict[str, str]:

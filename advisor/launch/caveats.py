@@ -26,7 +26,8 @@ SKYPILOT_CLOUDS = frozenset({"aws", "azure", "cudo", "do", "fluidstack", "gcp", 
 
 
 def total_gpus(c: Candidate) -> int:
-    return c.gpu_count * c.nodes
+    """Training processes: every GPU of the run, less those a GRPO vLLM server holds."""
+    return c.gpu_count * c.nodes - c.stack.objective.server_gpus
 
 
 def distributed_type(c: Candidate) -> str:

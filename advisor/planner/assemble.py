@@ -10,6 +10,7 @@ from advisor.estimate.throughput import band
 from advisor.planner import configs as _configs, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
+from advisor.planner.objectives import placement
 from advisor.planner.ranking import offer_identity
 from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection, misses
@@ -89,8 +90,13 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
 def _managed(spec, counts, method: str, request: PlanRequest) -> list:
     """Per-token services that list this model for the method (for QLoRA, their LoRA: the same adapter
     comes back), priced for the plan's tokens x epochs (pricing/managed.py)."""
+    o = request.objective
+    tokens = request.tokens
+    if o.kind == "dpo":  # a DPO service bills the pairs' file tokens: prompt + chosen + rejected, not two rows
+        prompt, response = o.split(request.seq_len)
+        tokens = request.tokens / (2 * request.seq_len) * (prompt + 2 * response)
     for m in (method, "lora") if method == "qlora" else (method,):
-        found = alternatives(spec.name, counts.params_total / BILLION, m, request.tokens, request.epochs)
+        found = alternatives(spec.name, counts.params_total / BILLION, m, tokens, request.epochs, objective=o.kind)
         if found:
             return found
     return []
@@ -127,7 +133,21 @@ def _workload(request: PlanRequest) -> dict:
             "methods": ",".join(request.methods), "budget_usd": request.budget,
             "deadline_hours": request.deadline_hours, "max_nodes": request.max_nodes,
             "max_gpus": request.max_gpus, "spot": request.spot, "padded": request.padded,
-            "pins": ", ".join(f"{k}={v}" for k, v in request.pins.items()) or None}
+            "pins": ", ".join(f"{k}={v}" for k, v in request.pins.items()) or None, **_objective_workload(request)}
+
+
+def _objective_workload(request: PlanRequest) -> dict:
+    """The workload in the objective's own units (DPO pairs, GRPO prompts) beside its tokens."""
+    o = request.objective
+    if o.is_sft:
+        return {}
+    out = {"objective": o.kind, "objective_settings": o.label("lora" if "full" not in request.methods else "full")}
+    if o.kind == "dpo":
+        out["pairs"] = int(request.tokens // (2 * request.seq_len))
+    else:
+        out.update(prompts=int(request.tokens // (o.num_generations * request.seq_len)),
+                   num_generations=o.num_generations, generation="searched" if request.vllm_searched else o.vllm)
+    return out
 
 
 def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest, engine: Engine) -> dict:
@@ -202,14 +222,23 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
                       interruption_hours=float(r["interruption_hours"]), hours=float(r["hours"]),
                       hours_low=float(r["hours_p10"]), hours_high=float(r["hours_p90"]),
                       hours_at_risk=float(r["hours_rank"]), risk_quantile=t.rank_quantile,
-                      calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch),
+                      calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch,
+                      generation_hours=float(r["train_hours"]) * _generation_share(step)),
         cost=Cost(spot=bool(o["spot"]), price_hour=float(o["price"]) * nodes, usd=usd,
                   on_demand_usd=float(r["cost_on_demand_usd"]), spot_usd=cost_spot,
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
                   usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
-        notes=_notes(cfg, request, spec) + list(extra_notes),
+        notes=_notes(cfg, request, spec) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
+                                             else []) + list(extra_notes),
     )
+
+
+def _generation_share(step: dict) -> float:
+    """Share of a step spent generating and syncing weights into vLLM (GRPO; 0 otherwise)."""
+    total = float(step.get("step_seconds") or 0.0)
+    gen = float(step.get("generation_seconds", 0.0)) + float(step.get("sync_seconds", 0.0))
+    return gen / total if total > 0 else 0.0
 
 
 def _band_basis(cfg: Config) -> str:

@@ -26,6 +26,7 @@ from advisor.estimate.throughput import band_quantile, quantile_factor, segment,
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention
+from advisor.planner.objectives import global_batch as objective_global_batch, objectives_for, refusal_reason
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
 from advisor.stacks import ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape, Stack
@@ -86,6 +87,9 @@ def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tup
         attention = "sdpa" if "sdpa" in allowed else "eager"
     out = []
     for method in methods:
+        objective = pins.get("objective")
+        if method == "full" and objective is not None and objective.ref_model == "adapter-off":
+            continue  # the adapter switched off is a LoRA/QLoRA reference (advisor/stacks.py refuses it for full)
         for sharding, offload in _shardings(method, n_gpus, pins):
             precision = pins.get("precision") or precision_for(method, sharding, bf16)
             if method == "qlora" and precision == "fp32":
@@ -360,15 +364,26 @@ class Evaluator:
                     if nodes > 1:
                         self._exclude(f"more GPUs than sequences in the global batch ({global_batch})", where)
                     continue
-                cap = min(MAX_MICRO_BATCH, max(1, global_batch // n))
-                stacks = stacks_for(gpu, n, methods, self.engine.spec.family, req.pins)
-                if not stacks:
-                    self._exclude(no_stack_reason(gpu, n, self.engine.spec.family, req.pins), where,
-                                  (gpu_model, per_node))
-                for stack in stacks:
-                    cfg = Config(gpu=gpu, per_node=per_node, nodes=nodes, stack=stack, limit=limit,
-                                 fabric_gbps=fabric if nodes > 1 else None)
-                    rows.append(self.fit(cfg, cap))
+                setups = objectives_for(req, gpu, n)  # SFT/DPO: one; GRPO: each generation setup (advisor/planner/objectives.py)
+                if not setups:
+                    self._exclude(f"--vllm server: {req.objective.vllm_server_gpus} GPU(s) serve vLLM, so the instance "
+                                  "needs more to train as well", where, (gpu_model, per_node))
+                for objective, n_train in setups:
+                    pins = req.pins if objective.is_sft else {**req.pins, "objective": objective}
+                    cap = min(MAX_MICRO_BATCH, max(1, global_batch // n_train))
+                    stacks = stacks_for(gpu, n_train, methods, self.engine.spec.family, pins)
+                    if not stacks:
+                        self._exclude(no_stack_reason(gpu, n_train, self.engine.spec.family, req.pins), where,
+                                      (gpu_model, per_node))
+                    refused = refusal_reason(self.engine.memory(stacks[0], self._one)) if stacks and \
+                        objective.vllm != "none" else None  # vLLM would not start: the same for every stack here
+                    if refused:
+                        self._exclude(refused, where, (gpu_model, per_node))
+                        continue
+                    for stack in stacks:
+                        cfg = Config(gpu=gpu, per_node=per_node, nodes=nodes, stack=stack, limit=limit,
+                                     fabric_gbps=fabric if nodes > 1 else None)
+                        rows.append(self.fit(cfg, cap))
         return rows
 
     def fit(self, cfg: Config, cap: int) -> Config:
@@ -401,7 +416,7 @@ class Evaluator:
         """Step time at the micro-batch and accumulation that reach the global batch, and training
         hours per quantile (`StepTime`, frozen)."""
         req, n = self.request, cfg.stack.gpus
-        mb, accum, global_batch = split_batch(req.sequences_per_step, n, cfg.max_micro_batch)
+        mb, accum, global_batch = split_batch(objective_global_batch(req, n), n, cfg.max_micro_batch)
         network = req.network_gbps if req.network_gbps is not None else cfg.fabric_gbps
         t = self.engine.step(cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu, nodes=cfg.nodes,
                              mfu=req.mfu, network_gbps=network)

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
+from advisor.estimate.objectives.spec import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.model.catalog import load_model, parse_param_count
 from advisor.model.spec import (
     MAX_BATCH,
@@ -119,6 +120,11 @@ class PlanRequest(BaseModel):
     pins: dict[str, Any] = Field(default_factory=dict, description="stack settings the user fixed (Stack fields); "
                                                                    "every other dimension is searched")
     padded: bool = False
+    # SFT (default), DPO or GRPO and their settings (advisor/estimate/objectives/spec.py). Tokens, seq_len and the
+    # global batch count rows through the policy: DPO 2 per pair (prompt + response each), GRPO completions
+    # (prompt + completion each). With GRPO an unset `vllm` is searched (none, colocate, server).
+    objective: Objective = Field(default_factory=lambda: SFT)
+    vllm_searched: bool = Field(False, description="GRPO: the planner tries each vLLM mode (--vllm not given)")
     # plan --dataset --padded: computed tokens per kept token with padded batches of 1, 2, ... rows (the dataset's
     # lengths, advisor.workload.length_stats.padding_factors); each candidate is timed at its own micro-batch's factor.
     # Empty: the tokens are what is computed. Set by cli/workload_sources.py, never read from a plan file.
@@ -266,6 +272,16 @@ class PlanRequest(BaseModel):
             raise BadInput("--padded: padding factors must be finite and at least 1 (computed >= kept tokens).")
         if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
             raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
+        o = self.objective
+        if "seq_len" not in self.model_fields_set and not o.is_sft:  # a library caller's objective sets the row
+            self.seq_len = o.grpo_seq_len() if o.kind == "grpo" else DPO_MAX_LENGTH
+        if o.kind == "grpo" and self.sequences_per_step % o.num_generations:
+            raise BadInput(f"--global-batch: GRPO's global batch counts completions, {self.sequences_per_step} is not a "
+                           f"multiple of --num-generations {o.num_generations} (TRL refuses it: "
+                           "grpo_config.py:1131-1135).")
+        if o.kind == "grpo" and self.seq_len != o.grpo_seq_len():
+            raise BadInput(f"--seq-len: {self.seq_len} differs from --max-prompt-length + --max-completion-length "
+                           f"({o.grpo_seq_len()}); give one or the other.")
         if self.measured:  # a bad measured.json is refused before any planning (exit 2)
 
             self._measurements = gather(self.measured, self.use_stored_measurements)
@@ -312,11 +328,51 @@ _ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model", "
             "bnb_legacy": "bnb_saves_inputs"}
 # `plan --dataset / --from-config ...` as plan-file keys (paths relative to the plan file's folder)
 SOURCE_FILE_KEYS = ("dataset", "text_field", "messages_field", "tokenizer", "from_config")
-FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "epochs", "seq_len", "global_batch", "global_batch_tokens",
+FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "pairs", "prompts", *OPTION_FIELDS, "epochs", "seq_len",
+             "global_batch", "global_batch_tokens",
              "methods", "budget", "deadline", "providers", "regions", "gpu", "spot", "max_gpus", "max_nodes",
              "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks", "allow_stale",
              "skip_bad_rows", "checkpoint_every", "padded", "risk", "measured", "no_measured", *PIN_FIELDS,
              *SOURCE_FILE_KEYS)
+
+
+def _objective(out: dict[str, Any]) -> None:
+    """The objective options (CLI / plan-file spelling) -> `objective`, its row length -> `seq_len`, and the
+    workload in the units of the objective (--pairs: DPO preference pairs; --prompts: GRPO prompts) -> tokens
+    through the policy."""
+    given = out.get("objective")
+    vllm_given = out.get("vllm") not in (None, "") or isinstance(given, Objective)
+    if isinstance(given, Objective):
+        objective = given
+        out.pop("objective")
+        pop_objective(out)
+    else:
+        objective = objective_of(pop_objective(out))
+    seq = out.get("seq_len")
+    if objective.kind == "grpo":
+        if seq not in (None, "") and objective.prompt_length is None:
+            seq = int(seq)
+            if seq <= objective.max_completion_length:
+                raise BadInput(f"--seq-len: {seq} leaves no prompt beside --max-completion-length "
+                               f"{objective.max_completion_length}.")
+            objective = objective.model_copy(update={"prompt_length": seq - objective.max_completion_length})
+        elif seq in (None, ""):
+            out["seq_len"] = objective.grpo_seq_len()
+        out.setdefault("vllm_searched", not vllm_given)
+    elif objective.kind == "dpo" and seq in (None, ""):
+        out["seq_len"] = DPO_MAX_LENGTH  # DPOConfig.max_length default (trl/trainer/dpo_config.py:195)
+    pairs, prompts = out.pop("pairs", None), out.pop("prompts", None)
+    if pairs not in (None, "") and objective.kind != "dpo":
+        raise BadInput("--pairs: preference pairs are DPO's unit; add --objective dpo (or give --tokens).")
+    if prompts not in (None, "") and objective.kind != "grpo":
+        raise BadInput("--prompts: prompts are GRPO's unit; add --objective grpo (or give --tokens).")
+    if out.get("tokens") in (None, ""):
+        row = int(out.get("seq_len") or (objective.grpo_seq_len() if objective.kind == "grpo" else 2048))
+        if pairs not in (None, ""):
+            out["tokens"] = parse_count(pairs, "pairs") * 2 * row
+        elif prompts not in (None, ""):
+            out["tokens"] = parse_count(prompts, "prompts") * objective.num_generations * row
+    out["objective"] = objective
 
 
 def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
@@ -330,6 +386,7 @@ def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     out["pins"] = pins
+    _objective(out)
     if "no_measured" in out:  # --no-measured: ignore the measurement store
         if not isinstance(out["no_measured"], bool):
             raise BadInput(f"--no-measured: expected true or false (got {out['no_measured']!r:.80}).")

@@ -26,7 +26,16 @@ from advisor.results.checks import (
                                     check_text,
                                     check_workload,
 )
-from advisor.results.estimate import Breakdown, Component, FitCheck, MemoryEstimate, ModelInfo, Reserved, Throughput
+from advisor.results.estimate import (
+                                    Breakdown,
+                                    Component,
+                                    FitCheck,
+                                    MemoryEstimate,
+                                    ModelInfo,
+                                    ObjectiveMemory,
+                                    Reserved,
+                                    Throughput,
+)
 from advisor.results.plan import (
                                     KNOWN_SCHEMA_VERSIONS,
                                     MAX_HISTOGRAM_BINS,
@@ -39,6 +48,6 @@ from advisor.results.plan import (
 
 __all__ = ["Breakdown", "Candidate", "Component", "Cost", "FLAT", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
            "LengthHistogram", "MAX_HISTOGRAM_BINS", "MAX_HISTOGRAM_ROWS", "MemoryEstimate", "MemoryFit", "ModelInfo",
-           "NAME_CHARS", "NEAR_TIE_NOTE", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
+           "NAME_CHARS", "NEAR_TIE_NOTE", "ObjectiveMemory", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
            "TEXT_CHARS", "Throughput", "Timing", "check_count", "check_gpu", "check_number", "check_text",
            "check_workload"]

@@ -97,6 +97,8 @@ class Timing(BaseModel):
     calibrated: bool = Field(True, description="the time model has held-out calibration rows for this segment")
     band_basis: str = Field("", description="the calibration segment and rows behind the band")
     global_batch: int = Field(0, description="sequences per optimizer step as run (micro-batch × accumulation × GPUs)")
+    generation_hours: float = Field(0.0, description="GRPO: the part of train_hours spent generating completions "
+                                                     "(and pushing weights into vLLM); 0 for SFT and DPO")
 
 
 class Cost(BaseModel):
@@ -191,7 +193,7 @@ class Candidate(BaseModel):
         if gpus > max_gpus:
             raise ValueError(f"offer.gpu_count × nodes: {self.offer.gpu_count:,} × {self.nodes:,} = {gpus:,} GPUs, "
                              f"more than {max_gpus:,} in one run")
-        if self.stack.gpus != gpus:
+        if self.stack.gpus + self.stack.objective.server_gpus != gpus:  # GRPO server mode: its GPUs serve vLLM
             raise ValueError(f"stack.gpus: {self.stack.gpus:,} ranks, but the offer has {self.offer.gpu_count:,} "
                              f"GPU(s) per node × {self.nodes:,} node(s) = {gpus:,}; a candidate's memory, time and "
                              "launch files describe one run on all of its GPUs")

@@ -57,6 +57,22 @@ class Breakdown(BaseModel):
     activations: int
     overhead: int
     total: int
+    generation: int = Field(0, description="GRPO: generation's share at the peak (transformers' KV cache, or "
+                                           "vLLM's colocated budget); 0 for SFT and DPO")
+
+
+class ObjectiveMemory(BaseModel):
+    """What a DPO or GRPO step holds beyond SFT, phase by phase (advisor/estimate/objectives/memory.py)."""
+
+    kind: str
+    reference: str = Field(description="how the reference model is held, in words")
+    rows_per_micro_batch: int = Field(description="rows through the policy per micro-batch (DPO: 2 × pairs)")
+    scored_tokens: int = Field(description="positions TRL's fused log-prob head projects per micro-batch")
+    phases: dict[str, int] = Field(default_factory=dict, description="device bytes at each phase of the step")
+    peak_phase: str = ""
+    generation: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    vllm: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    refusals: list[str] = Field(default_factory=list, description="why vLLM or TRL would refuse to start")
 
 
 class Reserved(BaseModel):
@@ -98,6 +114,7 @@ class MemoryEstimate(BaseModel):
     throughput: Throughput | None = None
     reserved: Reserved | None = Field(None, description="caching-allocator replay under --lengths "
                                                          "(advisor.alloc_trace); None: fixed shapes")
+    objective: ObjectiveMemory | None = Field(None, description="DPO / GRPO: reference, generation, vLLM, phases")
 
 
 class FitCheck(BaseModel):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
 from advisor.text import plain
+from advisor.workload import rl_config
 from pricing.errors import PriceInputError
 from pricing.files import load_json, load_yaml, read_text
 
@@ -420,6 +421,10 @@ def _trl(k: _Keys, base: Path) -> dict[str, Any]:
                   k.int("gradient_accumulation_steps", 1))
     packing = k.bool("packing", False) or k.bool("padding_free", False)
     out.update(model=k.text("model_name_or_path"), padded=not packing, pins=pins)
+    # DPOConfig / GRPOConfig keys -> the objective (advisor/workload/rl_config.py)
+    rl_config.read(k, out, pins, method, out.get("_mb"), out.get("_accum"))
+    if out.get("objective") == "grpo":
+        out.pop("seq_len", None)  # a GRPO row is the prompt + max_completion_length
     out["_group"] = bool(k.bool("group_by_length", False))
     name = k.text("dataset_name")
     out["_dataset"] = (name, k.text("dataset_text_field"), None) if name else None
@@ -480,7 +485,7 @@ _MARKERS = (
     ("llama-factory", lambda d: bool({"finetuning_type", "cutoff_len", "stage", "template"} & set(d))),
     ("axolotl", lambda d: bool({"base_model", "sequence_len", "micro_batch_size", "adapter", "num_epochs"} & set(d))),
     ("trl", lambda d: bool({"per_device_train_batch_size", "num_train_epochs", "max_length", "max_seq_length",
-                            "model_name_or_path", "use_peft"} & set(d))),
+                            "model_name_or_path", "use_peft", "num_generations", "use_vllm", "beta"} & set(d))),
 )
 _IGNORED = {"torchtune": {"output_dir", "checkpointer", "resume_from_checkpoint", "seed", "shuffle", "lr_scheduler",
                           "metric_logger", "log_every_n_steps", "log_peak_memory_stats", "device", "profiler",
