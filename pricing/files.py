@@ -130,6 +130,18 @@ class _Counted(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
     def readinto(self, b) -> int:
         n = self._f.readinto(b)
         BYTES_READ[0] += n or 0
