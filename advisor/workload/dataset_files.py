@@ -347,6 +347,11 @@ class JsonLinesSource(Source):
                     raise BadInput(f"{self.what}: row {row + 1} is not valid JSON ({_first(bad)}).") from None
                 if not isinstance(value, dict):
                     raise BadInput(f"{self.what}: row {row + 1} is not a JSON object ({{...}}).") from None
+                try:  # valid for json, not for pyarrow (a lone surrogate escape such as \ud800)
+                    pa_json.read_json(io.BytesIO(line), read_options=pa_json.ReadOptions(block_size=block))
+                except (pa.ArrowException, ValueError) as bad:
+                    raise BadInput(f"{self.what}: row {row + 1} cannot be read ({_first(bad).split(' in row ')[0]})."
+                                   ) from None
             raise BadInput(f"{self.what}: cannot be read ({_first(exc)}).") from None
 
 
@@ -365,13 +370,15 @@ def open_source(path: Path, what: str, columns: tuple[str, ...] = ()) -> Source:
         head = f.peek(65_536)[:65_536]
     if size == 0:
         raise BadInput(f"{what}: the dataset has no rows (the file is empty).")
-    if suffix in (".jsonl", ".json"):
-        if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
-            return _json_array(path, what)
+    array = suffix in (".jsonl", ".json") and head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+    if suffix in (".jsonl", ".json") and not array:
         return JsonLinesSource(path, what)
     if size > MAX_WHOLE_BYTES:
-        raise BadInput(f"{what}: {size / (1 << 30):.1f} GiB, more than the {MAX_WHOLE_BYTES >> 30} GiB limit for a "
-                       f"{suffix[1:]} file (read whole); convert it to JSON lines, which are streamed.")
+        raise BadInput(f"{what}: {size / (1 << 30):.1f} GiB, more than the {MAX_WHOLE_BYTES >> 30} GiB limit for "
+                       f"{'a JSON array' if array else 'a ' + suffix[1:] + ' file'} (read whole); convert it to JSON "
+                       "lines, which are streamed.")
+    if array:
+        return _json_array(path, what)
     pa = need("pyarrow")
     try:
         if suffix == ".csv":

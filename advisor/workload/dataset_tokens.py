@@ -225,7 +225,10 @@ def load_tokenizer(ref: str) -> Tokenizer:
             return Tokenizer(text, _tokenizers_file(p, what))
         for name in TOKENIZER_FILES:  # a FIFO or /dev/zero in the folder is refused before anything opens it
             if os.path.lexists(p / name):
-                _read(p / name, f"{what}: {name}")
+                try:
+                    files.regular_size(p / name, f"{what}: {name}", MAX_TOKENIZER_BYTES)
+                except PriceInputError as exc:
+                    raise BadInput(str(exc) + ".") from None
         if not os.path.lexists(p / "tokenizer_config.json") and os.path.lexists(p / "tokenizer.json"):
             return Tokenizer(text, _tokenizers_file(p / "tokenizer.json", f"{what}: tokenizer.json"))
         if os.path.lexists(p / "tokenizer.json"):
