@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
-from advisor.model.catalog import HUB_ID, _catalog, _endpoint
+from advisor.model.catalog import HUB_ID, _catalog, hub_endpoint
 from advisor.text import plain
 from advisor.workload import dataset_files
 from advisor.workload.length_stats import LengthStats, length_stats
 from pricing import files
 from pricing.errors import PriceInputError
+from pricing.http import redact
 
 if TYPE_CHECKING:  # numpy is imported where it is used: the CLI's start-up does not load it
     import numpy as np
@@ -279,8 +280,8 @@ def _auto(name: str, where, local: bool) -> Tokenizer:
         hint = ("the folder holds no usable tokenizer.json / tokenizer_config.json" if local else
                 "not in the local Hugging Face cache and the Hub cannot be reached or refuses it"
                 + ("" if os.environ.get("HF_TOKEN") else " (set HF_TOKEN for a gated repo)"))
-        raise BadInput(f"--tokenizer {plain(name)}: cannot load the tokenizer: {hint}; pass --tokenizer with a "
-                       f"local folder or tokenizer.json ({_first(exc)}).") from None
+        raise BadInput(redact(f"--tokenizer {plain(name)}: cannot load the tokenizer: {hint}; pass --tokenizer with a "
+                              f"local folder or tokenizer.json ({_first(exc)}).")) from None
     fast = getattr(tok, "backend_tokenizer", None)
     if fast is None:
         raise BadInput(f"--tokenizer {plain(name)}: only fast (tokenizers-backed) tokenizers are supported.")
@@ -313,9 +314,9 @@ def _hub_reachable(timeout: float = 5.0) -> None:
     import requests
 
     try:
-        requests.head(_endpoint(), timeout=timeout)
+        requests.head(hub_endpoint(), timeout=timeout)
     except requests.RequestException as exc:
-        raise ConnectionError(f"{_endpoint()} cannot be reached: {type(exc).__name__}") from None
+        raise ConnectionError(f"{redact(hub_endpoint())} cannot be reached: {type(exc).__name__}") from None
 
 
 def tokenizer_ref(model: str | None, tokenizer: str | None) -> str:
