@@ -155,7 +155,7 @@ class _Counted(io.RawIOBase):
 BYTES_READ = [0]  # every byte read through open_regular, process-wide (a counter, for tests)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -190,7 +190,7 @@ def _open_checked(path, what: str, max_bytes: int) -> int:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise PriceInputError(f"{what}: is {_kind(st.st_mode)}, not a regular file; refused")
+            raise PriceInputError(f"{what}: is {file_kind(st.st_mode)}, not a regular file; refused")
         if st.st_size > max_bytes:
             raise PriceInputError(f"{what}: file is larger than the {_size(max_bytes)} limit "
                                   f"({_size(st.st_size)})")

@@ -258,3 +258,12 @@ def test_well_typed_configs_of_every_framework_still_read(tmp_path):
     assert pins_of(config(tmp_path, TORCHTUNE)).options["seq_len"] == 128
     ax = pins_of(config(tmp_path, AXOLOTL + "lora_dropout: 5e-2\nfsdp: true\n", "ax.yaml"))
     assert ax.options["pins"]["lora_dropout"] == 0.05 and ax.options["pins"]["sharding"] == "fsdp"
+
+
+@pytest.mark.parametrize("make,words", [("fifo", "FIFO"), ("zero", "character device"), ("loop", "symbolic link loop")])
+def test_a_config_that_is_not_a_regular_file_is_refused_before_it_is_read(capsys, tmp_path, counted, make, words):
+    path = tmp_path / "train.yaml"
+    {"fifo": lambda: os.mkfifo(path), "zero": lambda: path.symlink_to("/dev/zero"),
+     "loop": lambda: path.symlink_to(path)}[make]()
+    line = refused(capsys, path, "--from-config", words)
+    assert str(path) in line and counted() == 0

@@ -29,7 +29,7 @@ from advisor.model.spec import MAX_HEADS, MAX_PARAMS, SUPPORTED_FAMILIES, ModelS
 from advisor.text import plain, refused_char
 from advisor.units import count
 from pricing.errors import PriceInputError
-from pricing.files import atomic_write, cache_dir, load_json, read_text
+from pricing.files import atomic_write, cache_dir, load_json, read_regular_file
 from pricing.http import redact
 
 MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that is not one
@@ -156,7 +156,7 @@ def _local_name(path: Path) -> str:
 def _read_json(path: Path) -> dict[str, Any]:
     """A config.json, size- and depth-limited (pricing.files), as a dict; BadInput otherwise."""
     try:
-        text = read_text(path, f"model: {plain(path)}", max_bytes=MAX_CONFIG_BYTES)
+        text = read_regular_file(path, MAX_CONFIG_BYTES, f"model: {plain(path)}")
     except PriceInputError as exc:  # not there, not a regular file (a FIFO, /dev/zero), too large
         raise BadInput(f"{exc}.") from None
     try:

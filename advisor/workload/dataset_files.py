@@ -90,7 +90,7 @@ def kind_of(path: Path, what: str) -> str:
         return "folder"
     if stat.S_ISREG(mode):
         return "file"
-    raise BadInput(f"{what}: is {files._kind(mode)}, not a regular file; refused.")
+    raise BadInput(f"{what}: is {files.file_kind(mode)}, not a regular file; refused.")
 
 
 def _bad(exc: PriceInputError) -> BadInput:
