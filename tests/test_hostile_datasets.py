@@ -227,25 +227,42 @@ def test_a_row_over_the_limit_is_refused_naming_the_limit(capsys, tok, tmp_path,
     assert counted()[1] == 0
 
 
-def test_a_long_text_is_counted_in_pieces_to_the_same_total_as_whole():
-    """Tokenizer.lengths cuts a text over PIECE_CHARS before a space: a byte-level BPE (the GPT-2 / Llama 3
-    family of pre-tokenizers) gives the same count as encoding it whole."""
+def _trained(kind: str, corpus: list[str]):
+    """A small tokenizer of each family of pre-tokenization in use: byte-level BPE (GPT-2, Llama 3, Qwen),
+    a SentencePiece-style normalizer that prepends '▁' (Llama 2, Mistral), and Metaspace."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    if kind == "byte-level":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300,
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        return tok
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=kind == "prepend"))
+    if kind == "prepend":
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<s>"]))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return tok
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "prepend", "metaspace"])
+def test_a_long_text_is_counted_in_pieces_to_the_same_total_as_whole(kind):
+    """Tokenizer.lengths cuts a text over PIECE_CHARS before a space and corrects each cut by a window around it:
+    the count equals encoding the text whole, for every family of pre-tokenization."""
     import random
 
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    from advisor.workload.dataset_tokens import PIECE_CHARS, Tokenizer as Ours
+    from advisor.workload.dataset_tokens import PIECE_CHARS, Tokenizer as Ours, _cuts
 
     rng = random.Random(1)
     words = "the quick brown fox, jumps over: a lazy dog 123 4567! while birds sing".split()
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.train_from_iterator([" ".join(rng.choice(words) for _ in range(50)) for _ in range(200)],
-                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = _trained(kind, [" ".join(rng.choice(words) for _ in range(50)) for _ in range(200)])
     text = " ".join(rng.choice(words) for _ in range(3 * PIECE_CHARS // 5)).replace("dog ", "dog\n  ")
-    assert len(text) > 2 * PIECE_CHARS
-    assert Ours("bpe", bpe).lengths([text, "the fox"]).tolist() == [len(bpe.encode(text).ids),
-                                                                     len(bpe.encode("the fox").ids)]
+    assert len(_cuts(text)) >= 2
+    assert Ours(kind, tok).lengths([text, "the fox"]).tolist() == [len(tok.encode(text).ids),
+                                                                   len(tok.encode("the fox").ids)]
 
 
 @pytest.mark.parametrize("bad,why", [
