@@ -356,7 +356,12 @@ def ceiling(m: Measurement, engine, gpu) -> float:
 
 def check_plausible(m: Measurement, engine, gpu, what: str) -> None:
     """BadInput naming `what` when the measured tokens/s is above the ceiling or below PLAUSIBLE_FLOOR of it."""
-    top = ceiling(m, engine, gpu)
+    try:
+        top = ceiling(m, engine, gpu)
+    except BadInput:
+        raise
+    except ValueError:  # a stack this model cannot run (e.g. LoRA targets it lacks): it times no candidate
+        return
     gpus = m.gpu_count * m.nodes
     on = f"{gpus} x {gpu.name} on {engine.spec.name}"
     if m.tokens_per_sec > top:
