@@ -21,6 +21,7 @@ import click
 
 from advisor.errors import validation_message
 from advisor.text import plain
+from pricing.http import redact
 
 # name -> ("module:attribute" of the click command, the first sentence of its help, which `gpu-advisor --help`
 # shortens as click does). Written here so that listing the commands imports none of them (tests/test_entry.py
@@ -148,14 +149,15 @@ _CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z]*(?:Error|Exception|Warning): ")
 
 
 def _fail(message: str, code: int, prefix: str = "error: ") -> None:
-    """One line: terminal-safe, and without Python exception class names (a library message that
-    quotes one, e.g. 'ValueError: ...', keeps only its words)."""
-    click.echo(prefix + (_CLASS_NAME.sub("", plain(message)) or "failed"), err=True)
+    """One line: terminal-safe, with every URL's password masked (pricing.http.redact: HF_ENDPOINT's, a
+    source URL's, whatever a library quoted), and without Python exception class names (a library
+    message that quotes one, e.g. 'ValueError: ...', keeps only its words)."""
+    click.echo(prefix + (_CLASS_NAME.sub("", redact(plain(message))) or "failed"), err=True)
     sys.exit(code)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"warning: {plain(message)}", err=True)
+    click.echo(f"warning: {redact(plain(message))}", err=True)
 
 
 def first_line(exc: BaseException) -> str:

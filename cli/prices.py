@@ -202,7 +202,12 @@ def import_(path, name, observed_at) -> None:
     stamp = _iso_date(observed_at)
     if not p.is_dir():  # a FIFO, a device or a missing path is refused before anything reads it
         with files.open_regular(p, f"prices import: {p}", 1 << 30) as f:
+            head = f.peek(65_536)[:65_536]
             first = f.readline(65_536).decode("utf-8", "replace")
+        kind = files.binary_kind(head) if p.suffix.lower() != ".zip" else None
+        if kind:  # a zip or gzip under a .csv name would reach a CSV parser as garbage
+            raise PriceInputError(f"{p}: is {kind}, not a text price sheet; refused"
+                                  + (" (name it .zip to import a gpuhunt catalog.zip)" if "zip archive" in kind else ""))
     ours = p.is_file() and (p.suffix.lower() in (".yaml", ".yml", ".json") or "gpu_model" in first)
     if ours:
         good, problems = read_sheet(p)
@@ -225,6 +230,11 @@ def import_(path, name, observed_at) -> None:
                         if undated else "")))
 
 
+# the earliest year --observed-at accepts; AWS announced the first cloud GPU instance (cg1.4xlarge) on
+# 2010-11-15: https://aws.amazon.com/blogs/aws/new-ec2-instance-type-the-cluster-gpu-instance/
+OBSERVED_AT_FLOOR = 2000
+
+
 def _iso_date(text: str | None) -> str | None:
     if text is None:
         return None
@@ -238,6 +248,9 @@ def _iso_date(text: str | None) -> str | None:
         when = when.replace(tzinfo=dt.UTC)
     if when > dt.datetime.now(dt.UTC) + dt.timedelta(days=1):
         raise PriceInputError(f"--observed-at: {text} is in the future")
+    if when.year < OBSERVED_AT_FLOOR:  # year 1 would be written '1-01-01' and refuse every row instead
+        raise PriceInputError(f"--observed-at: {text} is before {OBSERVED_AT_FLOOR}; no cloud GPU price is that old "
+                              "(AWS rented the first cloud GPUs in November 2010)")
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from advisor.text import plain
 from cli.serve_app import Response
+from pricing.http import redact
 
 MAX_REQUEST_LINE = 8192  # bytes of "GET /path?query HTTP/1.1"
 MAX_DRAIN = 1 << 20  # bytes read past the cap before answering (a client still sending sees the answer)
@@ -81,7 +82,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             response = app.handle(url.path, url.query)
         except Exception as exc:  # noqa: BLE001 - never a traceback in the page
-            print(f"gpu-advisor serve: internal error: {plain(exc)[:300]}", file=sys.stderr, flush=True)
+            print(f"gpu-advisor serve: internal error: {redact(plain(exc))[:300]}", file=sys.stderr, flush=True)
             response = _last_resort()
         self._send(response)
 

@@ -25,6 +25,7 @@ import click
 from advisor.errors import validation_message
 from advisor.text import plain
 from cli import first_line, os_message
+from pricing.http import redact
 
 CACHE_SIZE = 32  # plans kept; one holds ~10 top rows plus best-per tables, ~0.2 MB as JSON
 SLOTS = 4  # plans admitted (running or waiting to run): one page compares at most 4 scenarios
@@ -45,18 +46,21 @@ class Outcome:
 
 def classify(exc: BaseException) -> Outcome:
     """An exception as the page shows it: input errors are 400 with their own sentence (as the CLI
-    prints them on exit 2), anything else 500 with one line."""
+    prints them on exit 2), anything else 500 with one line; every URL's password masked (pricing.http.redact)."""
+    def shown(text: str) -> str:
+        return redact(plain(text))
+
     if isinstance(exc, click.UsageError):
-        return Outcome(status=400, message=plain(exc.format_message()))
+        return Outcome(status=400, message=shown(exc.format_message()))
     if getattr(exc, "exit_code", None) == 2:
-        return Outcome(status=400, message=plain(first_line(exc)))
+        return Outcome(status=400, message=shown(first_line(exc)))
     if type(exc).__name__ == "ValidationError":
-        return Outcome(status=400, message=plain(validation_message(exc)))
+        return Outcome(status=400, message=shown(validation_message(exc)))
     if isinstance(exc, OSError):
-        return Outcome(status=500, message=plain(os_message(exc)))
+        return Outcome(status=500, message=shown(os_message(exc)))
     if isinstance(getattr(exc, "exit_code", None), int):
-        return Outcome(status=500, message=plain(first_line(exc)))
-    return Outcome(status=500, message=f"internal error: {plain(first_line(exc))} (the server's log has the details)")
+        return Outcome(status=500, message=shown(first_line(exc)))
+    return Outcome(status=500, message=f"internal error: {shown(first_line(exc))} (the server's log has the details)")
 
 
 class Planner:

@@ -14,6 +14,8 @@ limit                      default                          applies to
 ``MAX_YAML_NODES``         2,000,000 nodes, aliases         load_yaml (billion laughs)
                            expanded
 ``MAX_CSV_FIELD``          65,536 characters per field      csv_field_limit()
+``MAX_ZIP_MEMBERS``        1,000 entries                    read_zip (members of any kind)
+``MAX_ZIP_RATIO``          100 : 1 (members over 1 MiB)     read_zip (unpacked / packed)
 =========================  ===============================  ==========================
 
 Every file is opened through `open_regular` (read_regular_file, read_text, open_text): only a
@@ -23,6 +25,14 @@ descriptor before reading, and every byte read is counted in `BYTES_READ` (so te
 refusal came at the first limit). Each function takes its limit as a keyword (None = the module
 default, read at call time), so a caller with other needs passes its own.
 A byte-order mark (UTF-8 as Excel writes it, or UTF-16) is accepted everywhere.
+`regular_size` applies the same check to a path handed to a third-party reader that opens it itself.
+
+A zip archive (`read_zip`) is bounded before one member is unpacked: entries counted from its end
+record (so 50,000 entries are refused without listing them), the sum of the unpacked sizes it declares,
+each member's compression ratio, overlapping entries (two names for the same bytes: a quadratic bomb),
+encryption and compression methods Python cannot unpack (Zstandard, WinZip AES, ...) are each refused
+with one line naming the member; unpacking then counts every byte against the same limits
+(`MEMBERS_OPENED`, `UNZIPPED_BYTES`: counters for tests).
 
 CSV cells meant for spreadsheets go through `csv_safe` / `to_csv`, which neutralise formula
 cells (see `csv_safe` for the exact rule).
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import os
 import re
@@ -48,6 +59,13 @@ MAX_SHEET_BYTES = 50_000_000
 MAX_DEPTH = 100
 MAX_YAML_NODES = 2_000_000
 MAX_CSV_FIELD = 65_536
+# A gpuhunt catalog.zip holds one CSV (dstackai/gpuhunt .github/scripts/publish_catalog.sh); 1,000
+# entries leave room for any folder of catalogs while 50,000 stay out.
+MAX_ZIP_MEMBERS = 1_000
+# Price CSVs deflate 4-10 : 1 (the bundled pricing/data/snapshot.csv: 7.3 : 1); a member over 1 MiB
+# unpacking more than 100 : 1 is a bomb (zeros deflate 1,030 : 1), not a catalog.
+MAX_ZIP_RATIO = 100
+ZIP_RATIO_FLOOR = 1 << 20
 
 
 # --------------------------------------------------------------------------- writing
@@ -111,6 +129,18 @@ class _Counted(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
     def readinto(self, b) -> int:
         n = self._f.readinto(b)
         BYTES_READ[0] += n or 0
@@ -124,7 +154,7 @@ class _Counted(io.RawIOBase):
 BYTES_READ = [0]  # every byte read through open_regular, process-wide (a counter, for tests)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -138,18 +168,28 @@ def open_regular(path, what: str, max_bytes: int):
     than `max_bytes`; PriceInputError otherwise. Opened non-blocking, so a FIFO with no writer
     cannot hang the open, and checked with fstat on the descriptor itself (a symlink to
     /dev/zero is a character device, refused before one byte is read)."""
+    fd = _open_checked(path, what, max_bytes)
+    return io.BufferedReader(_Counted(fd), buffer_size=65_536)
+
+
+def _open_checked(path, what: str, max_bytes: int) -> int:
+    """A descriptor open on `path` once it is known to be a regular file of at most `max_bytes`."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise PriceInputError(f"{what}: file not found") from None
     except IsADirectoryError:
-        raise PriceInputError(f"{what}: is a folder, not a file") from None
+        raise PriceInputError(f"{what}: is a folder, not a regular file; refused") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PriceInputError(f"{what}: is a symbolic link loop, not a regular file; refused") from None
         raise PriceInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the path
+        raise PriceInputError(f"{what}: not a valid file name") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise PriceInputError(f"{what}: is {_kind(st.st_mode)}, not a regular file; refused")
+            raise PriceInputError(f"{what}: is {file_kind(st.st_mode)}, not a regular file; refused")
         if st.st_size > max_bytes:
             raise PriceInputError(f"{what}: file is larger than the {_size(max_bytes)} limit "
                                   f"({_size(st.st_size)})")
@@ -158,7 +198,18 @@ def open_regular(path, what: str, max_bytes: int):
     except BaseException:
         os.close(fd)
         raise
-    return io.BufferedReader(_Counted(fd), buffer_size=65_536)
+    return fd
+
+
+def regular_size(path, what: str, max_bytes: int) -> int:
+    """The size of `path` if it is a regular file of at most `max_bytes` (checked the way
+    `open_regular` checks, nothing read); PriceInputError otherwise. For a path a third-party
+    reader (pyarrow, datasets, transformers) will open itself."""
+    fd = _open_checked(path, what, max_bytes)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def read_regular_file(path, max_bytes: int, what: str) -> bytes:
@@ -428,6 +479,163 @@ def csv_field_limit(limit: int | None = None):
 
 def is_field_limit_error(exc: BaseException) -> bool:
     return isinstance(exc, csv.Error) and "field limit" in str(exc)
+
+
+# --------------------------------------------------------------------------- archives
+MEMBERS_OPENED = [0]  # zip members unpacked through read_zip, process-wide (a counter, for tests)
+UNZIPPED_BYTES = [0]  # bytes those members unpacked to
+# Compression methods by number (PKWARE APPNOTE.TXT 4.4.5); Python's zipfile unpacks 0, 8, 12 and 14.
+_METHODS = {0: "stored", 8: "deflate", 12: "bzip2", 14: "LZMA", 9: "Deflate64", 10: "PKWARE DCL implode",
+            93: "Zstandard", 95: "xz", 96: "JPEG", 97: "WavPack", 98: "PPMd", 99: "WinZip AES encryption"}
+_UNPACKED = (0, 8, 12, 14)
+
+
+def _zip_entries(data: bytes, what: str) -> int:
+    """The entry count a zip's end-of-central-directory record declares (ZIP64 included), read
+    before zipfile lists the entries, so a zip of 50,000 members is refused without listing them."""
+    import struct
+
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557))
+    if at < 0 or len(data) - at < 22:
+        raise PriceInputError(f"{what}: not a readable zip file (no end-of-archive record)")
+    entries = struct.unpack_from("<H", data, at + 10)[0]
+    if entries == 0xFFFF and at >= 20 and data[at - 20:at - 16] == b"PK\x06\x07":
+        z64 = struct.unpack_from("<Q", data, at - 12)[0]
+        if z64 + 40 <= len(data) and data[z64:z64 + 4] == b"PK\x06\x06":
+            entries = struct.unpack_from("<Q", data, z64 + 32)[0]
+    return entries
+
+
+def _zip_spans(z, data: bytes, what: str) -> None:
+    """Refuse entries whose bytes overlap another's (several names for the same data: the
+    "overlapping files" zip bomb, or two entries at one local header)."""
+    import struct
+
+    spans = []
+    for info in z.infolist():
+        start = info.header_offset
+        head = data[start:start + 30]
+        if len(head) < 30 or head[:4] != b"PK\x03\x04":
+            raise PriceInputError(f"{what}: member {_member(info)} points outside the archive; refused")
+        name_len, extra_len = struct.unpack_from("<HH", head, 26)
+        spans.append((start, start + 30 + name_len + extra_len + info.compress_size, info))
+    spans.sort(key=lambda s: s[0])
+    end, previous = -1, None
+    for start, stop, info in spans:
+        if start < end:
+            raise PriceInputError(f"{what}: member {_member(info)} overlaps member {_member(previous)} (two "
+                                  "entries for the same bytes: a zip bomb); refused")
+        if stop > end:
+            end, previous = stop, info
+
+
+def _member(info) -> str:
+    name = info.filename
+    shown = name if name.isprintable() else name.encode("unicode_escape").decode("ascii")
+    return repr(shown[:120])
+
+
+def read_zip(data: bytes, what: str, *, suffix: str, max_member_bytes: int, max_total_bytes: int,
+             max_members: int | None = None, max_ratio: float | None = None) -> list[tuple[str, bytes]]:
+    """(name, bytes) of each member whose name ends with `suffix` (any case), bounded as the module
+    docstring says: at most `max_members` entries, `max_member_bytes` per member and
+    `max_total_bytes` in all once unpacked, `max_ratio` unpacked per packed byte (members over 1 MiB),
+    no overlapping entries, no encryption, only methods Python unpacks. Every refusal is one
+    PriceInputError naming `what` and the member."""
+    import zipfile
+
+    max_members = MAX_ZIP_MEMBERS if max_members is None else max_members
+    max_ratio = MAX_ZIP_RATIO if max_ratio is None else max_ratio
+    declared = _zip_entries(data, what)
+    if declared > max_members:
+        raise PriceInputError(f"{what}: the zip holds {declared:,} entries, more than the {max_members:,} limit; "
+                              "refused")
+    try:
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError) as exc:
+        raise PriceInputError(f"{what}: not a readable zip file ({(str(exc).splitlines() or ['?'])[0][:120]})") from None
+    with z:
+        infos = z.infolist()
+        if len(infos) > max_members:
+            raise PriceInputError(f"{what}: the zip holds {len(infos):,} entries, more than the {max_members:,} "
+                                  "limit; refused")
+        _zip_spans(z, data, what)
+        chosen = [i for i in infos if i.filename.lower().endswith(suffix) and not i.is_dir()]
+        total = sum(i.file_size for i in chosen)
+        if total > max_total_bytes:
+            raise PriceInputError(f"{what}: its {suffix} members unpack to {_size(total)}, more than the "
+                                  f"{_size(max_total_bytes)} limit for the whole archive; refused")
+        for info in chosen:
+            _check_member(info, what, max_member_bytes, max_ratio)
+        out, left = [], max_total_bytes
+        for info in chosen:
+            raw = _unpack(z, info, what, min(max_member_bytes, left), max_ratio)
+            left -= len(raw)
+            out.append((info.filename, raw))
+        return out
+
+
+def _check_member(info, what: str, max_bytes: int, max_ratio: float) -> None:
+    """What the central directory says about one member, judged before it is unpacked."""
+    if info.flag_bits & 0x1:
+        raise PriceInputError(f"{what}: member {_member(info)} is encrypted; refused (unpack it yourself)")
+    if info.compress_type not in _UNPACKED:
+        method = _METHODS.get(info.compress_type, "unknown")
+        raise PriceInputError(f"{what}: member {_member(info)} uses compression method {info.compress_type} "
+                              f"({method}), which cannot be unpacked here; re-zip it with deflate")
+    if info.file_size > max_bytes:
+        raise PriceInputError(f"{what}: member {_member(info)} unpacks to {_size(info.file_size)}, more than "
+                              f"the {_size(max_bytes)} limit; refused")
+    if info.file_size > ZIP_RATIO_FLOOR and info.file_size > max_ratio * max(info.compress_size, 1):
+        raise PriceInputError(f"{what}: member {_member(info)} unpacks {info.file_size / max(info.compress_size, 1):,.0f} "
+                              f"times its packed size, more than the {max_ratio:g} : 1 limit (a zip bomb); refused")
+
+
+def _unpack(z, info, what: str, limit: int, max_ratio: float) -> bytes:
+    """One member's bytes, read in 1 MiB steps, each counted against `limit` and the ratio."""
+    import bz2  # noqa: F401 - zipfile raises its errors
+    import lzma
+    import zipfile
+    import zlib
+
+    MEMBERS_OPENED[0] += 1
+    parts, got = [], 0
+    try:
+        with z.open(info) as member:
+            while True:
+                chunk = member.read(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+                UNZIPPED_BYTES[0] += len(chunk)
+                if got > limit:
+                    raise PriceInputError(f"{what}: member {_member(info)} unpacks to more than {_size(limit)} "
+                                          "(the limit left for the archive); refused")
+                if got > ZIP_RATIO_FLOOR and got > max_ratio * max(info.compress_size, 1):
+                    raise PriceInputError(f"{what}: member {_member(info)} unpacks more than {max_ratio:g} times "
+                                          "its packed size (a zip bomb); refused")
+                parts.append(chunk)
+    except PriceInputError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError, RuntimeError,
+            NotImplementedError, ValueError) as exc:
+        raise PriceInputError(f"{what}: member {_member(info)} cannot be unpacked: corrupt or unsupported data "
+                              f"({(str(exc).splitlines() or [type(exc).__name__])[0][:120]})") from None
+    return b"".join(parts)
+
+
+def binary_kind(head: bytes) -> str | None:
+    """What the first bytes of a file meant to be text say it is instead (a zip, gzip, ...), or None."""
+    for magic, kind in ((b"PK\x03\x04", "a zip archive"), (b"PK\x05\x06", "an empty zip archive"),
+                        (b"\x1f\x8b", "a gzip file"), (b"PAR1", "a Parquet file"), (b"ARROW1", "an Arrow file"),
+                        (b"BZh", "a bzip2 file"), (b"\xfd7zXZ\x00", "an xz file"), (b"(\xb5/\xfd", "a Zstandard file")):
+        if head.startswith(magic):
+            return kind
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return None  # UTF-16 text with its byte-order mark: callers decide
+    if b"\x00" in head:
+        return "binary data (it holds NUL bytes)"
+    return None
 
 
 # --------------------------------------------------------------------------- CSV out

@@ -79,7 +79,7 @@ def normalise(name: str) -> str:
 @lru_cache(maxsize=1)
 def _table() -> dict[str, GPU]:
     out: dict[str, GPU] = {}
-    with DATA.open(newline="") as f:
+    with DATA.open(newline="", encoding="utf-8") as f:
         for r in csv.DictReader(f):
             def num(key: str, r: dict = r) -> float | None:  # this row (bound now, called now)
                 return float(r[key]) if r[key] not in ("", None) else None

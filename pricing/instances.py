@@ -49,7 +49,7 @@ def specs() -> tuple[InstanceSpec, ...]:
     def num(v: str) -> float | None:
         return float(v) if v else None
 
-    with DATA.open(newline="") as f:
+    with DATA.open(newline="", encoding="utf-8") as f:
         return tuple(
             InstanceSpec(r["provider"], r["pattern"], r["gpu_model"] or None, num(r["gpu_count"]),
                          num(r["vcpus"]), num(r["ram_gb"]), r["interconnect"] or None, r["note"])

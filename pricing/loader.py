@@ -501,14 +501,14 @@ def sources_status() -> list[dict]:
                 rows = 0
         entry(name, f"cache ({meta.get('kind', 'fetch')})", path, rows, meta.get("fetched_at"))
     if SNAPSHOT.exists():
-        with SNAPSHOT.open(newline="") as f:
+        with SNAPSHOT.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             rows = list(reader)
         dated = [r["observed_at"] for r in rows if r.get("observed_at")]
         entry("bundled", f"bundled snapshot ({len(rows) - len(dated)} undated)", SNAPSHOT, len(rows),
               max(dated, default=None))
     if CLUSTERS.exists():
-        with CLUSTERS.open(newline="") as f:
+        with CLUSTERS.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
         dated = [r["observed_at"] for r in rows if r.get("observed_at")]
         entry("clusters", "bundled cluster sheet", CLUSTERS, len(rows), max(dated, default=None))

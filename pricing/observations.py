@@ -41,11 +41,13 @@ from pricing.schema import (
     CURRENCIES,
     FUTURE_SKEW_SECONDS,
     MAX_GPU_COUNT,
+    MAX_NAME_CHARS,
     MAX_PRICE_PER_GPU_HOUR,
     MAX_RAM_GB_PER_GPU,
     MAX_TEXT_CHARS,
     MAX_VCPUS_PER_GPU,
     MIN_PRICE_PER_GPU_HOUR,
+    NAME_COLUMNS,
     Problem,
 )
 
@@ -151,10 +153,11 @@ def check_row(raw: dict, latest) -> tuple[dict, list[tuple[str, str, object]]]:
     """One row's cells -> (typed row, [(column, message, value)]); an empty list means the row is good."""
 
     errs: list[tuple[str, str, object]] = []
-    cells: dict[str, Any] = {c: (raw.get(c) or None) for c in COLUMNS}  # the required ones checked below
-    for c, v in cells.items():  # the schema's text rules, for every cell
-        if v is not None and len(v) > MAX_TEXT_CHARS:
-            errs.append((c, f"is longer than {MAX_TEXT_CHARS:,} characters", v[:40] + "..."))
+    cells: dict[str, Any] = {c: (raw.get(c) or None) for c in COLUMNS}
+    for c, v in cells.items():  # the schema's text rules, for every cell (names: the plan's 512 characters)
+        limit = MAX_NAME_CHARS if c in NAME_COLUMNS else MAX_TEXT_CHARS
+        if v is not None and len(v) > limit:
+            errs.append((c, f"is longer than {limit:,} characters", v[:40] + "..."))
         elif v is not None and CONTROL_RE.search(v):
             errs.append((c, "contains a control character (tab, newline, escape, bidi control, ...)", v))
     errs += [(c, "is empty", None) for c in REQUIRED if cells[c] is None]

@@ -24,7 +24,8 @@ beyond any real offer, so they only catch typos, unit mix-ups and hostile files:
 * vcpus: >= 0 and <= 1,024 per GPU; ram_gb: >= 0 and <= 16,384 GB per GPU (whole-instance
   values divided by gpu_count; real ones stay below 128 vCPUs and 2 TB per GPU).
 * numbers must be finite (NaN, inf and 1e400 are refused); text cells must be at most
-  1,000 characters with no control characters and no bidirectional controls (U+200E/F,
+  1,000 characters (provider, region, instance_type and interconnect: 512, the names a plan carries) with no
+  control characters and no bidirectional controls (U+200E/F,
   U+202A-U+202E, U+2066-U+2069: they garble terminal tables or make text read backwards; the
   row is dropped with its row number before it can be cached or picked).
 * min_billed_hours: >= 0, billing_increment_hours: > 0, both <= 26,280 h (three years).
@@ -85,6 +86,11 @@ MAX_PRICE_PER_GPU_HOUR = 1_000.0  # USD, for price_hour and spot_price_hour
 MAX_VCPUS_PER_GPU = 1_024
 MAX_RAM_GB_PER_GPU = 16_384
 MAX_TEXT_CHARS = 1_000
+# provider, region, instance_type, interconnect: the names a plan carries, where each is at most 512 characters
+# (advisor/results/checks.py NAME_CHARS); one limit, checked here, so a longer one is a dropped row with its row
+# number, not a plan that fails on it later as if an option had been given
+MAX_NAME_CHARS = 512
+NAME_COLUMNS = ("provider", "region", "instance_type", "interconnect")
 CONTROL_CHARS = r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 MIN_PRICE_PER_GPU_HOUR = 0.01  # USD; see the module docstring for why
 FUTURE_SKEW_SECONDS = 86_400  # a date later than now + this is refused
@@ -199,8 +205,9 @@ def validate(df, sheet: str = "sheet", row_numbers=None, stripped: bool = False,
         bad |= mask
 
     def text_checks(col: str, raw, present, values) -> None:
-        if max(map(len, values), default=0) > MAX_TEXT_CHARS:  # cheap test first
-            flag(raw.str.len() > MAX_TEXT_CHARS, col, f"is longer than {MAX_TEXT_CHARS:,} characters",
+        limit = MAX_NAME_CHARS if col in NAME_COLUMNS else MAX_TEXT_CHARS
+        if max(map(len, values), default=0) > limit:  # cheap test first
+            flag(raw.str.len() > limit, col, f"is longer than {limit:,} characters",
                  raw.str.slice(0, 40) + "...")
         joined = "".join(values)
         if not joined.isprintable() and CONTROL_RE.search(joined):  # isprintable: a fast pre-check
@@ -388,9 +395,10 @@ def _offer_model():
         @field_validator("provider", "region", "instance_type", "currency", "source", "interconnect",
                          "notes")
         @classmethod
-        def _text(cls, v):
-            if v is not None and (len(v) > MAX_TEXT_CHARS or re.search(CONTROL_CHARS, v)):
-                raise ValueError(f"at most {MAX_TEXT_CHARS} characters, no control characters")
+        def _text(cls, v, info):
+            limit = MAX_NAME_CHARS if info.field_name in NAME_COLUMNS else MAX_TEXT_CHARS
+            if v is not None and (len(v) > limit or re.search(CONTROL_CHARS, v)):
+                raise ValueError(f"at most {limit} characters, no control characters")
             return v
 
         @model_validator(mode="after")

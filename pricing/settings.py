@@ -200,7 +200,8 @@ def url(name: str) -> str | None:
         return None
     try:
         parts = urlsplit(text)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname)
+              and all(ch.isprintable() and not ch.isspace() for ch in text))
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
     except ValueError:
         ok = False

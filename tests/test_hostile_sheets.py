@@ -171,7 +171,8 @@ ABSURD = [
     ("spot_price_hour", "-3", "must be >= 0"),
     ("instance_type", "p5\x1b[2J", "control character"),
     ("notes", "line one\nline two", "control character"),
-    ("region", "r" * 1001, "longer than 1,000 characters"),
+    ("region", "r" * 900, "longer than 512 characters"),  # a plan's names are at most 512: one limit, here
+    ("notes", "n" * 1001, "longer than 1,000 characters"),
 ]
 
 

@@ -203,7 +203,7 @@ def test_the_length_histogram_is_a_clean_svg_with_the_seq_lens_marked(capsys, da
 
 @pytest.mark.parametrize("args,needle", [
     (["empty.jsonl"], "no rows"),
-    (["broken.jsonl"], "cannot be read"),
+    (["broken.jsonl"], "row 2 is not valid JSON"),
     (["missing.jsonl"], "no such file"),
     (["d.jsonl", "--text-field", "body"], "no column 'body'"),
     (["d.jsonl", "--messages-field", "text"], "messages must be"),

@@ -18,8 +18,8 @@ rows from the distribution with a fixed seed (deterministic), as the Trainer's R
 from __future__ import annotations
 
 import itertools
-import json
 import math
+import os
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -31,7 +31,10 @@ from advisor.estimate.activations import lora_target_names
 from advisor.estimate.allocator import Event, needed_capacity, replay
 from advisor.results import Component, Reserved
 from advisor.stacks import Shape
+from advisor.text import plain
 from advisor.units import MiB
+from pricing import files
+from pricing.errors import PriceInputError
 
 MAX_LENGTHS_FILE = 16 * MiB  # a histogram is small: refuse to read a huge file
 STEPS = 16  # training steps replayed: enough for the long batches of a spread to meet cached short ones
@@ -86,10 +89,10 @@ def parse_lengths(text: str) -> LengthSpec:
     shown = repr(text if len(text) <= 60 else text[:57] + "...")
     path = Path(text)
     try:
-        size = path.stat().st_size if path.is_file() else None
+        named = os.path.lexists(path)  # anything at that path is the file meant, a FIFO or /dev/zero included
     except (OSError, ValueError):
-        size = None
-    if len(parts) == 3 and size is None:
+        named = False
+    if len(parts) == 3 and not named:
         try:
             mean, std, top = float(parts[0]), float(parts[1]), int(parts[2])
         except ValueError:
@@ -97,12 +100,14 @@ def parse_lengths(text: str) -> LengthSpec:
         if not (0 < mean <= top and 0 <= std < 1e9 and math.isfinite(mean)):
             raise BadInput("--lengths: MEAN,STD,MAX needs 0 < MEAN <= MAX and STD >= 0.")
         return LengthSpec(mean=mean, std=std, max=top)
-    if size is not None and size > MAX_LENGTHS_FILE:
-        raise BadInput(f"--lengths: {shown} is over {MAX_LENGTHS_FILE // MiB} MiB; give the histogram only.")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor a readable JSON file.") from None
+    if not named:
+        raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor an existing JSON file.")
+    what = f"--lengths {plain(text)}"
+    try:  # a regular file only, its size checked before reading, its nesting before parsing (pricing.files)
+        data = files.load_json(files.read_regular_file(path, MAX_LENGTHS_FILE, what), what,
+                               max_bytes=MAX_LENGTHS_FILE)
+    except PriceInputError as exc:
+        raise BadInput(str(exc) + ".") from None
     hist = _find_histogram(data)
     try:
         bins = tuple((int(lo), int(hi), int(rows)) for lo, hi, rows in hist)

@@ -66,7 +66,7 @@ MFU_FILE = Path(__file__).parents[1] / "data" / "mfu.json"
 @lru_cache(maxsize=1)
 def table() -> dict:
     """The documented constants of the time model (advisor/data/mfu.json)."""
-    return json.loads(MFU_FILE.read_text())
+    return json.loads(MFU_FILE.read_text(encoding="utf-8"))
 
 
 def gpu_class(gpu) -> str:

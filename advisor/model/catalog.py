@@ -30,7 +30,8 @@ from advisor.text import plain, refused_char
 from advisor.units import count
 from pricing import settings
 from pricing.errors import PriceInputError
-from pricing.files import atomic_write, cache_dir, load_json, read_text
+from pricing.files import atomic_write, cache_dir, load_json, read_regular_file
+from pricing.http import redact
 
 MAX_CONFIG_BYTES = 5_000_000  # a config.json is a few kB; refuse anything that is not one
 
@@ -107,13 +108,13 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     path = Path(text).expanduser()
     if path.is_dir():
         path = path / "config.json"
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise BadInput(f"model: folder '{plain(text)}' holds no config.json.")
-    if path.is_file():
+    if os.path.lexists(path):  # a FIFO, a device, a symlink loop: refused by _read_json as not a regular file
         return _checked(from_hf_config(_read_json(path), name=_local_name(path), source=str(path.resolve())))
     if HUB_ID.match(text) and not text.endswith(".json"):
         return _checked(from_hf_config(fetch_hub_config(text), name=text,
-                                       source=f"{_endpoint()}/{text}/blob/main/config.json"))
+                                       source=redact(f"{hub_endpoint()}/{text}/blob/main/config.json")))
     if text.endswith(".json") or os.sep in text:
         hint = "" if text.isascii() else " (nor a Hugging Face id: those are ASCII letters, digits, '_', '.', '-')"
         raise BadInput(f"model: no such file '{plain(text)}'{hint}.")
@@ -155,7 +156,11 @@ def _local_name(path: Path) -> str:
 def _read_json(path: Path) -> dict[str, Any]:
     """A config.json, size- and depth-limited (pricing.files), as a dict; BadInput otherwise."""
     try:
-        data = load_json(read_text(path, "file", max_bytes=MAX_CONFIG_BYTES), "JSON", max_bytes=MAX_CONFIG_BYTES)
+        text = read_regular_file(path, MAX_CONFIG_BYTES, f"model: {plain(path)}")
+    except PriceInputError as exc:  # not there, not a regular file (a FIFO, /dev/zero), too large
+        raise BadInput(f"{exc}.") from None
+    try:
+        data = load_json(text, "JSON", max_bytes=MAX_CONFIG_BYTES)
     except PriceInputError as exc:
         raise BadInput(f"model: cannot read '{plain(path)}' as a config.json ({plain(exc)}).") from None
     if not isinstance(data, dict):
@@ -369,7 +374,7 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
     cached = cache_dir() / "configs" / (repo_id.replace("/", "--") + ".json")
     if cached.is_file():
         return _read_json(cached)
-    endpoint, token = _endpoint(), settings.hf_token()  # a malformed one is refused here, naming the variable
+    endpoint, token = hub_endpoint(), settings.hf_token()  # a malformed one is refused here, naming the variable
     try:
         if settings.hf_offline():
             raise _Offline("HF_HUB_OFFLINE is set")
@@ -385,14 +390,20 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ValueError("config.json is not a JSON object")
     except Exception as exc:  # noqa: BLE001 - every failure becomes the same actionable line
-        raise BadInput(f"model: cannot get config.json for '{repo_id}' from the Hugging Face Hub "
-                       f"({_hub_reason(exc)}); pass a local path to its config.json or a catalog name "
-                       f"(`gpu-advisor models` lists them); did you mean: {', '.join(close_names(repo_id))}?") from None
+        raise BadInput(redact(f"model: cannot get config.json for '{repo_id}' from the Hugging Face Hub "
+                              f"({_hub_reason(exc)}); pass a local path to its config.json or a catalog name "
+                              f"(`gpu-advisor models` lists them); did you mean: {', '.join(close_names(repo_id))}?")
+                       ) from None
     atomic_write(cached, raw)
     return data
 
 
-def _endpoint() -> str:
+HUB_ENV = ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")  # read via pricing.settings
+
+
+def hub_endpoint() -> str:
+    """$HF_ENDPOINT (huggingface_hub's own variable), else https://huggingface.co; a malformed one is refused
+    naming the variable, its value never shown (pricing.settings.url)."""
     return settings.hf_endpoint()
 
 
@@ -409,7 +420,7 @@ def _check_reachable(endpoint: str) -> None:
     try:
         socket.create_connection((url.hostname or "", port), timeout=5).close()
     except OSError as exc:
-        raise _Offline(f"{endpoint} is unreachable: {exc.strerror or exc}; are you offline?") from None
+        raise _Offline(f"{redact(endpoint)} is unreachable: {exc.strerror or exc}; are you offline?") from None
 
 
 def _hub_reason(exc: Exception) -> str:

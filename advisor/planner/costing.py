@@ -23,7 +23,7 @@ CPU_RAM_USABLE = 0.9  # share of instance RAM offloaded states may use (OS, data
 
 @lru_cache(maxsize=1)
 def billing() -> dict:
-    return json.loads(BILLING_FILE.read_text())
+    return json.loads(BILLING_FILE.read_text(encoding="utf-8"))
 
 
 def billing_increment(provider: str) -> tuple[float, float]:

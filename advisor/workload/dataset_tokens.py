@@ -1,7 +1,8 @@
 """Count a user's dataset in the model's own tokens: JSONL/JSON, CSV, Parquet or a `datasets` folder.
 
-Files are read by pyarrow (JSON lines, CSV, Parquet) or the `datasets` library (a JSON array, a
-`save_to_disk` folder), never by a hand-written parser: the optional `data` extra. Rows are plain
+Files are read by advisor/workload/dataset_files.py with its limits (regular files only, sizes checked
+before reading, rows, bytes and nesting bounded), parsed by pyarrow (JSON lines, CSV, Parquet, Arrow), json
+(a JSON array) or the `datasets` library (a `save_to_disk` folder): the optional `data` extra. Rows are plain
 text (`--text-field`) or chat `messages` (`--messages-field`, lists of {role, content}, or
 ShareGPT's {from, value}), rendered through the tokenizer's chat template when it has one
 (transformers apply_chat_template, as TRL's SFTTrainer does) and joined as "role: content" lines
@@ -11,7 +12,10 @@ stated 95 % error bound; small ones exactly. The statistics are advisor/workload
 
 from __future__ import annotations
 
-import io
+import contextlib
+import itertools
+import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -21,10 +25,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
-from advisor.model.catalog import HUB_ID, _catalog, _endpoint
+from advisor.model.catalog import HUB_ID, _catalog, hub_endpoint
 from advisor.text import plain
+from advisor.workload import dataset_files
 from advisor.workload.length_stats import LengthStats, length_stats
-from pricing import settings
+from pricing import files, settings
+from pricing.errors import PriceInputError
+from pricing.http import redact
 
 if TYPE_CHECKING:  # numpy is imported where it is used: the CLI's start-up does not load it
     import numpy as np
@@ -35,7 +42,7 @@ TEXT_FIELDS = ("text", "content", "prompt")  # tried in order when no field is n
 MESSAGE_FIELDS = ("messages", "conversations")  # conversations: ShareGPT / LLaMA-Factory's sharegpt format
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "observation": "tool",
                   "function_call": "assistant"}  # LLaMA-Factory data/README.md (sharegpt tags)
-SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".arrow")
+SUFFIXES = dataset_files.SUFFIXES
 
 
 class DatasetCount(BaseModel):
@@ -53,93 +60,27 @@ class DatasetCount(BaseModel):
 
 
 # ----------------------------------------------------------------------------- reading
-
-def _need(module: str):
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise BadInput(f"--dataset: reading datasets needs {module.split('.')[0]}: pip install "
-                       "'gpu-cost-advisor[data]'.") from None
-
+# Every file and folder is read by advisor/workload/dataset_files.py, with its limits.
 
 def existing(path: str | Path) -> Path:
-    """The dataset's local path, or one line saying it is not there (checked before a tokenizer is loaded)."""
+    """The dataset's local path, or one line saying it is not there or not a file or folder we read (checked
+    before a tokenizer is loaded; nothing is opened: a FIFO cannot block)."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise BadInput(f"--dataset {plain(p)}: no such file or folder.")
+    dataset_files.kind_of(p, f"--dataset {plain(p)}")
     return p
 
 
 def read_table(path: str | Path, columns: tuple[str, ...] = ()):
     """The dataset as a pyarrow Table (only `columns` where the format can read a subset)."""
+    import numpy as np
+
     p = existing(path)
-    what = f"--dataset {plain(p)}"
-    if p.is_file() and p.stat().st_size == 0:
-        raise BadInput(f"{what}: the dataset has no rows (the file is empty).")
-    pa = _need("pyarrow")
-    try:
-        if p.is_dir():
-            return _read_folder(p, what)
-        suffix = p.suffix.lower()
-        if suffix == ".parquet":
-            pq = _need("pyarrow.parquet")
-            names = set(pq.read_schema(p).names)
-            return pq.read_table(p, columns=[c for c in columns if c in names] or None)
-        if suffix == ".csv":
-            return _need("pyarrow.csv").read_csv(p)
-        if suffix in (".jsonl", ".json"):
-            return _read_json(p)
-        if suffix == ".arrow":
-            with pa.memory_map(str(p)) as source:
-                return pa.ipc.open_stream(source).read_all()
-    except BadInput:
-        raise
-    except (pa.ArrowException, ValueError, OSError, TypeError) as exc:
-        raise BadInput(f"{what}: cannot be read ({_first(exc)}).") from None
-    raise BadInput(f"{what}: unknown format {plain(p.suffix) or '(no suffix)'}; use {', '.join(SUFFIXES)} or a "
-                   "folder written by datasets' save_to_disk.")
-
-
-def _datasets():
-    """The datasets library, quiet: its progress bars and info logs would interleave with our output."""
-    datasets = _need("datasets")
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    return datasets
-
-
-def _read_json(p: Path):
-    pa_json = _need("pyarrow.json")
-    pa = _need("pyarrow")
-    with open(p, "rb") as f:
-        head = f.read(4096).lstrip()
-    if not head.startswith(b"["):  # JSON lines (one object per line)
-        return pa_json.read_json(p)
-    datasets = _datasets()  # a JSON array: the datasets library's JSON builder reads it
-    with tempfile.TemporaryDirectory(prefix="gpu-advisor-ds-") as cache:
-        try:
-            ds = datasets.Dataset.from_json(str(p), cache_dir=cache, keep_in_memory=True)
-        except Exception as exc:  # noqa: BLE001 - DatasetGenerationError and friends: the file is not usable
-            cause = exc.__cause__ or exc
-            raise BadInput(f"--dataset {plain(p)}: cannot be read as a JSON array ({_first(cause)}).") from None
-        return pa.table(ds.data.table)
-
-
-def _read_folder(p: Path, what: str):
-    datasets = _datasets()
-    try:
-        ds = datasets.load_from_disk(str(p), keep_in_memory=True)
-    except FileNotFoundError:
-        raise BadInput(f"{what}: the folder is not a dataset written by datasets' save_to_disk.") from None
-    if isinstance(ds, datasets.DatasetDict):
-        if "train" not in ds:
-            raise BadInput(f"{what}: a DatasetDict without a 'train' split (splits: {', '.join(ds)}).")
-        ds = ds["train"]
-    if getattr(ds, "_indices", None) is not None:  # a select()/shuffle() view: its rows, in its order
-        ds = ds.flatten_indices(keep_in_memory=True)
-    return ds.data.table
+    source = dataset_files.open_source(p, f"--dataset {plain(p)}", columns)
+    if isinstance(source, dataset_files.TableSource):
+        return source.table
+    pa = dataset_files.need("pyarrow")
+    tables = [t for _, t in source.batches(np.arange(source.rows), CHUNK)]
+    return pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
 
 
 def _first(exc: BaseException) -> str:
@@ -167,6 +108,24 @@ def pick_field(columns: list[str], text_field: str | None, messages_field: str |
 
 # ----------------------------------------------------------------------------- tokenizers
 
+PIECE_CHARS = 1_000_000  # a longer text is tokenized in pieces of about this many characters (Tokenizer.lengths)
+CUT_WINDOW = 256  # characters either side of a cut, encoded to measure what the cut changes
+_CUT = re.compile(r"(?<=\S) (?=\S)")
+
+
+def _cuts(text: str) -> list[int]:
+    """Where `text` is cut into pieces of about PIECE_CHARS characters: just before a single space between two
+    non-spaces (a stretch without one is left whole)."""
+    out, start = [], 0
+    while len(text) - start > PIECE_CHARS:
+        m = _CUT.search(text, start + PIECE_CHARS // 2, start + PIECE_CHARS + PIECE_CHARS // 2)
+        if m is None:
+            break
+        start = m.start()
+        out.append(start)
+    return out
+
+
 class Tokenizer:
     """The model's tokenizer: lengths of texts, and chat messages rendered the way training sees them."""
 
@@ -178,11 +137,39 @@ class Tokenizer:
         return self._chat is not None and bool(getattr(self._chat, "chat_template", None))
 
     def lengths(self, texts: list[str], special_tokens: bool = True) -> np.ndarray:
+        """Tokens per text. A text over PIECE_CHARS characters is encoded in pieces (special tokens with the
+        first only), cut before a space between two words, in memory bounded by the piece (a tokenizers
+        Encoding holds about 450 bytes per token: one 8 MB row took 1.9 GB whole). What a cut changes
+        (a byte-level BPE: nothing; a SentencePiece-style normalizer that prepends '▁': one more '▁' on the
+        piece after it) is measured on the CUT_WINDOW characters either side of each cut and taken off."""
+        import numpy as np
+
+        out = np.zeros(len(texts), dtype=np.int64)
+        short = [i for i, t in enumerate(texts) if len(t) <= PIECE_CHARS]
+        if len(short) == len(texts):
+            out[:] = self._encoded([*texts], special_tokens)
+            return out
+        out[short] = self._encoded([texts[i] for i in short], special_tokens)
+        for i in sorted(set(range(len(texts))) - set(short)):
+            text = texts[i]
+            cuts = _cuts(text)
+            bounds = [0, *cuts, len(text)]
+            total = int(self._encoded([text[:bounds[1]]], special_tokens)[0])
+            total += sum(int(self._encoded([text[a:b]], False)[0]) for a, b in zip(bounds[1:-1], bounds[2:]))
+            for c in cuts:  # the cut's own effect: window whole minus its two halves
+                left, right = text[max(0, c - CUT_WINDOW):c], text[c:c + CUT_WINDOW]
+                whole, a, b = self._encoded([left + right, left, right], False)
+                total += int(whole) - int(a) - int(b)
+            out[i] = total
+        return out
+
+    def _encoded(self, texts: list[str], special_tokens: bool) -> np.ndarray:
         # encode_batch_fast (tokenizers >= 0.21) skips the character offsets: the same ids, ~20 % faster
         import numpy as np
 
         encode = getattr(self._fast, "encode_batch_fast", None) or self._fast.encode_batch
-        encodings = encode(texts, add_special_tokens=special_tokens)
+        with native_errors(f"--tokenizer {plain(self.name)}"):
+            encodings = encode(texts, add_special_tokens=special_tokens)
         return np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
 
     def render(self, messages: list[dict[str, str]]) -> str:
@@ -191,29 +178,100 @@ class Tokenizer:
         return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
+# A tokenizer.json is at most a few tens of MB (google/gemma-3-27b-it's, 262,144 tokens, is 33.4 MB:
+# https://huggingface.co/google/gemma-3-27b-it/blob/main/tokenizer.json); the other files are smaller.
+MAX_TOKENIZER_BYTES = 128 * 2**20
+# Files of a tokenizer folder that transformers' AutoTokenizer may open (each checked first: a regular file
+# within MAX_TOKENIZER_BYTES), tokenizer.json also parsed with our limits before transformers sees it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "config.json",
+                   "chat_template.jinja", "chat_template.json", "generation_config.json")
+
+
+@contextlib.contextmanager
+def native_errors(what: str):
+    """Run a call into the tokenizers library (Rust) so that its failures are one line naming `what`: a
+    Rust panic (pyo3's PanicException, a BaseException, e.g. Oniguruma's backtracking limit,
+    "retry-limit-in-match over", on a regex such as `(a+)+$`) becomes BadInput, and what Rust prints
+    on stderr meanwhile is held back (and passed on unchanged when nothing failed)."""
+
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to guard
+        saved = None
+    held = tempfile.TemporaryFile() if saved is not None else None
+    if held is not None:
+        os.dup2(held.fileno(), 2)
+    failed = False
+    try:
+        yield
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        failed = True
+        raise BadInput(f"{what}: the tokenizers library stopped on this tokenizer ({_first(exc)}); its rules "
+                       "cannot be used (a regular expression past the library's backtracking limit?).") from None
+    finally:
+        if held is not None:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                held.seek(0)
+                rest = held.read(1 << 20)
+                if rest:
+                    os.write(2, rest)
+            held.close()
+
+
 def load_tokenizer(ref: str) -> Tokenizer:
     """A local folder (tokenizer.json, with tokenizer_config.json's chat template when present), a
-    tokenizer.json file, or a Hub id (HF_TOKEN for gated repos; the local cache when offline)."""
+    tokenizer.json file, or a Hub id (HF_TOKEN for gated repos; the local cache when offline). Local
+    files are read like every input: regular files only, sizes and JSON nesting bounded."""
     text = str(ref).strip()
     p = Path(text).expanduser()
-    if p.is_file():
-        return Tokenizer(text, _tokenizers_file(p))
-    if p.is_dir():
-        if not (p / "tokenizer_config.json").is_file() and (p / "tokenizer.json").is_file():
-            return Tokenizer(text, _tokenizers_file(p / "tokenizer.json"))
+    what = f"--tokenizer {plain(text)}"
+    if os.path.lexists(p) or text.endswith(".json") or not HUB_ID.match(text):
+        if dataset_files.kind_of(p, what) == "file":
+            return Tokenizer(text, _tokenizers_file(p, what))
+        for name in TOKENIZER_FILES:  # a FIFO or /dev/zero in the folder is refused before anything opens it
+            if os.path.lexists(p / name):
+                try:
+                    files.regular_size(p / name, f"{what}: {name}", MAX_TOKENIZER_BYTES)
+                except PriceInputError as exc:
+                    raise BadInput(str(exc) + ".") from None
+        if not os.path.lexists(p / "tokenizer_config.json") and os.path.lexists(p / "tokenizer.json"):
+            return Tokenizer(text, _tokenizers_file(p / "tokenizer.json", f"{what}: tokenizer.json"))
+        if os.path.lexists(p / "tokenizer.json"):
+            _tokenizers_file(p / "tokenizer.json", f"{what}: tokenizer.json")  # its rules, checked by us first
         return _auto(text, p, local=True)
-
-    if not HUB_ID.match(text) or text.endswith(".json"):
-        raise BadInput(f"--tokenizer {plain(text)}: no such file or folder.")
     return _auto(text, text, local=False)
 
 
-def _tokenizers_file(p: Path):
-    tokenizers = _need("tokenizers")
+def _read(p: Path, what: str) -> bytes:
     try:
-        return tokenizers.Tokenizer.from_file(str(p))
+        return files.read_regular_file(p, MAX_TOKENIZER_BYTES, what)
+    except PriceInputError as exc:
+        raise BadInput(str(exc) + ".") from None
+
+
+def _tokenizers_file(p: Path, what: str):
+    """A tokenizers Tokenizer from a tokenizer.json read with limits: a regular file, at most
+    MAX_TOKENIZER_BYTES, UTF-8, JSON nested at most pricing.files.MAX_DEPTH levels, before Rust parses it."""
+    tokenizers = dataset_files.need("tokenizers")
+    data = _read(p, what)
+    if dataset_files.deepest(data, per_line=False)[0] > files.MAX_DEPTH:
+        raise BadInput(f"{what}: JSON is nested more than {files.MAX_DEPTH} levels deep; refused.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{what}: not UTF-8 text (byte {exc.start + 1}: {exc.reason}).") from None
+    try:
+        with native_errors(what):
+            return tokenizers.Tokenizer.from_str(text)
+    except BadInput:
+        raise
     except Exception as exc:  # noqa: BLE001 - the Rust library raises plain Exception on a bad file
-        raise BadInput(f"--tokenizer {plain(p)}: not a tokenizers JSON file ({_first(exc)}).") from None
+        raise BadInput(f"{what}: not a tokenizers JSON file ({_first(exc)}).") from None
 
 
 def _auto(name: str, where, local: bool) -> Tokenizer:
@@ -226,13 +284,16 @@ def _auto(name: str, where, local: bool) -> Tokenizer:
         settings.hf_endpoint()
         settings.hf_token()
     try:
-        tok = _from_pretrained(AutoTokenizer, str(where), local)
+        with native_errors(f"--tokenizer {plain(name)}"):
+            tok = _from_pretrained(AutoTokenizer, str(where), local)
+    except BadInput:
+        raise
     except Exception as exc:  # noqa: BLE001 - offline, gated, missing files: one line naming what is missing
         hint = ("the folder holds no usable tokenizer.json / tokenizer_config.json" if local else
                 "not in the local Hugging Face cache and the Hub cannot be reached or refuses it"
                 + ("" if settings.present("HF_TOKEN") else " (set HF_TOKEN for a gated repo)"))
-        raise BadInput(f"--tokenizer {plain(name)}: cannot load the tokenizer: {hint}; pass --tokenizer with a "
-                       f"local folder or tokenizer.json ({_first(exc)}).") from None
+        raise BadInput(redact(f"--tokenizer {plain(name)}: cannot load the tokenizer: {hint}; pass --tokenizer with a "
+                              f"local folder or tokenizer.json ({_first(exc)}).")) from None
     fast = getattr(tok, "backend_tokenizer", None)
     if fast is None:
         raise BadInput(f"--tokenizer {plain(name)}: only fast (tokenizers-backed) tokenizers are supported.")
@@ -265,9 +326,9 @@ def _hub_reachable(timeout: float = 5.0) -> None:
     import requests
 
     try:
-        requests.head(_endpoint(), timeout=timeout)
+        requests.head(hub_endpoint(), timeout=timeout)
     except requests.RequestException as exc:
-        raise ConnectionError(f"{_endpoint()} cannot be reached: {type(exc).__name__}") from None
+        raise ConnectionError(f"{redact(hub_endpoint())} cannot be reached: {type(exc).__name__}") from None
 
 
 def tokenizer_ref(model: str | None, tokenizer: str | None) -> str:
@@ -312,6 +373,21 @@ def _texts(values: list, kind: str, tok: Tokenizer, rows: np.ndarray, what: str)
     return [tok.render(_messages(v, int(r) + 1, what)) for v, r in zip(values, rows)]
 
 
+def _values(table, field: str, rows: np.ndarray, what: str) -> list:
+    """The column's values as Python objects; text that is not UTF-8 (possible in Parquet and Arrow
+    files, whose strings pyarrow does not re-check) is named by its row."""
+    column = table.column(field)
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        for i, r in enumerate(rows.tolist()):
+            try:
+                column.slice(i, 1).to_pylist()
+            except UnicodeDecodeError as exc:
+                raise BadInput(f"{what}: row {r + 1}: the text is not UTF-8 ({exc.reason}).") from None
+        raise
+
+
 def _choose(rows: int, sample: int | None, seed: int) -> np.ndarray:
     """The rows counted, ascending: all of them, or a seeded uniform sample without replacement."""
     import numpy as np
@@ -319,37 +395,6 @@ def _choose(rows: int, sample: int | None, seed: int) -> np.ndarray:
     if sample is None or rows <= sample:
         return np.arange(rows)
     return np.sort(np.random.default_rng(seed).choice(rows, size=sample, replace=False))
-
-
-def _jsonl_sample(p: Path, sample: int, seed: int, what: str):
-    """(table of the sampled rows, rows in the file, their row numbers) for a JSON-lines file bigger than
-    the sample, else None. Rows are found by their line breaks (a JSON-lines row is one line: JSON text
-    has no raw line break inside a string) and only the sampled lines are parsed, by pyarrow."""
-    import numpy as np
-
-    if p.suffix.lower() not in (".jsonl", ".json") or not p.is_file() or p.stat().st_size == 0:
-        return None
-    with open(p, "rb") as f:
-        if f.read(4096).lstrip().startswith(b"["):
-            return None
-    data = np.memmap(p, dtype=np.uint8, mode="r")
-    breaks = np.flatnonzero(data == 10)
-    starts = np.concatenate(([0], breaks + 1))
-    ends = np.concatenate((breaks, [len(data)]))
-    # blank lines (nothing, or only a carriage return) are not rows, for pyarrow either
-    filled = (ends - starts > 1) | ((ends - starts == 1) & (data[np.minimum(starts, len(data) - 1)] != 13))
-    starts, ends = starts[filled], ends[filled]
-    rows = len(starts)
-    if rows <= sample:
-        return None
-    chosen = _choose(rows, sample, seed)
-    body = b"\n".join(bytes(data[a:b]) for a, b in zip(starts[chosen], ends[chosen]))
-    pa, pa_json = _need("pyarrow"), _need("pyarrow.json")
-    try:
-        table = pa_json.read_json(io.BytesIO(body))
-    except (pa.ArrowException, ValueError) as exc:
-        raise BadInput(f"{what}: cannot be read ({_first(exc)}).") from None
-    return table, rows, chosen
 
 
 def count_dataset(path: str | Path, tokenizer: Tokenizer, *, text_field: str | None = None,
@@ -363,27 +408,23 @@ def count_dataset(path: str | Path, tokenizer: Tokenizer, *, text_field: str | N
     if sample is not None and sample < 1:
         raise BadInput(f"--sample: must be at least 1 row (got {sample}).")
     named = tuple(x for x in (text_field, messages_field) if x)
-    picked = _jsonl_sample(Path(path).expanduser(), sample, seed, what) if sample is not None else None
-    if picked is not None:  # only the sampled lines of a big JSONL were parsed
-        table, rows, chosen = picked
-        positions = np.arange(len(chosen))
-    else:
-        table = read_table(path, named or MESSAGE_FIELDS + TEXT_FIELDS)
-        rows = table.num_rows
-        chosen = _choose(rows, sample, seed)
-        positions = chosen
-    field, kind = pick_field(list(table.column_names), text_field, messages_field, what)
+    source = dataset_files.open_source(existing(path), what, named or MESSAGE_FIELDS + TEXT_FIELDS)
+    rows = source.rows
+    chosen = _choose(rows, sample, seed)
+    batches = source.batches(chosen, CHUNK)
+    first = next(batches, None)
+    field, kind = pick_field(list(first[1].column_names) if first else [], text_field, messages_field, what)
     if rows == 0:
         raise BadInput(f"{what}: the dataset has no rows.")
-    column = table.column(field)
     lengths = np.empty(len(chosen), dtype=np.int64)
     special = kind == "text"  # a chat template writes its own special tokens
-    for start in range(0, len(chosen), CHUNK):
-        idx = chosen[start:start + CHUNK]
-        values = column.take(positions[start:start + CHUNK]).to_pylist()
-        lengths[start:start + len(idx)] = tokenizer.lengths(_texts(values, kind, tokenizer, idx, what), special)
+    done = 0
+    for idx, table in itertools.chain([first], batches):
+        values = _values(table, field, idx, what)
+        lengths[done:done + len(idx)] = tokenizer.lengths(_texts(values, kind, tokenizer, idx, what), special)
+        done += len(idx)
         if progress:
-            progress(start + len(idx), len(chosen))
+            progress(done, len(chosen))
     rendering = "text" if kind == "text" else (
         "chat template" if tokenizer.has_chat_template else "role: content lines (the tokenizer has no chat template)")
     return DatasetCount(dataset=str(path), field=field, kind=kind, rendering=rendering, tokenizer=tokenizer.name,

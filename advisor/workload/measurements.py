@@ -2,8 +2,20 @@
 to plan candidates and turned into their rate, band and memory.
 
 A measurement is shared data (a colleague's file, a ticket attachment), so it is read like a plan
-file: bounded size and nesting (pricing.files.load_json), printable text only (advisor.results'
-plan-file rules), the one known schema, finite positive numbers, a GPU from the GPU table.
+file: a regular file of bounded size and nesting (pricing.files), printable text only (advisor.results'
+plan-file rules), the one known schema, strict types (a number is a JSON number: never true or "5"),
+finite positive numbers within bounds, a GPU from the GPU table, and a date no later than a day of
+clock skew ahead (pricing.schema.FUTURE_SKEW_SECONDS; a run dated 9999 would outrank every real one).
+
+Plausibility (`check_plausible`, where the model is known: a plan, calibrate): the measured tokens/s
+must not exceed what the GPUs could do running only the forward pass of the model's matmuls at their
+peak dense rate: gpus x peak dense TFLOPs (pricing/data/gpus.csv, the fastest of its bf16, fp16 and
+fp32 columns) / (2 x the matmul weights a token passes through). A training step costs at least 2x that
+(3x for full fine-tuning: advisor.estimate.throughput.flops_per_token), so a real run stays at or below
+half the ceiling; above it the file is wrong (1e10 tokens/s on one L4 made a candidate take 2.8e-7 h).
+The floor is PLAUSIBLE_FLOOR (1e-7) of that ceiling, below any run that trains at all (1e-300 tokens/s
+priced a run at $2.3e303). A plan names a run by its file name and date, never by the folder it lies
+in (a path of the machine, the user's home in it, would reach every shared plan, report and bundle).
 
 Matching (`matches`): the same model, the same GPU model and node count, and the same stack in
 every field that moves time or memory (`stack_key`): method, precision, optimizer, checkpointing,
@@ -44,12 +56,16 @@ from pricing.cache import cache_dir
 from pricing.errors import PriceInputError
 from pricing.files import atomic_write, load_json, read_text
 from pricing.gpus import get_gpu
+from pricing.schema import FUTURE_SKEW_SECONDS
 
 SCHEMA = "gpu-advisor/measurement-1"
 MAX_FILE_BYTES = 1_000_000  # a measurement is a few kB (the per-step list included)
 MAX_STEPS = 100_000
 MAX_BYTES = 2**50  # a petabyte: no GPU or host comes near
 MAX_TOKENS_PER_SEC = 1e10
+MAX_ALLOC_RETRIES = 10**9
+PLAUSIBLE_FLOOR = 1e-7  # the lowest share of the plausibility ceiling a measured rate may be (module docstring)
+EARLIEST_YEAR = 2000  # measured_at before this is not a date of a run of this tool
 EXTRAPOLATION_HORIZON = 16.0  # shape ratio at which the band is the time model's own (module docstring)
 MEASURED = "measured on"  # how a band_basis from a measured run starts (`is_measured`)
 CPU = "cpu"  # gpu_model of a run on the host: valid, stored, never matches a GPU candidate
@@ -122,11 +138,13 @@ class Measurement(BaseModel):
     peak_reserved_bytes: int | None = Field(None, ge=0, le=MAX_BYTES)
     device_total_bytes: int | None = Field(None, ge=0, le=MAX_BYTES, description="device memory in use (nvidia-smi)")
     device_capacity_bytes: int | None = Field(None, ge=0, le=MAX_BYTES)
-    alloc_retries: int | None = Field(None, ge=0)
+    alloc_retries: int | None = Field(None, ge=0, le=MAX_ALLOC_RETRIES)
     host_peak_rss_bytes: int | None = Field(None, ge=0, le=MAX_BYTES)
     versions: dict[str, str] = Field(default_factory=dict, max_length=64)
     measured_at: str
     _origin: str = PrivateAttr("")  # the file it was read from (not part of the file)
+    _stored: bool = PrivateAttr(False)  # read from the store (skipped with a warning when implausible)
+    _plausible: bool | None = PrivateAttr(None)  # check_plausible's verdict, once the model is known
 
     @field_validator("schema_")
     @classmethod
@@ -158,6 +176,11 @@ class Measurement(BaseModel):
                              f"(got {v[:40]!r})") from None
         if when.tzinfo is None:
             raise ValueError("measured_at: needs a time zone (UTC: +00:00)")
+        latest = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=FUTURE_SKEW_SECONDS)
+        if when > latest:
+            raise ValueError(f"measured_at: {v[:40]} is in the future (more than a day ahead of this clock)")
+        if when.year < EARLIEST_YEAR:
+            raise ValueError(f"measured_at: {v[:40]} is before {EARLIEST_YEAR}; not the date of a run")
         return v
 
     @model_validator(mode="after")
@@ -178,9 +201,15 @@ class Measurement(BaseModel):
     def origin(self) -> str:
         return self._origin
 
+    @property
+    def file_name(self) -> str:
+        """The name of the file it was read from, without its folder (a stored run: its hash name)."""
+        return plain(Path(self._origin).name)[-120:] if self._origin else ""
+
     def label(self) -> str:
-        """How a plan names the run: 'measured on 2026-12-01 (run/measured.json, 20 steps)'."""
-        where = f"{plain(self._origin)[-120:]}, " if self._origin else ""
+        """How a plan names the run: 'measured on 2026-12-01 (measured.json, 20 steps)': the file's name
+        and the date, never its folder (a path of this machine would reach shared plans and reports)."""
+        where = f"{self.file_name}, " if self._origin else ""
         return f"{MEASURED} {self.date} ({where}{self.step_seconds.count} steps)"
 
 
@@ -189,11 +218,18 @@ def is_measured(band_basis: str) -> bool:
     return band_basis.startswith(MEASURED)
 
 
+_STRICT = {"int_type": "expected a whole number", "float_type": "expected a number",
+           "bool_type": "expected true or false", "string_type": "expected text"}
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ()))
     ctx = err.get("ctx") or {}
     msg = str(ctx["error"]) if isinstance(ctx.get("error"), Exception) else err.get("msg", "invalid value")
+    if err.get("type") in _STRICT:
+        got = err.get("input")
+        msg = f"{_STRICT[err['type']]} (got {'a JSON ' + type(got).__name__ if not isinstance(got, (str, bool, int, float)) else repr(got)[:40]})"
     return msg if not where or msg.startswith(where.split(".")[0]) else f"{where}: {msg}"
 
 
@@ -203,7 +239,7 @@ def parse(data: Any, what: str) -> Measurement:
         raise BadInput(f"{what}: expected a JSON object written by launch.sh --benchmark.")
     try:
         _check_tree(data, "measurement")
-        return Measurement.model_validate(data)
+        return Measurement.model_validate(data, strict=True)  # a number is a JSON number: no true, no "5"
     except ValidationError as exc:
         raise BadInput(f"{what}: {_first_error(exc)}.") from None
     except ValueError as exc:
@@ -249,9 +285,12 @@ def stored() -> list[Measurement]:
     out = []
     for path in sorted(folder.glob("*.json")):
         try:
-            out.append(load(path))
+            m = load(path)
         except BadInput as exc:
             warnings.warn(f"measurement store: skipped {exc}", stacklevel=2)
+            continue
+        m._stored = True
+        out.append(m)
     return out
 
 
@@ -283,7 +322,8 @@ def distance(m: Measurement, shape: Shape) -> float:
 
 
 def best(found: Iterable[Measurement], shape: Shape) -> Measurement | None:
-    """The nearest shape first; then the newest run."""
+    """The nearest shape first; then the newest run (dates are checked on reading: none lies ahead of the
+    clock, so the newest is the newest real run)."""
     ranked = sorted(found, key=lambda m: (distance(m, shape), -dt.datetime.fromisoformat(m.measured_at).timestamp()))
     return ranked[0] if ranked else None
 
@@ -307,6 +347,48 @@ def apply(step: dict, m: Measurement, at_measured: dict, shape: Shape, model_ban
     return out
 
 
+def ceiling(m: Measurement, engine, gpu) -> float:
+    """The most tokens/s the run's GPUs could do on this model (module docstring): all of them running only
+    the forward pass of the matmuls a token passes through, at their peak dense rate."""
+    peak = max(x for x in (gpu.dense_bf16_tflops, gpu.dense_fp16_tflops, gpu.fp32_tflops) if x) * 1e12
+    forward = 2.0 * engine.counts(m.stack).matmul_active
+    return m.gpu_count * m.nodes * peak / forward
+
+
+def check_plausible(m: Measurement, engine, gpu, what: str) -> None:
+    """BadInput naming `what` when the measured tokens/s is above the ceiling or below PLAUSIBLE_FLOOR of it."""
+    try:
+        top = ceiling(m, engine, gpu)
+    except BadInput:
+        raise
+    except ValueError:  # a stack this model cannot run (e.g. LoRA targets it lacks): it times no candidate
+        return
+    gpus = m.gpu_count * m.nodes
+    on = f"{gpus} x {gpu.name} on {engine.spec.name}"
+    if m.tokens_per_sec > top:
+        raise BadInput(f"{what}: tokens_per_sec {m.tokens_per_sec:,.6g} is more than {on} could do ({top:,.6g} tokens/s: "
+                       "the forward pass alone at the GPUs' peak dense rate); not a measured rate.")
+    if m.tokens_per_sec < top * PLAUSIBLE_FLOOR:
+        raise BadInput(f"{what}: tokens_per_sec {m.tokens_per_sec:.6g} is below {PLAUSIBLE_FLOOR:g} of what {on} could "
+                       f"do ({top:,.6g} tokens/s); not a measured rate.")
+
+
+def plausible(m: Measurement, engine, gpu) -> bool:
+    """Whether `m` passes `check_plausible`: a stored run that does not is skipped with a warning, a
+    --measured file that does not stops the plan (exit 2)."""
+    import warnings
+
+    what = f"stored measurement {m.file_name}" if m._stored else f"--measured {plain(m.origin)}"
+    try:
+        check_plausible(m, engine, gpu, what)
+    except BadInput as exc:
+        if not m._stored:
+            raise
+        warnings.warn(f"measurement store: skipped {exc}", stacklevel=2)
+        return False
+    return True
+
+
 def memory_excess(m: Measurement, estimate_at_measured) -> int:
     """Bytes the run needed above the estimate at the measured shape (0 when the estimate was safe),
     compared like with like: device total (nvidia-smi) if measured, else reserved, else allocated."""
@@ -323,7 +405,11 @@ def adjust(step: dict, request, engine, stack: Stack, shape: Shape, gpu, nodes: 
     """The planner's one call (advisor/planner/configs.py Evaluator.time): `step` replaced by the best
     matching measurement's, with "memory_excess_bytes" for the fit; `step` itself when none matches.
     `predict(shape)` is Engine.step for this config at another shape."""
-    found = [m for m in for_request(request) if matches(m, engine.spec.name, gpu.name, nodes, stack)]
+    runs = for_request(request)
+    for m in runs:  # every run of this model is judged once, whichever candidate it would time
+        if m._plausible is None and m.gpu_model != CPU and m.model.casefold() == engine.spec.name.casefold():
+            m._plausible = plausible(m, engine, get_gpu(m.gpu_model))
+    found = [m for m in runs if matches(m, engine.spec.name, gpu.name, nodes, stack) and m._plausible]
     m = best(found, shape)
     if m is None:
         return step
@@ -409,6 +495,7 @@ def compare(m: Measurement, engine=None) -> Calibration:
     known = [c.safe for c in checks if c.safe is not None]
     step = None
     if m.gpu_model != CPU:
+        check_plausible(m, engine, get_gpu(m.gpu_model), f"measurement {plain(m.origin) or 'file'}")
         step = engine.step(m.stack, shape, get_gpu(m.gpu_model), nodes=m.nodes)
     predicted = step["tokens_per_sec"] if step else None
     band_ = (step["tokens_per_sec_low"], step["tokens_per_sec_high"]) if step else None

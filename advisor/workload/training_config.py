@@ -12,6 +12,8 @@ the pin, because that is what the run will do. Each key's meaning is cited next 
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
+from advisor.model.spec import MAX_BATCH, MAX_EPOCHS, MAX_SEQ_LEN
 from advisor.text import plain
-from advisor.workload import rl_config
+from advisor.workload import dataset_files, rl_config
 from pricing.errors import PriceInputError
 from pricing.files import load_json, load_yaml, read_text
 
@@ -56,6 +59,75 @@ _IGNORED_COMMON = {
 }
 
 
+# Upper bounds of the keys that become plan options, checked here so a message names the config key
+# (advisor/model/spec.py's limits for the options they become; advisor/stacks.py Stack for LoRA).
+_UPPER = {**dict.fromkeys(("sequence_len", "cutoff_len", "max_length", "max_seq_length", "max_seq_len"), MAX_SEQ_LEN),
+          **dict.fromkeys(("micro_batch_size", "per_device_train_batch_size", "batch_size",
+                           "gradient_accumulation_steps"), MAX_BATCH),
+          **dict.fromkeys(("num_epochs", "num_train_epochs", "epochs"), MAX_EPOCHS),
+          **dict.fromkeys(("lora_r", "lora_rank"), 65_536), "lora_alpha": 1_000_000, "lora_dropout": 1.0}
+_KINDS = {"bool": "true or false", "int": "a positive whole number", "num": "a number >= 0", "text": "text",
+          "map": "a mapping (key: value lines)", "list": "a list"}
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def _got(value: Any) -> str:
+    return repr(plain(value)[:40]) if not isinstance(value, (dict, list)) else (
+        f"a {'mapping' if isinstance(value, dict) else 'list'}")
+
+
+def typed(what: str, key: str, value: Any, kind: str) -> Any:
+    """`value` when it is of `kind` (None passes), as the option it becomes wants it; else BadInput naming
+    `key`. Whole numbers are ints or integral floats, never true/false; numbers are finite, and text
+    such as "5e-2" (PyYAML reads exponents without a dot as text) is read as the number it spells;
+    `_UPPER` bounds the keys that become options."""
+    if value is None:
+        return None
+    name = key.rsplit(".", 1)[-1].split("[")[0]
+    upper = _UPPER.get(name)
+    ok, out = False, value
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "text":
+        ok = isinstance(value, str)
+    elif kind == "map":
+        ok = isinstance(value, dict)
+    elif kind == "list":
+        ok = isinstance(value, list)
+    elif kind == "int":
+        if isinstance(value, float) and value.is_integer():
+            out = int(value)
+        ok = isinstance(out, int) and not isinstance(out, bool) and out > 0 and (upper is None or out <= upper)
+    elif kind == "num":
+        if isinstance(value, str):
+            try:
+                out = float(value)
+            except ValueError:
+                pass
+        ok = (isinstance(out, (int, float)) and not isinstance(out, bool) and math.isfinite(out) and out >= 0
+              and (upper is None or out < upper if name == "lora_dropout" else upper is None or out <= upper))
+    if ok:
+        return out
+    expected = _KINDS[kind] + ("" if upper is None else f" below {upper:g}" if name == "lora_dropout"
+                               else f" at most {upper:,}")
+    raise BadInput(f"{what}: {plain(key)}: expected {expected} (got {_got(value)}).")
+
+
+def name_list(what: str, key: str, value: Any, modules: bool = True) -> tuple[str, ...]:
+    """Names from a comma string or a list of names; module names are letters, digits, '_', '.', '-'."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(x, str) for x in items):
+        raise BadInput(f"{what}: {plain(key)}: expected a name or a list of names (got {_got(value)}).")
+    out = tuple(n.strip() for x in items for n in x.split(",") if n.strip())
+    bad = next((n for n in out if modules and not _NAME.fullmatch(n)), None)
+    if bad is not None:
+        raise BadInput(f"{what}: {plain(key)}: {plain(bad)[:40]!r} is not a module name (letters, digits, '_', '.', "
+                       "'-').")
+    return out
+
+
 class ConfigPins(BaseModel):
     """What a training config fixes, in `plan`'s own option names, and what it could not say."""
 
@@ -88,45 +160,24 @@ class _Keys:
         return default if value is None or value == "" else value
 
     def bool(self, key: str, default: bool | None = None) -> bool | None:
-        v = self.raw(key, default)
-        if v is None or isinstance(v, bool):
-            return v
-        raise BadInput(f"{self.what}: {plain(key)}: expected true or false (got {plain(v)[:40]!r}).")
+        return typed(self.what, key, self.raw(key, default), "bool")
 
     def int(self, key: str, default: int | None = None) -> int | None:
-        v = self.raw(key, default)
-        if v is None or (isinstance(v, int) and not isinstance(v, bool) and v > 0):
-            return v
-        if isinstance(v, float) and v.is_integer() and v > 0:
-            return int(v)
-        raise BadInput(f"{self.what}: {plain(key)}: expected a positive whole number (got {plain(v)[:40]!r}).")
+        return typed(self.what, key, self.raw(key, default), "int")
 
     def num(self, key: str, default: float | None = None) -> float | None:
-        v = self.raw(key, default)
-        if isinstance(v, str):
-            try:
-                v = float(v)
-            except ValueError:
-                pass
-        if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0):
-            return v
-        raise BadInput(f"{self.what}: {plain(key)}: expected a number >= 0 (got {plain(v)[:40]!r}).")
+        return typed(self.what, key, self.raw(key, default), "num")
 
     def text(self, key: str, default: str | None = None) -> str | None:
-        v = self.raw(key, default)
-        if v is None or isinstance(v, str):
-            return v
-        raise BadInput(f"{self.what}: {plain(key)}: expected text (got {plain(v)[:40]!r}).")
+        return typed(self.what, key, self.raw(key, default), "text")
 
-    def names(self, key: str) -> tuple[str, ...]:
-        """A comma string or a list of names."""
-        v = self.raw(key)
-        if v is None:
-            return ()
-        items = v if isinstance(v, list) else [v]
-        if not all(isinstance(x, str) for x in items):
-            raise BadInput(f"{self.what}: {plain(key)}: expected a name or a list of names.")
-        return tuple(n.strip() for x in items for n in x.split(",") if n.strip())
+    def mapping(self, key: str) -> dict:
+        """A nested section ({} when absent)."""
+        return typed(self.what, key, self.raw(key), "map") or {}
+
+    def names(self, key: str, modules: bool = True) -> tuple[str, ...]:
+        """A comma string or a list of names (of modules unless `modules` is false)."""
+        return name_list(self.what, key, self.raw(key), modules)
 
     def leftover(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         rest = [str(k) for k in self.data if k not in self.used]
@@ -150,38 +201,67 @@ def _one_of(keys: _Keys, flags: dict[str, Any]) -> Any:
 
 def _deepspeed(keys: _Keys, key: str, base: Path) -> dict[str, Any]:
     """sharding/offload from a DeepSpeed JSON (zero_optimization.stage, offload_optimizer/offload_param
-    .device: https://www.deepspeed.ai/docs/config-json/), a dict, or a file name naming the stage."""
+    .device: https://www.deepspeed.ai/docs/config-json/), a dict, or, only when no file of that name
+    exists at all, a file name naming the stage. A file that is there is read (a FIFO, a device, a
+    folder or a symlink loop is refused as not a regular file, never guessed from its name)."""
     ref = keys.raw(key)
     if ref is None:
         return {}
-    cfg = ref if isinstance(ref, dict) else None
-    if cfg is None:
-        p = (base / str(ref)) if not Path(str(ref)).is_absolute() else Path(str(ref))
-        if p.is_file():
-            try:
-                cfg = load_json(read_text(p, f"{key} {plain(ref)}", max_bytes=MAX_CONFIG_BYTES), f"{key} {plain(ref)}")
-            except PriceInputError as exc:
-                raise BadInput(str(exc)) from None
-        else:
-            m = re.search(r"zero[_-]?([0-3])", str(ref).lower())
-            if not m:
-                raise BadInput(f"{keys.what}: {key}: {plain(ref)} is not a file here and its name gives no ZeRO stage.")
-            keys.notes.append(f"{key}: {plain(ref)} is not here; its name says ZeRO stage {m.group(1)}")
-            name = str(ref).lower()  # axolotl deepspeed_configs/: zero3_bf16_cpuoffload_params.json, ..._all.json
-            zero: dict[str, Any] = {"stage": int(m.group(1))}
-            if "offload" in name:
-                if "params" not in name:
-                    zero["offload_optimizer"] = {"device": "cpu"}
-                if "params" in name or "all" in name:
-                    zero["offload_param"] = {"device": "cpu"}
-            cfg = {"zero_optimization": zero}
-    zero = cfg.get("zero_optimization") or {} if isinstance(cfg, dict) else {}
+    if isinstance(ref, dict):
+        cfg, where = ref, f"{keys.what}: {key}"
+    elif isinstance(ref, str):
+        p = Path(ref).expanduser()
+        p = p if p.is_absolute() else base / p
+        where = f"{key} {plain(ref)}"
+        if not os.path.lexists(p):
+            return _zero({"zero_optimization": _stage_from_name(keys, key, ref)}, where)
+        try:
+            cfg = load_json(read_text(p, where, max_bytes=MAX_CONFIG_BYTES), where)
+        except PriceInputError as exc:
+            raise BadInput(str(exc) + ".") from None
+        if not isinstance(cfg, dict):
+            raise BadInput(f"{where}: expected a JSON object (a DeepSpeed config), got {_got(cfg)}.")
+    else:
+        raise BadInput(f"{keys.what}: {key}: expected a DeepSpeed JSON file name or a mapping (got {_got(ref)}).")
+    return _zero(cfg, where)
+
+
+def _stage_from_name(keys: _Keys, key: str, ref: str) -> dict[str, Any]:
+    m = re.search(r"zero[_-]?([0-3])", ref.lower())
+    if not m:
+        raise BadInput(f"{keys.what}: {key}: {plain(ref)} is not a file here and its name gives no ZeRO stage.")
+    keys.notes.append(f"{key}: {plain(ref)} is not here; its name says ZeRO stage {m.group(1)}")
+    name = ref.lower()  # axolotl deepspeed_configs/: zero3_bf16_cpuoffload_params.json, ..._all.json
+    zero: dict[str, Any] = {"stage": int(m.group(1))}
+    if "offload" in name:
+        if "params" not in name:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        if "params" in name or "all" in name:
+            zero["offload_param"] = {"device": "cpu"}
+    return zero
+
+
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")  # DeepSpeed OffloadDeviceEnum (deepspeed/runtime/zero/offload_config.py)
+
+
+def _zero(cfg: dict, where: str) -> dict[str, Any]:
+    """sharding and offload from a DeepSpeed config's zero_optimization, every value typed."""
+    zero = typed(where, "zero_optimization", cfg.get("zero_optimization"), "map") or {}
     stage = zero.get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        raise BadInput(f"{keys.what}: {key}: zero_optimization.stage must be 0-3 (got {plain(stage)[:20]!r}).")
+    if isinstance(stage, bool) or not isinstance(stage, int) or stage not in (0, 1, 2, 3):
+        raise BadInput(f"{where}: zero_optimization.stage: expected 0, 1, 2 or 3 (got {_got(stage)}).")
     out: dict[str, Any] = {"sharding": "ddp" if stage == 0 else f"zero{stage}"}
-    opt = (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme")
-    par = (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme")
+    on = {}
+    for name in ("offload_optimizer", "offload_param"):
+        section = typed(where, f"zero_optimization.{name}", zero.get(name), "map") or {}
+        device = section.get("device", "none")
+        if device is None:
+            device = "none"
+        if not isinstance(device, str) or device.lower() not in OFFLOAD_DEVICES:
+            raise BadInput(f"{where}: zero_optimization.{name}.device: expected one of {', '.join(OFFLOAD_DEVICES)} "
+                           f"(got {_got(device)}).")
+        on[name] = device.lower() != "none"
+    opt, par = on["offload_optimizer"], on["offload_param"]
     if opt or par:
         out["offload"] = "both" if opt and par else ("optimizer" if opt else "params")
     return out
@@ -191,12 +271,20 @@ def _fsdp(keys: _Keys, key: str, config_key: str) -> dict[str, Any]:
     """FSDP from TrainingArguments `fsdp` ("full_shard auto_wrap" or a list) and fsdp_config
     (fsdp_offload_params / offload_params: transformers/training_args.py)."""
     value = keys.raw(key)
-    conf = keys.raw(config_key) or {}
-    if not value and not conf:
+    conf = keys.mapping(config_key)
+    if isinstance(value, bool):  # axolotl's older `fsdp: true`
+        words = ["full_shard"] if value else []
+    elif isinstance(value, list) and all(isinstance(w, str) for w in value):
+        words = value
+    elif isinstance(value, str) or value is None:
+        words = (value or "").split()
+    else:
+        raise BadInput(f"{keys.what}: {key}: expected FSDP options as text or a list of words (got {_got(value)}).")
+    if not words and not conf:
         return {}
-    words = value if isinstance(value, list) else str(value or "").split()
-    conf = conf if isinstance(conf, dict) else {}
-    offload = "offload" in words or bool(conf.get("fsdp_offload_params") or conf.get("offload_params"))
+    flags = [typed(keys.what, f"{config_key}.{k}", conf.get(k), "bool") for k in ("fsdp_offload_params",
+                                                                                  "offload_params")]
+    offload = "offload" in words or any(flags)
     # FSDP's CPU offload moves parameters, gradients and the optimizer step to the CPU (advisor/launch/bundle.py)
     return {"sharding": "fsdp", **({"offload": "both"} if offload else {})}
 
@@ -278,7 +366,7 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
         k.notes.append("xformers_attention is modelled as sdpa (same memory-efficient kernel class)")
         attention = "sdpa"
     attn = {"attention": attention} if attention else _attention(k, "attn_implementation")
-    liger_plugin = any("liger" in p.lower() for p in k.names("plugins"))
+    liger_plugin = any("liger" in p.lower() for p in k.names("plugins", modules=False))
     liger = k.bool("liger_fused_linear_cross_entropy")
     for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_swiglu", "liger_layer_norm",
                 "liger_cross_entropy"):
@@ -299,14 +387,37 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
     out = _common(method, k.num("num_epochs", 1.0), k.int("sequence_len", 512), k.int("micro_batch_size", 1),
                   k.int("gradient_accumulation_steps", 1))
     out.update(model=k.text("base_model"), padded=not k.bool("sample_packing", False), pins=pins)
-    datasets = k.raw("datasets") or []
-    if isinstance(datasets, list) and len(datasets) == 1 and isinstance(datasets[0], dict):
+    datasets = _axolotl_datasets(k)
+    if len(datasets) == 1:
         d = datasets[0]
-        out["_dataset"] = (d.get("path"), d.get("field") if d.get("type") == "completion" else None,
-                           d.get("field_messages", "messages") if d.get("type") == "chat_template" else None)
+        out["_dataset"] = (d["path"], d.get("field") if d.get("type") == "completion" else None,
+                           d.get("field_messages") or "messages" if d.get("type") == "chat_template" else None)
     elif datasets:
         k.notes.append("datasets: more than one dataset; pass --dataset to count one")
     return out
+
+
+def _axolotl_datasets(k: _Keys) -> list[dict]:
+    """axolotl `datasets`: a list of {path, type, field, field_messages, ...} (src/axolotl/utils/schemas/
+    datasets.py SFTDataset: path a local file/folder or a Hub id; type a format name or a mapping of a
+    custom format), each value typed before it is used."""
+    datasets = k.raw("datasets")
+    if datasets is None:
+        return []
+    if not isinstance(datasets, list) or not all(isinstance(d, dict) for d in datasets):
+        raise BadInput(f"{k.what}: datasets: expected a list of entries such as {{path: data.jsonl, type: "
+                       f"completion}} (got {_got(datasets)}).")
+    for i, d in enumerate(datasets):
+        path = d.get("path")
+        if not isinstance(path, str) or not path.strip():
+            raise BadInput(f"{k.what}: datasets[{i}].path: expected a file path or a Hub dataset id (got "
+                           f"{_got(path)}).")
+        kind = d.get("type")
+        if kind is not None and not isinstance(kind, (str, dict)):
+            raise BadInput(f"{k.what}: datasets[{i}].type: expected a format name or a mapping (got {_got(kind)}).")
+        for key in ("field", "field_messages"):
+            typed(k.what, f"datasets[{i}].{key}", d.get(key), "text")
+    return datasets
 
 
 # ----------------------------------------------------------------------------- LLaMA-Factory
@@ -347,36 +458,45 @@ def _llamafactory(k: _Keys, base: Path) -> dict[str, Any]:
                   k.int("per_device_train_batch_size", 8), k.int("gradient_accumulation_steps", 1))
     packing = k.bool("packing") or k.bool("neat_packing")
     out.update(model=k.text("model_name_or_path"), padded=not packing, pins=pins)
-    names = k.names("dataset")
+    names = k.names("dataset", modules=False)
     folder = base / (k.text("dataset_dir") or "data")
     out["_dataset"] = _lf_dataset(k, names, folder)
     return out
 
 
 def _lf_dataset(k: _Keys, names: tuple[str, ...], folder: Path):
-    """The one local dataset file named in dataset_dir/dataset_info.json (LLaMA-Factory data/README.md)."""
+    """The one local dataset file named in dataset_dir/dataset_info.json (LLaMA-Factory data/README.md:
+    {name: {file_name, formatting, columns: {prompt, response, messages, ...}}}), every value typed; a
+    dataset_info.json that is there but not a regular file is refused, never passed over."""
     if len(names) != 1:
         if names:
             k.notes.append("dataset: more than one dataset; pass --dataset to count one")
         return None
     info_path = folder / "dataset_info.json"
-    if not info_path.is_file():
+    if not os.path.lexists(info_path):
         k.notes.append(f"dataset: {plain(names[0])} is described in {plain(info_path)}, which is not here")
         return None
-
+    where = plain(info_path)
     try:
-        info = load_json(read_text(info_path, str(info_path), max_bytes=MAX_CONFIG_BYTES), str(info_path))
+        info = load_json(read_text(info_path, where, max_bytes=MAX_CONFIG_BYTES), where)
     except PriceInputError as exc:
-        raise BadInput(str(exc)) from None
-    entry = info.get(names[0]) if isinstance(info, dict) else None
-    if not isinstance(entry, dict) or not entry.get("file_name"):
+        raise BadInput(str(exc) + ".") from None
+    if not isinstance(info, dict):
+        raise BadInput(f"{where}: expected a mapping of dataset names to their descriptions (got {_got(info)}).")
+    entry = typed(where, plain(names[0]), info.get(names[0]), "map")
+    if entry is None or entry.get("file_name") in (None, ""):
         k.notes.append(f"dataset: {plain(names[0])} has no local file_name in dataset_info.json")
         return None
-    columns = entry.get("columns") or {}
-    if entry.get("formatting") == "sharegpt":
-        return str(folder / entry["file_name"]), None, columns.get("messages", "conversations")
+    name = plain(names[0])
+    file_name = typed(where, f"{name}.file_name", entry["file_name"], "text")
+    formatting = typed(where, f"{name}.formatting", entry.get("formatting"), "text")
+    columns = typed(where, f"{name}.columns", entry.get("columns"), "map") or {}
+    for key, value in columns.items():
+        typed(where, f"{name}.columns.{plain(key)}", value, "text")
+    if formatting == "sharegpt":
+        return str(folder / file_name), None, columns.get("messages", "conversations")
     k.notes.append("dataset: alpaca format; counted from its output column (pass --text-field to change)")
-    return str(folder / entry["file_name"]), columns.get("response", "output"), None
+    return str(folder / file_name), columns.get("response", "output"), None
 
 
 # ----------------------------------------------------------------------------- TRL / TrainingArguments
@@ -397,17 +517,19 @@ def _trl(k: _Keys, base: Path) -> dict[str, Any]:
     bf16 = k.bool("bf16", not fp16)
     if bf16 and fp16:
         raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
-    init = k.raw("model_init_kwargs") or {}
-    dtype = k.text("dtype") or k.text("torch_dtype") or (init.get("dtype") or init.get("torch_dtype")
-                                                         if isinstance(init, dict) else None)
+    init = k.mapping("model_init_kwargs")
+    dtype = k.text("dtype") or k.text("torch_dtype") or typed(k.what, "model_init_kwargs.dtype", init.get("dtype"),
+                                                              "text") or typed(
+        k.what, "model_init_kwargs.torch_dtype", init.get("torch_dtype"), "text")
     half = dtype in ("bfloat16", "float16")
     if method == "full":
         precision = ("bf16" if half else "amp-bf16") if bf16 else (("fp16" if half else "amp-fp16") if fp16 else "fp32")
     else:
         precision = "bf16" if bf16 else ("fp16" if fp16 else None)
     attn = _attention(k, "attn_implementation")
-    if not attn and isinstance(init, dict) and init.get("attn_implementation"):
-        attn = {"attention": ATTENTION.get(init["attn_implementation"], "sdpa")}
+    init_attn = typed(k.what, "model_init_kwargs.attn_implementation", init.get("attn_implementation"), "text")
+    if not attn and init_attn:
+        attn = {"attention": ATTENTION.get(init_attn, "sdpa")}
     rank = k.int("lora_r", 16)
     pins = {
         "precision": precision, **_optimizer(k, "optim"), **attn,
@@ -439,42 +561,48 @@ def _trl(k: _Keys, base: Path) -> dict[str, Any]:
 # enable_activation_checkpointing, compile, loss._component_ (CEWithChunkedOutputLoss).
 
 def _torchtune(k: _Keys, base: Path) -> dict[str, Any]:
-    model = k.raw("model") or {}
-    comp = str(model.get("_component_", "")) if isinstance(model, dict) else ""
+    model = k.mapping("model")
+    d = lambda key, kind: typed(k.what, f"model.{key}", model.get(key), kind)  # noqa: E731
+    comp = d("_component_", "text") or ""
     builder = comp.rsplit(".", 1)[-1]
     method = "qlora" if builder.startswith("qlora_") else ("lora" if builder.startswith("lora_") else "full")
     name = re.sub(r"^(q?lora_)", "", builder)
     m = re.match(r"([a-z]+)(\d+)(?:_(\d+))?_(\d+(?:_\d+)?b)$", name)
     ref = f"{m.group(1)}-{m.group(2)}{'.' + m.group(3) if m.group(3) else ''}-{m.group(4).replace('_', '.')}" if m else None
-    targets = tuple(model.get("lora_attn_modules") or ()) if isinstance(model, dict) else ()
-    if isinstance(model, dict) and model.get("apply_lora_to_mlp"):
+    attn = model.get("lora_attn_modules")
+    if attn is not None and not (isinstance(attn, list) and all(isinstance(x, str) for x in attn)):
+        raise BadInput(f"{k.what}: model.lora_attn_modules: expected a list of module names such as [q_proj, v_proj] "
+                       f"(got {_got(attn)}).")
+    targets = name_list(k.what, "model.lora_attn_modules", attn)
+    if d("apply_lora_to_mlp", "bool"):
         targets += ("gate_proj", "up_proj", "down_proj")  # torchtune w1/w3/w2 are the SwiGLU projections
-    if isinstance(model, dict) and model.get("apply_lora_to_output"):
+    if d("apply_lora_to_output", "bool"):
         targets += ("lm_head",)
     targets = tuple(t.replace("output_proj", "o_proj") for t in targets)
-    opt = k.raw("optimizer") or {}
-    opt_name = str(opt.get("_component_", "")) if isinstance(opt, dict) else ""
+    opt_name = typed(k.what, "optimizer._component_", k.mapping("optimizer").get("_component_"), "text") or ""
     optimizer = {"torch.optim.AdamW": "adamw", "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit",
                  "bitsandbytes.optim.AdamW8bit": "adamw-8bit", "torch.optim.SGD": "sgd"}.get(opt_name)
-    loss = k.raw("loss") or {}
+    loss = typed(k.what, "loss._component_", k.mapping("loss").get("_component_"), "text") or ""
     dtype = k.text("dtype")
-    tok = k.raw("tokenizer") or {}
-    data = k.raw("dataset") or {}
-    d = lambda key: model.get(key) if isinstance(model, dict) else None  # noqa: E731
+    tok = k.mapping("tokenizer")
+    data = k.mapping("dataset")
     pins = {
         "precision": {"bf16": "bf16", "fp32": "fp32"}.get(dtype or ""), "optimizer": optimizer,
         "grad_checkpointing": k.bool("enable_activation_checkpointing", False), "compile": k.bool("compile", False),
         "liger": False,
-        "loss": "chunked" if "Chunked" in str(loss.get("_component_", "") if isinstance(loss, dict) else "") else None,
+        "loss": "chunked" if "Chunked" in loss else None,
         "adapter_dtype": "bf16" if method != "full" else None,  # torchtune keeps adapters in the model dtype
-        **_lora(method, d("lora_rank") or 8, d("lora_alpha") or 16, d("lora_dropout") or 0.0, targets, (), None),
+        **_lora(method, d("lora_rank", "int") or 8, max(1, round(d("lora_alpha", "num") or 16)),
+                d("lora_dropout", "num") or 0.0, targets, (), None),
     }
-    out = _common(method, k.num("epochs", 1.0), tok.get("max_seq_len") if isinstance(tok, dict) else None,
+    out = _common(method, k.num("epochs", 1.0), typed(k.what, "tokenizer.max_seq_len", tok.get("max_seq_len"), "int"),
                   k.int("batch_size", 2), k.int("gradient_accumulation_steps", 1))
     if out["seq_len"] is None:
         del out["seq_len"]
-    out.update(model=ref, padded=not (isinstance(data, dict) and data.get("packed")), pins=pins)
-    files = data.get("data_files") if isinstance(data, dict) else None
+    out.update(model=ref, padded=not typed(k.what, "dataset.packed", data.get("packed"), "bool"), pins=pins)
+    files = data.get("data_files")
+    if files is not None and not isinstance(files, (str, list)):
+        raise BadInput(f"{k.what}: dataset.data_files: expected a file name or a list of them (got {_got(files)}).")
     out["_dataset"] = (files, None, None) if isinstance(files, str) else None
     return out
 
@@ -518,10 +646,14 @@ def read_config(path: str | Path) -> ConfigPins:
     mb, accum = raw.pop("_mb", None), raw.pop("_accum", None)
     raw["pins"] = {k: v for k, v in raw["pins"].items() if v is not None}
     ds_path = dataset[0]
-    if ds_path and not Path(ds_path).is_absolute():
-        local = p.parent / ds_path
-        ds_path = str(local) if local.exists() else None
-        if ds_path is None:
+    if ds_path:
+        local = Path(ds_path).expanduser()
+        local = local if local.is_absolute() else p.parent / local
+        if os.path.lexists(local):  # a FIFO, a device or a symlink loop is refused here, naming the config
+            dataset_files.kind_of(local, f"{what}: dataset {plain(dataset[0])}")
+            ds_path = str(local)
+        else:
+            ds_path = None
             keys.notes.append(f"dataset {plain(dataset[0])} is not a local file here; pass --dataset to count it")
     options = {k: v for k, v in raw.items() if v is not None}
     gb = options.get("global_batch")

@@ -16,10 +16,10 @@ skipped with a reason, as are rows gpuhunt's reader rejects.
 
 from __future__ import annotations
 
+import csv
 import io
 import logging
 import re
-import zipfile
 from pathlib import Path
 
 from pricing import files, http
@@ -83,7 +83,12 @@ def parse_csv(text: str, provider: str, *, source: str, observed_at: str | None,
     collect = _Collect()
     log.addHandler(collect)
     try:
-        items = list(storage.load(io.StringIO(text), provider=provider))
+        with files.csv_field_limit() as limit:
+            items = list(storage.load(io.StringIO(text), provider=provider))
+    except csv.Error as exc:  # a field over the limit, a NUL byte: the sheet is not a catalog
+        why = (f"a field is longer than {limit:,} characters (limit)" if files.is_field_limit_error(exc)
+               else f"not CSV text ({(str(exc).splitlines() or ['?'])[0][:80]})")
+        raise PriceInputError(f"{sheet}: {why}; refused") from None
     finally:
         log.removeHandler(collect)
     problems = [Problem(sheet, 0, "*", f"gpuhunt skipped a row: {m}") for m in collect.messages]
@@ -158,7 +163,7 @@ def import_path(path, observed_at: str | None = None):
                 problems += probs
             continue
         prov = _provider_of(f.name)
-        text = files.read_text(f, str(f), errors="replace")
+        text = _csv_text(files.read_regular_file(f, files.MAX_SHEET_BYTES, str(f)), str(f))
         df, probs = parse_csv(text, prov, source=f"gpuhunt:{prov}:{f.name}", observed_at=stamp,
                               fetched_at=now, sheet=str(f))
         frames.append(df)
@@ -168,23 +173,22 @@ def import_path(path, observed_at: str | None = None):
 
 
 def _zip_csvs(data: bytes, where: str, max_bytes: int | None = None):
-    """(name, text) of each CSV in a catalog.zip, each bounded in size once unpacked."""
+    """(name, text) of each CSV in a catalog.zip: pricing.files.read_zip's bounds (entries, unpacked
+    bytes per member and in all, ratio, overlaps, encryption, methods), GPU_ADVISOR_HTTP_MAX_BYTES
+    for a member and for the whole archive; a member that is not CSV text is refused by name."""
     limit = max_bytes or http.settings()["max_bytes"]
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            out = []
-            for info in z.infolist():
-                if not info.filename.lower().endswith(".csv"):
-                    continue
-                with z.open(info) as member:
-                    raw = member.read(limit + 1)
-                if len(raw) > limit:
-                    raise PriceInputError(f"{where}: {info.filename} unpacks to more than {limit:,} bytes "
-                                          "(GPU_ADVISOR_HTTP_MAX_BYTES)")
-                out.append((Path(info.filename).name, raw.decode("utf-8-sig", "replace")))
-            return out
-    except zipfile.BadZipFile as exc:
-        raise PriceInputError(f"{where}: not a readable zip file ({exc})") from None
+    out = []
+    for name, raw in files.read_zip(data, where, suffix=".csv", max_member_bytes=limit, max_total_bytes=limit):
+        out.append((Path(name).name, _csv_text(raw, f"{where}: member {name!r}")))
+    return out
+
+
+def _csv_text(raw: bytes, what: str) -> str:
+    """CSV bytes as text; a zip, gzip or other binary file under a .csv name is refused by name."""
+    kind = files.binary_kind(raw[:65_536])
+    if kind:
+        raise PriceInputError(f"{what}: is {kind}, not CSV text; refused")
+    return files.decode(raw, what, errors="replace")
 
 
 def fetch(base_url: str, regions=None, session=None, progress=None, providers=None):

@@ -249,9 +249,9 @@ def read_text(text: str, cloud: str, source: str, fetched_at: str, sheet: str,
         except csv.Error as exc:
             why = (f"a field is longer than {limit:,} characters" if files.is_field_limit_error(exc)
                    else f"unreadable CSV ({exc})")
-            return parse_rows([], cloud, source, fetched_at, sheet), [Problem(sheet, 0, "*", why)]
+            return parse_rows([], cloud, source, fetched_at, sheet)[0], [Problem(sheet, 0, "*", why)]
     if rows is None:
-        return parse_rows([], cloud, source, fetched_at, sheet), [
+        return parse_rows([], cloud, source, fetched_at, sheet)[0], [
             Problem(sheet, 0, "Price", "not a SkyPilot vms.csv (no Price column)")]
     if cloud == "gcp":
         return parse_rows(rows, cloud, source, fetched_at, sheet, notes)
