@@ -225,22 +225,22 @@ def apply_stack(model, stack: Stack, *, reentrant: bool = True):
 CHUNKED_LOSS_CHUNKS = 8
 
 
-def chunked_cross_entropy(logits, labels, chunks: int = CHUNKED_LOSS_CHUNKS, ignore_index: int = -100):
-    """The reference chunked loss --loss chunked stands for: the launch bundle's own function
-    (advisor/launch/templates/train.py, written the way torchtune's CEWithChunkedOutputLoss does it), so the
-    harness measures exactly what a bundle runs."""
-    return _bundle_script().chunked_cross_entropy(logits, labels, chunks=chunks, ignore_index=ignore_index)
+def chunked_cross_entropy(logits, labels, chunks: int = CHUNKED_LOSS_CHUNKS, ignore_index: int = -100,
+                          num_items_in_batch=None):
+    """The reference chunked loss --loss chunked stands for, the way torchtune's CEWithChunkedOutputLoss computes it
+    (modules/loss/ce_chunked_output_loss.py): labels shifted as transformers shifts them, the sequence cut into
+    `chunks` pieces, each piece upcast to fp32 and reduced on its own, so backward holds one chunk's fp32 gradients
+    at a time. (The launch bundle no longer runs it: TRL's SFTTrainer computes its own fused, chunked loss.)"""
+    import torch.nn.functional as F
 
-
-def _bundle_script():
-    import importlib.util
-
-    from advisor.launch.bundle import TEMPLATES
-
-    spec = importlib.util.spec_from_file_location("bundle_train", TEMPLATES / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # train.py runs nothing at import (main() is behind __name__)
-    return module
+    shifted = F.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    total = None
+    for logit_chunk, label_chunk in zip(logits.chunk(chunks, dim=1), shifted.chunk(chunks, dim=1)):
+        part = F.cross_entropy(logit_chunk.reshape(-1, logit_chunk.size(-1)).float(), label_chunk.reshape(-1),
+                               ignore_index=ignore_index, reduction="sum")
+        total = part if total is None else total + part
+    count = num_items_in_batch if num_items_in_batch is not None else (shifted != ignore_index).sum().clamp(min=1)
+    return total / count
 
 
 def make_optimizer(params, stack: Stack):

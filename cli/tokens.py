@@ -57,6 +57,9 @@ def summary_rows(c) -> list[tuple[str, str]]:
         ("total tokens", _n(s.total_tokens) + err),
         (f"tokens kept at seq_len {s.seq_len:,}", _n(s.kept_tokens) + kept_err
          + f" ({s.truncated_rows_share:.1%} of rows truncated)"),
+        ("tokens that carry loss", (f"{_n(c.loss_tokens)} ({c.loss_tokens / s.kept_tokens:.0%} of those kept"
+                                    + ("; the assistant's turns" if c.kind == "messages" else "") + ")")
+         if c.loss_tokens is not None and s.kept_tokens else f"not counted: {c.loss_note}"),
         ("length p50 / p90 / p99 / max", f"{s.p50:,} / {s.p90:,} / {s.p99:,} / {s.max:,} (mean {s.mean:,.1f})"),
         ("computed, packed batches", _n(s.packed_tokens)),
         (f"computed, padded batches of {s.micro_batch}", f"{_n(s.padded_tokens)} ({batches}; "

@@ -147,6 +147,7 @@ def _count_into(options, view, dataset, tokenizer, text_field, messages_field, m
     extra.update(dataset=plain(result.dataset), dataset_rows=s.rows, dataset_exact=s.exact,
                  dataset_total_tokens=round(s.total_tokens), dataset_kept_tokens=round(s.kept_tokens),
                  dataset_padded_tokens=round(s.padded_tokens), dataset_padding_waste=round(s.padding_waste, 4),
+                 dataset_loss_tokens=None if result.loss_tokens is None else round(result.loss_tokens),
                  dataset_truncated_rows_share=round(s.truncated_rows_share, 4),
                  dataset_suggested_seq_len=s.suggested_seq_len, _lengths=lengths_of(s))
 

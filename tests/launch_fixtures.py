@@ -62,3 +62,15 @@ def write_tiny_llama(folder: Path) -> Path:
     path = folder / "config.json"
     path.write_text(json.dumps(TINY_LLAMA), encoding="utf-8")
     return path
+
+
+def sft_config(training: dict, **overrides):
+    """The bundle's `training` section read as train.py reads it: TRL's SFTConfig through transformers'
+    HfArgumentParser (the section as defaults, here on the CPU)."""
+    from transformers import HfArgumentParser
+    from trl import SFTConfig
+
+    parser = HfArgumentParser(SFTConfig)
+    parser.set_defaults(**{**training, "use_cpu": True, **overrides})
+    (config,) = parser.parse_args_into_dataclasses(args=[])
+    return config

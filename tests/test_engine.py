@@ -62,11 +62,11 @@ def test_launch_writes_the_candidates_own_stack(planned):
         args = yaml.safe_load(build_bundle(c, spec)["training_args.yaml"])
         t = args["training"]
         assert (t["per_device_train_batch_size"], t["gradient_accumulation_steps"]) == (c.micro_batch, c.grad_accum)
-        assert args["data"]["max_seq_length"] == c.seq_len
-        assert args["model"]["attn_implementation"] == {"flash": "flash_attention_2", "sdpa": "sdpa",
+        assert t["max_length"] == c.seq_len
+        assert t["model_init_kwargs"]["attn_implementation"] == {"flash": "flash_attention_2", "sdpa": "sdpa",
                                                         "eager": "eager"}[c.attention]
         expected_dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(c.precision, "float32")
-        assert args["model"]["dtype"] == expected_dtype
+        assert t["model_init_kwargs"]["dtype"] == expected_dtype
         if c.method == "full":
             assert args["lora"] is None and args["quantization"] is None
             continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -23,8 +24,8 @@ import yaml
 from cli_run import gpu_advisor, one_line_error  # noqa: E402
 from launch_fixtures import candidate, write_plan
 
-BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "chat_to_text.py", "launch.sh", "requirements.txt", "sky.yaml",
-                "train.py", "training_args.yaml"}
+BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "chat_mask.py", "dstack.yml", "launch.sh", "requirements.txt",
+                "sky.yaml", "slurm.sbatch", "smoke_config.json", "train.py", "training_args.yaml"}
 # Printable, so allowed in a plan, and as hostile as text gets for shell, YAML, Markdown and jinja.
 HOSTILE_TEXT = [
     "$(touch PWNED_SUBST)",
@@ -107,7 +108,7 @@ def keys(tree) -> object:
 
 def parse_yaml_files(bundle: Path) -> dict[str, dict]:
     parsed = {}
-    for name in ("accelerate_config.yaml", "training_args.yaml", "sky.yaml"):
+    for name in ("accelerate_config.yaml", "training_args.yaml", "sky.yaml", "dstack.yml"):
         text = (bundle / name).read_text(encoding="utf-8")
         body = text.split("\n")
         header = [line for line in body if line.startswith("#")]
@@ -194,6 +195,8 @@ def test_hostile_text_in_a_plan_stays_text_in_every_bundle_file(tmp_path, capsys
 
     # YAML: the same key tree as the benign bundle; the hostile strings are values, byte for byte.
     ours, base = parse_yaml_files(out), parse_yaml_files(benign_dir)
+    for tree in (ours["dstack.yml"], base["dstack.yml"]):  # memory: only where the model's size is known
+        tree["resources"].pop("memory", None)
     for name in ours:
         assert keys(ours[name]) == keys(base[name]), name
     acc = ours["accelerate_config.yaml"]
@@ -213,6 +216,15 @@ def test_hostile_text_in_a_plan_stays_text_in_every_bundle_file(tmp_path, capsys
     assert argv == expected_argv(out)
     assert set(commands) <= {"dirname"}
     assert not list(tmp_path.rglob("PWNED*"))
+    # slurm.sbatch: the commands and #SBATCH directives are the benign bundle's (the job name is an ASCII slug)
+    def directives(folder: Path) -> list[str]:
+        return [line for line in (folder / "slurm.sbatch").read_text().splitlines()
+                if (not line.startswith("#") or line.startswith("#SBATCH")) and not re.search("--(job-name|mem)=", line)]
+    assert directives(out) == directives(benign_dir)
+    lines = (out / "slurm.sbatch").read_text().splitlines()
+    job = next(line for line in lines if "--job-name=" in line)
+    assert re.fullmatch(r"#SBATCH --job-name=[a-z0-9-]+", job), job
+    assert re.fullmatch(r"#SBATCH --mem=(\d+G|0)", next(line for line in lines if line.startswith("#SBATCH --mem=")))
 
     # README: text only (no HTML, link, image or extra heading), the hostile value visible.
     assert_markdown_is_inert(out / "README.md", benign_dir / "README.md")

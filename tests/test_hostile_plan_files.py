@@ -20,8 +20,8 @@ from cli_run import gpu_advisor, one_line_error, saved_plan
 from launch_fixtures import candidate, write_plan
 
 DATA = Path(__file__).parent / "data" / "plans"
-BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "chat_to_text.py", "launch.sh", "requirements.txt", "sky.yaml",
-                "train.py", "training_args.yaml"}
+BUNDLE_FILES = {"README.md", "accelerate_config.yaml", "chat_mask.py", "dstack.yml", "launch.sh", "requirements.txt",
+                "sky.yaml", "slurm.sbatch", "smoke_config.json", "train.py", "training_args.yaml"}
 
 
 @pytest.fixture(autouse=True)

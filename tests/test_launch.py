@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from launch_fixtures import candidate, spec, write_plan
+from launch_fixtures import candidate, sft_config, spec, write_plan
 
-from advisor.launch.bundle import DECODER_LAYERS, LaunchWarning, build_bundle, write_bundle
+from advisor.launch.bundle import DECODER_LAYERS, TEMPLATES, LaunchWarning, build_bundle, write_bundle
 
 # (sharding, offload, gpus per node, nodes) -> the accelerate mode it must become
 CONFIGS = [
@@ -161,22 +161,20 @@ def with_stack(c, **fields):
 
 def test_technique_switches_load_into_transformers_and_peft():
     from peft import LoraConfig
-    from transformers import TrainingArguments
-
     c = with_stack(candidate(method="lora", lora_rank=8, sharding="none", gpu_count=1),
                    liger=True, compile=True, dora=True, modules_to_save="embed_tokens",
                    lora_targets="q_proj,v_proj")
     files = bundle(c)
     args = yaml.safe_load(files["training_args.yaml"])
-    ta = TrainingArguments(**args["training"], use_cpu=True)
+    ta = sft_config(args["training"])
     assert ta.use_liger_kernel is True and ta.torch_compile is True
     lora = LoraConfig(**args["lora"])
     assert lora.use_dora is True and list(lora.modules_to_save) == ["embed_tokens"]
-    assert args["loss"] is None  # Liger's fused loss, not train.py's chunked one
+    assert "TRL fused LM head" in args["estimate"]["loss"]  # what TRL computes, Liger or not
     assert "liger-kernel==0.8.5" in files["requirements.txt"].split()
 
 
-def test_lm_head_target_and_chunked_loss_reach_peft_and_train_py():
+def test_lm_head_target_reaches_peft_and_a_chunked_loss_is_trls_own():
     from peft import LoraConfig
 
     c = with_stack(candidate(method="lora", sharding="none", gpu_count=1), lora_targets="q_proj,v_proj,lm_head",
@@ -184,7 +182,10 @@ def test_lm_head_target_and_chunked_loss_reach_peft_and_train_py():
     args = yaml.safe_load(bundle(c)["training_args.yaml"])
     lora = LoraConfig(**args["lora"])
     assert set(lora.target_modules) == {"q_proj", "v_proj", "lm_head"}
-    assert args["loss"] == {"type": "chunked", "chunks": 8}
+    # TRL's SFTTrainer computes the loss chunked itself (its fused LM head): no loss function of the bundle's own
+    assert "loss" not in args and "compute_loss_func" not in (TEMPLATES / "train.py").read_text()
+    # TRL refuses an adapter on lm_head: the bundle says so (train.py stops with one line)
+    assert "refuses a LoRA adapter on lm\\_head" in bundle(c)["README.md"]
     assert "use_liger_kernel" not in args["training"] and "torch_compile" not in args["training"]
 
 
@@ -214,21 +215,24 @@ def test_pure_16bit_weights_never_get_upcast_by_fsdp(precision, expected_mp, exp
     acc = yaml.safe_load(files["accelerate_config.yaml"])
     args = yaml.safe_load(files["training_args.yaml"])
     assert acc["mixed_precision"] == expected_mp
-    assert args["model"]["dtype"] == expected_dtype
+    assert args["training"]["model_init_kwargs"]["dtype"] == expected_dtype
     assert args["training"]["bf16"] == (expected_mp == "bf16") and args["training"]["fp16"] == (expected_mp == "fp16")
+    sft = sft_config(args["training"])  # TRL's own defaults (bf16 on, fp32 weights) do not leak through
+    assert (sft.bf16, sft.fp16) == (expected_mp == "bf16", expected_mp == "fp16")
+    assert sft.model_init_kwargs["dtype"] == expected_dtype
 
 
 def test_training_args_match_the_estimate_and_load_into_transformers_and_peft():
     from peft import LoraConfig
-    from transformers import BitsAndBytesConfig, TrainingArguments
+    from transformers import BitsAndBytesConfig
 
     c = candidate(method="qlora", lora_rank=32, optimizer="paged-adamw-8bit", micro_batch=3, grad_accum=5,
                   seq_len=4096, attention="flash", sharding="fsdp", precision="bf16")
     args = yaml.safe_load(bundle(c)["training_args.yaml"])
-    ta = TrainingArguments(**args["training"], use_cpu=True)
+    ta = sft_config(args["training"])
     assert (ta.per_device_train_batch_size, ta.gradient_accumulation_steps) == (3, 5)
     assert ta.optim.value == "paged_adamw_8bit"
-    assert ta.activation_checkpointing is False  # FSDP does it: transformers refuses both
+    assert ta.activation_checkpointing is False  # FSDP does it: transformers refuses both (TRL's default is on)
     acc = yaml.safe_load(bundle(c)["accelerate_config.yaml"])
     assert acc["fsdp_config"]["fsdp_activation_checkpointing"] is True
     lora = LoraConfig(**args["lora"])
@@ -240,18 +244,16 @@ def test_training_args_match_the_estimate_and_load_into_transformers_and_peft():
     bnb = BitsAndBytesConfig(**args["quantization"])
     assert bnb.load_in_4bit and bnb.bnb_4bit_quant_type == "nf4" and bnb.bnb_4bit_use_double_quant
     assert str(bnb.bnb_4bit_compute_dtype) == "torch.bfloat16" and str(bnb.bnb_4bit_quant_storage) == "torch.bfloat16"
-    assert args["model"]["attn_implementation"] == "flash_attention_2"
-    assert args["data"]["max_seq_length"] == 4096
+    assert ta.model_init_kwargs["attn_implementation"] == "flash_attention_2" and ta.model_init_kwargs["device_map"] is None
+    assert (ta.max_length, ta.packing, ta.packing_strategy) == (4096, True, "bfd")  # padding-free with FlashAttention
 
 
 @pytest.mark.parametrize("ours,hf", [("adamw", "adamw_torch_fused"), ("adamw-8bit", "adamw_bnb_8bit"),
                                      ("sgd", "sgd"), ("adafactor", "adafactor"), ("adamw-fp32", "adamw_torch_fused")])
 def test_every_optimizer_maps_to_a_valid_transformers_name(ours, hf):
-    from transformers import TrainingArguments
-
     c = candidate(optimizer=ours, sharding="none", gpu_count=1, grad_checkpointing=True)
     args = yaml.safe_load(bundle(c)["training_args.yaml"])
-    ta = TrainingArguments(**args["training"], use_cpu=True)
+    ta = sft_config(args["training"])
     assert ta.optim.value == hf and ta.activation_checkpointing is True
 
 
@@ -443,7 +445,7 @@ def _needed(files: dict[str, str]) -> set[str]:
     4-bit load or a bnb optimizer, liger-kernel for use_liger_kernel; accelerate imports deepspeed)."""
     args = yaml.safe_load(files["training_args.yaml"])
     acc = yaml.safe_load(files["accelerate_config.yaml"])
-    needed = {"torch", "transformers", "accelerate", "pyyaml"} | ({"peft"} if args["lora"] else set())
+    needed = {"torch", "transformers", "trl", "datasets", "accelerate", "pyyaml"} | ({"peft"} if args["lora"] else set())
     if args["quantization"] or "bnb" in args["training"]["optim"] or "8bit" in args["training"]["optim"]:
         needed.add("bitsandbytes")
     if args["training"].get("use_liger_kernel"):
@@ -488,8 +490,6 @@ def bundle_of(c, spec_) -> dict[str, str]:
 
 
 def test_save_steps_follow_the_checkpoint_interval_the_plans_cost_assumes(planned):
-    from transformers import TrainingArguments
-
     checked = 0
     for spec_, sample in planned.values():
         for c in sample:
@@ -497,11 +497,11 @@ def test_save_steps_follow_the_checkpoint_interval_the_plans_cost_assumes(planne
             steps = yaml.safe_load(bundle_of(c, spec_)["training_args.yaml"])["training"]["save_steps"]
             assert t.checkpoint_interval_hours > 0 and t.step_seconds > 0
             # within half a step of the interval (or one step when a step is longer than the interval)
-            assert abs(steps * t.step_seconds - t.checkpoint_interval_hours * 3600) <= t.step_seconds / 2 or steps == 1
+            assert abs(steps * t.step_seconds - t.checkpoint_interval_hours * 3600) <= t.step_seconds / 2 + 1e-6 or steps == 1
             checked += 1
     spec_, sample = planned["8b-any"]
     training = yaml.safe_load(bundle_of(sample[0], spec_)["training_args.yaml"])["training"]
-    ta = TrainingArguments(**training, use_cpu=True)
+    ta = sft_config(training)
     assert ta.save_strategy.value == "steps" and ta.save_steps == training["save_steps"]
     assert checked >= 15
 
@@ -545,14 +545,12 @@ def test_moe_expert_lora_bundle_writes_the_dropout_peft_accepts_on_a_real_moe(pl
 
 
 def test_training_args_use_no_argument_transformers_deprecates(planned):
-    from transformers import TrainingArguments
-
     for spec_, sample in planned.values():
         for c in sample[:4]:
             training = yaml.safe_load(bundle_of(c, spec_)["training_args.yaml"])["training"]
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                TrainingArguments(**training, use_cpu=True)
+                sft_config(training)
             deprecations = [w for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))
                             and "transformers" in w.filename]
             assert deprecations == [], [str(w.message) for w in deprecations]
@@ -575,55 +573,20 @@ def test_without_flash_attn_train_py_falls_back_to_sdpa_and_says_so_but_a_benchm
     if importlib.util.find_spec("flash_attn") is not None:
         pytest.skip("flash-attn is installed here")
     train_py = _train_py()
-    cfg = {"model": {"attn_implementation": "flash_attention_2"}}
-    assert train_py.resolve_attention(cfg, benchmark=False) == "sdpa"
+    assert train_py.resolve_attention("flash_attention_2", benchmark=False) == "sdpa"
     assert "falls back to PyTorch SDPA" in capsys.readouterr().out
-    assert train_py.resolve_attention({"model": {"attn_implementation": "sdpa"}}, benchmark=False) == "sdpa"
+    assert train_py.resolve_attention("sdpa", benchmark=False) == "sdpa"
     with pytest.raises(SystemExit) as stop:
-        train_py.resolve_attention(cfg, benchmark=True)
+        train_py.resolve_attention("flash_attention_2", benchmark=True)
     assert "flash-attn" in str(stop.value)
-
-
-def write_chat_tokenizer(folder: Path) -> Path:
-    """A local tokenizer with a chat template (never downloaded), saved as transformers saves one."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    raw = Tokenizer(models.WordLevel({"[UNK]": 0, "<eos>": 1}, unk_token="[UNK]"))
-    raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", eos_token="<eos>")
-    tok.chat_template = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-    tok.save_pretrained(folder)
-    return folder
-
-
-def test_chat_jsonl_converts_with_the_models_chat_template_into_rows_train_py_reads(tmp_path):
-    import json
-
-    out = write_bundle(bundle(candidate(method="lora", sharding="none", gpu_count=1)), tmp_path / "b")
-    tok = write_chat_tokenizer(tmp_path / "tok")
-    chats = [[{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}],
-             [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]]
-    src = tmp_path / "chats.jsonl"
-    src.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
-    target = out / "data" / "train.jsonl"
-    proc = subprocess.run([sys.executable, str(out / "chat_to_text.py"), str(src), str(target), "--model", str(tok)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _train_py().load_texts(target) == ["<|user|>Hi?\n<|assistant|>Hello.\n", "<|user|>2+2?\n<|assistant|>4\n"]
-    src.write_text(json.dumps({"messages": chats[0]}) + "\n" + json.dumps({"text": "not a chat"}) + "\n")
-    proc = subprocess.run([sys.executable, str(out / "chat_to_text.py"), str(src), str(tmp_path / "x.jsonl"),
-                           "--model", str(tok)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "line 2" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_bundle_readme_has_the_gated_model_step_the_data_format_and_the_pinned_install():
     readme = bundle(candidate(attention="flash"))["README.md"]
     assert "HF_TOKEN" in readme and "licence" in readme
-    rows = [line.strip() for line in readme.splitlines() if line.strip().startswith('{"text": ')]
-    assert len(rows) == 3 and all(isinstance(__import__("json").loads(r)["text"], str) for r in rows)
-    assert "chat_to_text.py" in readme and "pip install -r requirements.txt" in readme
+    rows = [line.strip() for line in readme.splitlines() if line.strip().startswith('{"messages": ')]
+    assert len(rows) == 2 and all(__import__("json").loads(r)["messages"][-1]["role"] == "assistant" for r in rows)
+    assert "--train-on-all-tokens" in readme and "pip install -r requirements.txt" in readme
     assert "flash-attn==" in readme and "SDPA" in readme
 
 
@@ -657,3 +620,73 @@ def test_every_caveat_launch_prints_is_in_the_bundle_readme_and_in_the_report(tm
             assert f"#{rank}" in item.split(":", 1)[0], item  # listed for this rank
     assert "FSDP2 with bitsandbytes 4-bit weights is not verified" in page_text
     assert "DeepSpeedCPUAdam" in page_text
+
+
+def test_the_default_8b_plans_bundle_checkpoints_before_its_end():
+    """The default plan (Llama-3.1-8B, 100M tokens, a 3 h run) checkpoints about every hour, not only at the end
+    (billing.json max_interval_hours: Young's optimum for hardware failures alone would be longer than the run)."""
+    import math
+
+    from advisor.launch.bundle import save_steps
+    from cli.plan import build_plan
+
+    p = build_plan(model="llama-3.1-8b", tokens="100M")
+    top = p.candidates[0]
+    steps = math.ceil(p.workload["train_tokens"] / (top.shape.micro_batch * top.shape.seq_len * top.shape.grad_accum
+                                                   * top.stack.gpus))
+    every = save_steps(top)
+    assert top.timing.train_hours > 1
+    assert steps // every >= 2, (steps, every)  # two checkpoints or more before the final save
+    assert every * top.timing.step_seconds <= 3600 + top.timing.step_seconds
+
+
+def test_every_planned_run_over_an_hour_checkpoints_hourly_unless_writes_would_cost_over_5_percent(planned):
+    """billing.json: at most max_interval_hours (1 h) between checkpoints, longer only where writing hourly would take
+    more than max_write_share (5 %) of the training time (a 70B full fine-tune's 4-minute writes), and never more than
+    half the run."""
+    import math
+
+    hourly = slower = 0
+    for _, sample in planned.values():
+        for c in sample:
+            t = c.timing
+            if t.train_hours <= 1:
+                continue
+            assert t.checkpoint_interval_hours < t.train_hours, c.label  # never only at the end
+            if t.checkpoint_interval_hours <= 1.0 + 1e-9:
+                hourly += 1
+                continue
+            write = t.checkpoint_hours / math.floor(t.train_hours / t.checkpoint_interval_hours)
+            assert t.checkpoint_interval_hours == pytest.approx(min(write / 0.05, t.train_hours / 2), rel=1e-6), c.label
+            slower += 1
+    assert hourly >= 10 and slower >= 1
+
+
+def test_readme_says_how_many_tokens_carry_loss_when_the_plan_counted_its_dataset():
+    c = candidate(method="lora", sharding="none", gpu_count=1)
+    counted = bundle(c, options={"train_tokens": 1_200_000, "dataset_kept_tokens": 1_200_000,
+                                 "dataset_loss_tokens": 450_000})["README.md"]
+    assert "1,200,000 tokens going through the model" in counted and "450,000 carry loss" in counted
+    unknown = bundle(c, options={"train_tokens": 1_200_000})["README.md"]
+    assert "1,200,000 tokens going through the model" in unknown
+    assert "How many of them carry loss depends on the data" in unknown and "gpu-advisor tokens" in unknown
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen1.5-MoE-A2.7B",
+                                   "Qwen/Qwen3-30B-A3B", "google/gemma-2-9b", "google/gemma-3-4b-pt",
+                                   "microsoft/Phi-3-mini-4k-instruct"])
+def test_the_smoke_config_builds_the_models_architecture_at_toy_size(model, tmp_path):
+    """`launch.sh --smoke` random-initialises smoke_config.json: the candidate's own family (MoE experts and a
+    vision tower included), small enough for a CPU."""
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from advisor.launch.launchers import smoke_config
+    from advisor.model.catalog import load_model
+
+    spec_ = load_model(model)
+    (tmp_path / "config.json").write_text(json.dumps(smoke_config(spec_)))
+    built = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(tmp_path)))
+    assert built.config.get_text_config().model_type == AutoConfig.for_model(spec_.family).get_text_config().model_type
+    assert sum(p.numel() for p in built.parameters()) < 1_000_000

@@ -85,9 +85,10 @@ def train(out: Path, tmp_path: Path, lr: float, expect: tuple[str, ...] = ()) ->
     return losses
 
 
-MODULES = {"torch": "torch", "transformers": "transformers", "peft": "peft", "accelerate": "accelerate",
+MODULES = {"torch": "torch", "transformers": "transformers", "trl": "trl", "datasets": "datasets", "peft": "peft",
+           "accelerate": "accelerate",
            "pyyaml": "yaml", "deepspeed": "deepspeed", "bitsandbytes": "bitsandbytes", "liger-kernel": "liger_kernel",
-           "flash-attn": "flash_attn", "trl": "trl", "datasets": "datasets",
+           "flash-attn": "flash_attn",
            "vllm": "vllm"}  # stack package (versions.json) -> its import name
 
 
@@ -110,7 +111,7 @@ def assert_pinned_versions_ran(out: Path, census: Path) -> None:
     mine = [r for r in runs if r["argv0"].endswith("train.py")]
     assert mine, f"no import census from train.py: {[r['argv0'] for r in runs]}"
     used = {p for p, module in MODULES.items() if module in mine[0]["modules"]}
-    assert {"torch", "transformers", "accelerate", "pyyaml"} <= used, used  # the census saw the run
+    assert {"torch", "transformers", "trl", "datasets", "accelerate", "pyyaml"} <= used, used  # the census saw the run
     assert used <= set(pins), f"imported but not in requirements.txt: {sorted(used - set(pins))}"
     for package in used:
         assert package in table["tested_on_cpu"], package
@@ -137,19 +138,20 @@ def test_lora_bundle_with_checkpointing_in_bf16_runs_and_loss_goes_down(tmp_path
     assert adapter["r"] == 8 and TINY_LLAMA["model_type"] == "llama"
 
 
-def test_dora_with_trained_embeddings_lm_head_adapter_and_chunked_loss_trains(tmp_path):
-    """DoRA (use_dora), modules_to_save (a trainable embed_tokens copy), a LoRA adapter on lm_head and the
-    chunked loss (train.py's compute_loss_func), as the bundle writes them, through accelerate on the CPU."""
+def test_dora_with_trained_embeddings_and_lm_head_and_chunked_loss_trains(tmp_path):
+    """DoRA (use_dora), modules_to_save (trainable embed_tokens and lm_head copies) and a chunked loss (TRL's own
+    fused LM head, which projects through the trained lm_head copy), as the bundle writes them, through accelerate
+    on the CPU."""
     out = make_bundle(tmp_path, method="lora", lora_rank=8, precision="fp32", optimizer="adamw",
                       grad_checkpointing=False,
-                      stack={"dora": True, "modules_to_save": "embed_tokens", "lora_targets": "q_proj,v_proj,lm_head",
+                      stack={"dora": True, "modules_to_save": "embed_tokens,lm_head", "lora_targets": "q_proj,v_proj",
                              "loss": "chunked"})
     args = yaml.safe_load((out / "training_args.yaml").read_text())
-    assert args["lora"]["use_dora"] is True and args["lora"]["modules_to_save"] == ["embed_tokens"]
-    assert args["loss"] == {"type": "chunked", "chunks": 8}
-    losses = train(out, tmp_path, lr=1e-2, expect=("train.py: loss = chunked cross-entropy, 8 chunks",))
+    assert args["lora"]["use_dora"] is True and args["lora"]["modules_to_save"] == ["embed_tokens", "lm_head"]
+    assert "TRL fused LM head" in args["estimate"]["loss"]
+    losses = train(out, tmp_path, lr=1e-2)
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, losses
     adapter = json.loads((tmp_path / "run" / "adapter_config.json").read_text())
-    assert adapter["use_dora"] is True and adapter["modules_to_save"] == ["embed_tokens"]
-    assert set(adapter["target_modules"]) == {"q_proj", "v_proj", "lm_head"}
+    assert adapter["use_dora"] is True and set(adapter["modules_to_save"]) == {"embed_tokens", "lm_head"}
+    assert set(adapter["target_modules"]) == {"q_proj", "v_proj"}
 

@@ -134,11 +134,25 @@ def test_chat_messages_go_through_the_chat_template(capsys, data, name, field):
     assert got["stats"]["total_tokens"] == sum(expected)
 
 
+def test_the_tokens_that_carry_loss_are_the_assistants_turns_of_a_chat_and_all_of_plain_text(capsys, data):
+    """The template writes no generation prompt, so each assistant turn is its <|assistant|> header, its words and
+    its </s> (chat_mask.py, the masking the launch bundle trains with)."""
+    root = data["root"]
+    got = _count(capsys, root / "chat.jsonl", "--tokenizer", root / "chat_tok")
+    assert got["loss_tokens"] == sum(1 + 3 * k + 1 for k in (1, 4, 2, 9))
+    assert got["loss_tokens"] < got["stats"]["kept_tokens"]
+    text = _count(capsys, root / "d.jsonl", "--tokenizer", root / "tokenizer.json")
+    assert text["loss_tokens"] == text["stats"]["kept_tokens"]
+    code, out, _ = gpu_advisor(capsys, "tokens", root / "chat.jsonl", "--tokenizer", root / "chat_tok")
+    assert code == 0 and "tokens that carry loss" in out and "the assistant's turns" in out
+
+
 def test_without_a_chat_template_messages_are_joined_and_it_says_so(capsys, data):
     root, tok = data["root"], data["tok"]
     got = _count(capsys, root / "chat.jsonl", "--tokenizer", root / "tokenizer.json")
     joined = ["\n".join(f"{x['role']}: {x['content']}" for x in m) for m in CHATS]
     assert "no chat template" in got["rendering"]
+    assert got["loss_tokens"] is None and "no chat template" in got["loss_note"]
     assert got["stats"]["total_tokens"] == sum(len(tok.encode(j, add_special_tokens=False).ids) for j in joined)
 
 

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.errors import AdvisorError, BadInput
-from advisor.estimate.activations import CHUNKED_LOSS_CHUNKS
 from advisor.estimate.memory import DEEPSPEED_ZERO3
-from advisor.launch import rl
+from advisor.launch import launchers, rl
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
     DECODER_LAYERS,
@@ -44,6 +43,7 @@ from advisor.model.spec import ModelSpec
 from advisor.results import Candidate
 from advisor.text import md, plain
 from advisor.units import GB, GiB, money
+from advisor.workload import chat_mask
 from pricing.files import atomic_write
 
 if TYPE_CHECKING:  # PyYAML is imported where a bundle is written (_dump)
@@ -86,10 +86,14 @@ PRECISIONS = {
     "amp-bf16": ("float32", "bf16"),
     "amp-fp16": ("float32", "fp16"),
 }
+LOSS_PATH = ("TRL fused LM head: log-probabilities of the labelled tokens only, in tiles of 4,096 tokens x 32,768 "
+             "vocabulary columns, fp32 accumulators, logits never materialised")
 HEAD_NODE_PLACEHOLDER = "HEAD_NODE_IP"
 MAIN_PROCESS_PORT = 29500
 MAX_GRAD_NORM = 1.0
 DS_CONFIG_FILE = "ds_config.json"  # the bundle's DeepSpeed config (deepspeed_json), next to train.py
+SMOKE_CONFIG_FILE = "smoke_config.json"  # the tiny random model of `launch.sh --smoke` (launchers.smoke_config)
+SAVE_TOTAL_LIMIT = 2  # checkpoints kept: the newest, and the one before in case the newest was cut off mid-write
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -190,7 +194,9 @@ def deepspeed_json(c: Candidate) -> dict:
 
 def save_steps(c: Candidate) -> int:
     """Optimizer steps between checkpoints: the plan's checkpoint interval (timing.checkpoint_interval_hours,
-    the one its cost assumes) over the step time; 500 (transformers' default) when the plan has neither."""
+    the one its cost assumes: Young's optimum for its failure rate, at most billing.json's max_interval_hours, so a
+    run over an hour checkpoints before its end) over the step time; 500 (transformers' default) when the plan has
+    neither."""
     t = c.timing
     if t.checkpoint_interval_hours > 0 and t.step_seconds > 0:
         return max(1, round(t.checkpoint_interval_hours * 3600 / t.step_seconds))
@@ -206,8 +212,20 @@ def training_args(
     mp = mixed_precision(c)
     dist = distributed_type(c)
     fsdp_ckpt = dist == "FSDP"  # checkpointing lives in fsdp_config; transformers refuses both (§4)
+    # TRL SFTConfig (trl 1.16.0): a TrainingArguments subclass whose defaults differ (bf16 and gradient
+    # checkpointing on, fp32 weights), so every one of those is written explicitly.
     training: dict = {
         "output_dir": "output",
+        # TRL loads the model with these (SFTTrainer -> create_model_from_path, which loads fp32 unless told);
+        # device_map None: the Trainer / FSDP / DeepSpeed place the weights (TRL's "auto" would spread one
+        # process's model over every visible GPU under FSDP).
+        "model_init_kwargs": {"dtype": dtype, "attn_implementation": ATTN_NAMES[c.attention], "device_map": None},
+        "max_length": c.seq_len,
+        # Every micro-batch holds micro_batch x max_length tokens, the shape that was estimated. FlashAttention
+        # packs best-fit without padding and without attention across documents (TRL "bfd", padding-free); SDPA
+        # and eager would build a dense mask over the flattened micro-batch, so they pack contiguous blocks.
+        "packing": True,
+        "packing_strategy": "bfd" if c.attention == "flash" else "wrapped",
         "per_device_train_batch_size": c.micro_batch,
         "gradient_accumulation_steps": c.grad_accum,
         # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs); the old
@@ -222,7 +240,7 @@ def training_args(
         "logging_steps": 10,
         "save_strategy": "steps",
         "save_steps": save_steps(c),
-        "save_total_limit": 2,
+        "save_total_limit": SAVE_TOTAL_LIMIT,
         "report_to": "none",
         "seed": 42,
     }
@@ -247,7 +265,8 @@ def training_args(
         if st.saved_modules:
             lora["modules_to_save"] = list(st.saved_modules)  # trainable copies beside the frozen originals
     if st.liger:
-        # transformers Trainer applies liger-kernel to the model instance (integrations/liger.py)
+        # transformers Trainer applies liger-kernel's layer kernels (RMSNorm, RoPE, SwiGLU) to the model; TRL 1.16.0
+        # turns Liger's fused linear cross-entropy off and runs its own fused LM head (SFTTrainer.__init__)
         training["use_liger_kernel"] = True
     if st.compile:
         training["torch_compile"] = True
@@ -266,15 +285,10 @@ def training_args(
         "model": {
             "name_or_path": model.name,
             "family": model.family,
-            "dtype": dtype,
-            "attn_implementation": ATTN_NAMES[c.attention],
             "adapter_dtype": st.adapter_dtype,
         },
-        "data": {"path": dataset, "max_seq_length": c.seq_len, "packing": True},
+        "data": {"path": dataset},
         "training": training,
-        # --loss chunked: train.py computes torchtune's CEWithChunkedOutputLoss on the logits (not a
-        # TrainingArguments field, so it has its own section)
-        "loss": {"type": "chunked", "chunks": CHUNKED_LOSS_CHUNKS} if st.chunked_loss and not st.liger else None,
         "lora": lora,
         "quantization": quant,
         "estimate": {
@@ -288,16 +302,26 @@ def training_args(
             "gpu_memory_bytes": c.gpu_memory_bytes,
             "hours": c.hours,
             "cost_usd": c.cost_usd,
+            # the loss TRL 1.16.0's SFTTrainer computes, whatever the stack's --loss: its fused LM head
+            # (trl/trainer/utils.py add_fused_lm_head -> trl/kernels/chunked_logprob.py ChunkedLogProbFunction)
+            "loss": LOSS_PATH,
         },
     }
     return cfg
 
 
+def setup_commands(c: Candidate) -> list[str]:
+    """What a fresh machine runs before launch.sh: the pinned requirements, and FlashAttention's CUDA build when
+    the plan assumed it (train.py falls back to SDPA without it)."""
+    cmds = ["pip install -r requirements.txt"]
+    if c.attention == "flash":
+        cmds.append(f"pip install flash-attn=={pins()['flash-attn']} --no-build-isolation")
+    return cmds
+
+
 def sky_task(c: Candidate, model: ModelSpec) -> dict:
     cloud = sky_cloud(c.provider)
-    setup = "set -e\npip install -r requirements.txt\n"
-    if c.attention == "flash":  # a CUDA build; train.py falls back to SDPA without it
-        setup += f"pip install flash-attn=={pins()['flash-attn']} --no-build-isolation\n"
+    setup = "set -e\n" + "".join(f"{cmd}\n" for cmd in setup_commands(c))
     return {
         "name": _slug(f"ft-{model.name}"),
         "resources": {
@@ -326,7 +350,7 @@ def requirements(c: Candidate) -> list[str]:
     """requirements.txt: exactly the packages train.py imports for this stack, each at its pinned version.
     flash-attn is not among them: it needs a CUDA build (sky.yaml and the README install it), and train.py
     falls back to PyTorch SDPA, saying so, when it is missing."""
-    names = ["torch", "transformers", "accelerate", "pyyaml"]
+    names = ["torch", "transformers", "trl", "datasets", "accelerate", "pyyaml"]
     if c.stack.is_adapter:
         names.append("peft")
     if c.stack.is_qlora or "8bit" in c.optimizer:
@@ -360,6 +384,7 @@ def build_bundle(
     for note in notes:
         warnings.warn(note, LaunchWarning, stacklevel=2)
     reqs = requirements(c)
+    job = _slug(f"ft-{model.name}")
     ctx = {
         "c": c,
         "model": model,
@@ -379,6 +404,9 @@ def build_bundle(
         "port": MAIN_PROCESS_PORT,
         "placeholder": HEAD_NODE_PLACEHOLDER,
         "vllm_server": rl.server(c, model),  # GRPO with vLLM as a server: launch.sh starts it first
+        "tokens": _token_facts(c, options or {}),
+        "smoke": SMOKE_CONFIG_FILE,
+        "keep": SAVE_TOTAL_LIMIT,
     }
     header = (
         _comment(f"accelerate {acc['distributed_type']} config written by gpu-advisor for {model.name}")
@@ -393,12 +421,15 @@ def build_bundle(
         "launch.sh": _templates("shell").get_template("launch.sh.j2").render(ctx),
         "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # which framework's hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
-            "transformers Trainer + peft + accelerate/DeepSpeed + bitsandbytes.\n")
+            "TRL SFTTrainer (transformers Trainer) + peft + accelerate/DeepSpeed + bitsandbytes.\n")
         + ("" if c.stack.objective.is_sft else rl.rl_readme(c)),
         "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
                      + _dump(sky_task(c, model))),
         "requirements.txt": "\n".join(reqs) + "\n",
-        "chat_to_text.py": (TEMPLATES / "chat_to_text.py").read_text(encoding="utf-8"),
+        "slurm.sbatch": launchers.slurm_script(c, model, job),
+        **_dstack_files(c, model, job),
+        SMOKE_CONFIG_FILE: json.dumps(launchers.smoke_config(model), indent=2) + "\n",
+        "chat_mask.py": Path(chat_mask.__file__).read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
         **_axolotl_file(c, model, dataset, options or {}),
         **_rl_files(c, args, acc, options or {}),
@@ -427,6 +458,31 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
     if o.kind == "grpo":
         files[rl.REWARDS_FILE] = (TEMPLATES / "rewards.py").read_text(encoding="utf-8")
     return files
+
+
+def _dstack_files(c: Candidate, model: ModelSpec, job: str) -> dict[str, str]:
+    """dstack.yml (a task), and for a multi-node plan fleet.dstack.yml (placement: cluster), which the task names."""
+    task = launchers.dstack_task(c, model, job, setup_commands(c))
+    note = "" if launchers.dstack_backend(c.offer.provider) else _comment(
+        f"dstack has no {c.offer.provider!r} backend: no backends/regions pin; any backend within max_price.")
+    if c.nodes == 1:
+        return {"dstack.yml": "# dstack task: dstack apply -f dstack.yml\n" + note + _dump(task)}
+    fleet = launchers.dstack_fleet(c, model, job)
+    return {
+        "dstack.yml": ("# dstack task on a cluster fleet: dstack apply -f fleet.dstack.yml, then dstack apply -f "
+                       "dstack.yml\n" + note + _dump(task)),
+        "fleet.dstack.yml": "# dstack fleet for dstack.yml's nodes: dstack apply -f fleet.dstack.yml\n" + note + _dump(fleet),
+    }
+
+
+def _token_facts(c: Candidate, options: Mapping[str, object]) -> dict:
+    """What the README says about tokens: those the plan's hours count (through the model), and those that carry
+    loss when the plan counted its dataset (`plan --dataset`: dataset_loss_tokens)."""
+    loss = options.get("dataset_loss_tokens")
+    kept = options.get("dataset_kept_tokens")
+    return {"train": options.get("train_tokens"), "kept": kept if isinstance(kept, (int, float)) else None,
+            "loss": loss if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None,
+            "epochs": float(options.get("epochs") or 1)}
 
 
 def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping[str, object]) -> dict[str, str]:

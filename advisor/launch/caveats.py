@@ -105,9 +105,19 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
         notes.append(
             f"lora_dropout is written as 0 (the plan's stack says {c.stack.lora_dropout:g}): peft wraps this MoE's "
             "experts with LoRA ParamWrappers, which refuse dropout; the estimate assumed 0 for them.")
+    if lm_head_adapter(c):
+        notes.append(
+            "TRL 1.16.0's SFTTrainer refuses a LoRA adapter on lm_head (trl/trainer/sft_trainer.py:1066: its fused LM "
+            "head multiplies by lm_head.weight directly, so the adapter would never train), so train.py stops: drop "
+            "lm_head from --lora-targets, or train it fully with --modules-to-save lm_head.")
     if sky_caveat(c):
         notes.append(sky_caveat(c))
     return notes
+
+
+def lm_head_adapter(c: Candidate) -> bool:
+    """A LoRA adapter on lm_head (named in --lora-targets; peft's all-linear leaves the output layer out)."""
+    return c.method != "full" and "lm_head" in {t.strip() for t in c.stack.lora_targets.split(",")}
 
 
 def sky_caveat(c: Candidate) -> str:

@@ -162,7 +162,8 @@ def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest,
         "setup_hours": request.setup_hours if request.setup_hours is not None else
         f"{setup['provisioning_hours']} h provisioning + download at {setup['download_gb_s']} GB/s + final save",
         "checkpoints": (f"every {request.checkpoint_interval_hours:g} h" if request.checkpoint_interval_hours else
-                        "Young's optimum interval sqrt(2 x write time x MTBF)")
+                        "Young's optimum interval sqrt(2 x write time x MTBF), at most "
+                        f"{ckpt['max_interval_hours']:g} h")
         + f", written at {ckpt['write_gb_s_per_node']} GB/s per node",
         "hardware_interruptions_per_gpu_hour": rel["hardware_interruptions_per_gpu_hour"],
         "spot_interruptions_per_instance_hour": (rel["spot_interruptions_per_instance_hour"]

@@ -58,14 +58,22 @@ def interruption_rate(gpus, nodes, spot, spot_rate: float | None = None):
 def checkpoint_interval(write_hours, rate, train_hours, override: float | None = None):
     """Hours between checkpoints: the user's, else Young's first-order optimum sqrt(2·δ·M)
     (J. W. Young 1974, CACM 17(9):530) with M = 1/rate, kept between the configured minimum and
-    the training time (a run shorter than the interval writes no intermediate checkpoint)."""
+    the training time (a run shorter than the interval writes no intermediate checkpoint) and at most
+    max_interval_hours (billing.json: failures Young's rate does not see -- out-of-memory steps, NaN
+    losses, time limits -- lose at most that much work, so a run over an hour checkpoints before its end),
+    unless writing that often would take more than max_write_share of the training time -- but never
+    longer than half a run over max_interval_hours, which always checkpoints before its end."""
     import numpy as np
 
     if override is not None:
         return np.broadcast_to(float(override), np.shape(train_hours)).astype(float)
-    low = billing()["checkpoint"]["min_interval_hours"]
-    young = np.sqrt(2 * np.asarray(write_hours, float) / np.maximum(rate, 1e-12))
-    return np.clip(young, low, np.maximum(train_hours, low))
+    ckpt = billing()["checkpoint"]
+    low, high, share = ckpt["min_interval_hours"], ckpt["max_interval_hours"], ckpt["max_write_share"]
+    write = np.asarray(write_hours, float)
+    young = np.sqrt(2 * write / np.maximum(rate, 1e-12))
+    train = np.asarray(train_hours, float)
+    cap = np.where(train > high, np.minimum(np.maximum(high, write / share), train / 2), train)
+    return np.clip(young, low, np.maximum(cap, low))
 
 
 def wall_hours(train, setup, write, rate, interval):

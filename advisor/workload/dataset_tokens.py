@@ -28,6 +28,7 @@ from advisor.errors import BadInput
 from advisor.model.catalog import HUB_ID, _catalog, hub_endpoint
 from advisor.text import plain
 from advisor.workload import dataset_files
+from advisor.workload.chat_mask import NotPrefixPreserving, assistant_char_spans, token_mask
 from advisor.workload.length_stats import LengthStats, length_stats
 from pricing import files, settings
 from pricing.errors import PriceInputError
@@ -57,6 +58,11 @@ class DatasetCount(BaseModel):
     tokenizer: str
     seed: int
     stats: LengthStats
+    # Tokens that carry loss when training truncates rows at seq_len: all kept tokens of plain text; the assistant's
+    # turns of chats (advisor/workload/chat_mask.py, as the launch bundle masks them). None when they cannot be told
+    # (no chat template, or one that rewrites earlier turns): loss_note says why.
+    loss_tokens: float | None = None
+    loss_note: str = ""
 
 
 # ----------------------------------------------------------------------------- reading
@@ -176,6 +182,16 @@ class Tokenizer:
         if self.has_chat_template:
             return self._chat.apply_chat_template(messages, tokenize=False)
         return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+    def loss_tokens(self, messages: list[dict[str, str]], seq_len: int) -> int:
+        """Tokens of the conversation's assistant turns within its first seq_len tokens (NotPrefixPreserving when
+        the chat template cannot say where the turns are)."""
+        def render(msgs, generation_prompt):
+            return self._chat.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt)
+
+        text, spans = assistant_char_spans(render, messages)
+        offsets = self._fast.encode(text, add_special_tokens=False).offsets
+        return sum(token_mask(offsets[:seq_len], spans))
 
 
 # A tokenizer.json is at most a few tens of MB (google/gemma-3-27b-it's, 262,144 tokens, is 33.4 MB:
@@ -418,18 +434,29 @@ def count_dataset(path: str | Path, tokenizer: Tokenizer, *, text_field: str | N
         raise BadInput(f"{what}: the dataset has no rows.")
     lengths = np.empty(len(chosen), dtype=np.int64)
     special = kind == "text"  # a chat template writes its own special tokens
+    loss, note = (0, "") if kind == "text" or tokenizer.has_chat_template else (
+        None, "the tokenizer has no chat template, so the assistant's turns cannot be told apart")
     done = 0
     for idx, table in itertools.chain([first], batches):
         values = _values(table, field, idx, what)
         lengths[done:done + len(idx)] = tokenizer.lengths(_texts(values, kind, tokenizer, idx, what), special)
         done += len(idx)
+        if kind == "messages" and loss is not None:
+            try:
+                loss += sum(tokenizer.loss_tokens(_messages(v, int(r) + 1, what), seq_len) for v, r in zip(values, idx))
+            except NotPrefixPreserving as exc:
+                loss, note = None, f"the chat template cannot be masked from its turns ({exc})"
         if progress:
             progress(done, len(chosen))
     rendering = "text" if kind == "text" else (
         "chat template" if tokenizer.has_chat_template else "role: content lines (the tokenizer has no chat template)")
+    stats = length_stats(lengths, rows, seq_len, micro_batch, group_by_length, padding_up_to)
+    if kind == "text":
+        loss_tokens = stats.kept_tokens
+    else:
+        loss_tokens = None if loss is None else loss * rows / len(chosen)  # the sample's share, scaled like kept tokens
     return DatasetCount(dataset=str(path), field=field, kind=kind, rendering=rendering, tokenizer=tokenizer.name,
-                        seed=seed, stats=length_stats(lengths, rows, seq_len, micro_batch, group_by_length,
-                                                      padding_up_to))
+                        seed=seed, stats=stats, loss_tokens=loss_tokens, loss_note=note)
 
 
 def terminal_progress(label: str):
