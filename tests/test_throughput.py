@@ -108,10 +108,14 @@ def test_qlora_slowdown_is_in_the_published_range():
     direction and grows at small batches; its size is bounded (dequantisation is a bandwidth cost)."""
     lora = Stack(method="lora", lora_rank=8, lora_targets="q_proj,v_proj")
     qlora = lora.model_copy(update={"method": "qlora"})
-    small = tps(lora, "A5000", mb=1, seq=256, model="meta-llama/Llama-2-7b-hf") / tps(
-        qlora, "A5000", mb=1, seq=256, model="meta-llama/Llama-2-7b-hf")
-    large = tps(lora, "A5000", mb=4, seq=1024, model="meta-llama/Llama-2-7b-hf") / tps(
-        qlora, "A5000", mb=4, seq=1024, model="meta-llama/Llama-2-7b-hf")
+    engine, gpu = Engine.of("meta-llama/Llama-2-7b-hf"), get_gpu("A5000")
+
+    def uncapped(stack: Stack, mb: int, seq: int) -> float:  # the mechanism, without the plausibility guard
+        return step_time(engine.counts(stack), stack, Shape(micro_batch=mb, seq_len=seq), gpu, caps={},
+                         with_band=False)["tokens_per_sec"]
+
+    small = uncapped(lora, 1, 256) / uncapped(qlora, 1, 256)
+    large = uncapped(lora, 4, 1024) / uncapped(qlora, 4, 1024)
     assert 1.1 < small < 2.0 and 1.0 < large < small
 
 
@@ -248,8 +252,8 @@ def test_every_constant_cites_its_source_or_says_it_is_fitted():
     for key in t:
         if key.startswith("_") or key in ("fitted", "fit", "bands"):
             continue
-        assert f"_{key}" in t or key in ("cpu_adam_params_per_s", "pcie_gb_s"), key
-    assert "_offload" in t
+        assert f"_{key}" in t, key
+    assert "_cpu_optimizer" in t and "_host_link" in t
     for key, entry in t["fitted"].items():
         if key.startswith("_"):
             continue
