@@ -393,7 +393,9 @@ def parse_published(r: dict[str, str]) -> TimeRow:
         attn = ("eager" if attention.startswith("eager") else "sdpa" if attention.startswith("sdpa")
                 else "flash" if "flash" in attention or "fa2" in attention else "sdpa")
     gc_text = r["grad_checkpointing"].strip().lower()
-    stack_kw: dict = dict(method=method, precision=precision, optimizer=optimizer, gpus=gpus,
+    # every published run computed its framework's loss on full logits (transformers' ForCausalLMLoss; TRL before
+    # 1.x), or Liger's fused one (--liger): none ran TRL 1.16's fused LM head
+    stack_kw: dict = dict(method=method, precision=precision, optimizer=optimizer, gpus=gpus, loss="standard",
                           grad_checkpointing=_yes(gc_text) and gc_text != "selective op", attention=attn, **fields)
     if gc_text == "selective op":
         # torchtitan's op-level selective AC saves the matmul outputs and recomputes only cheap ops

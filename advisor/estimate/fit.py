@@ -73,7 +73,7 @@ def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int,
     head = "lm_head" in stack.lora_targets or "lm_head" in stack.modules_to_save
     if not stack.grad_checkpointing:
         singles.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
-    if (not stack.liger and stack.loss == "standard" and not head and families.traits(engine.spec.family).liger
+    if (not stack.liger and stack.loss in ("trl", "standard") and not head and families.traits(engine.spec.family).liger
             and liger_runs_on(gpu)):
         singles.append(("--liger", {"liger": True}, {}))  # same model, same batch: smaller loss path and norms
     if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:

@@ -236,6 +236,10 @@ def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float
     else:
         model = 2 * mm_fwd + 3 * attn_fwd + 3 * ad_fwd + (2.0 * c.lm_head if c.lm_head_trained else 0.0)
     executed = model + ((mm_fwd - 2.0 * c.lm_head + attn_fwd + ad_fwd) if stack.grad_checkpointing else 0.0)
+    if stack.loss in ("trl", "cce"):
+        # both recompute each logits tile in backward instead of keeping it (trl/kernels/chunked_logprob.py
+        # ChunkedLogProbFunction.backward torch.mm(hidden_chunk, w_chunk.t()); cut_cross_entropy/cce_backward.py)
+        executed += 2.0 * c.lm_head
     return model, executed
 
 
@@ -362,7 +366,8 @@ def _elementwise_bytes(c: Counts, stack: Stack, seq_len: int) -> float:
 def _loss_bytes(c: Counts, stack: Stack) -> float:
     """Bytes per token of the logits path (forward + backward), by loss implementation."""
     t = table()["elementwise_bytes"]["loss_per_vocab"]
-    mode = "fused" if stack.liger else "chunked" if stack.loss == "chunked" else "compiled" if stack.compile else "eager"
+    mode = (stack.loss if stack.loss in ("trl", "cce") else "fused" if stack.liger else
+            "chunked" if stack.loss == "chunked" else "compiled" if stack.compile else "eager")
     return t[mode] * c.vocab
 
 

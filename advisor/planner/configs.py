@@ -128,7 +128,7 @@ def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str)
     if "liger" in pins:
         return (pins["liger"],)
     head = "lm_head" in str(pins.get("lora_targets", "")) or "lm_head" in str(pins.get("modules_to_save", ""))
-    if families.traits(family).liger and triton and pins.get("loss", "standard") == "standard" and not head:
+    if families.traits(family).liger and triton and pins.get("loss", "trl") in ("trl", "standard") and not head:
         return (False, True) if method == "full" else (True,)
     return (False,)
 
