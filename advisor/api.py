@@ -25,6 +25,7 @@ from advisor.model.spec import ModelSpec
 from advisor.planner import PlanRequest, plan
 from advisor.results import MemoryEstimate, Throughput
 from advisor.stacks import Shape, Stack
+from pricing.gpus import get_gpu
 
 __all__ = ["PlanRequest", "estimate_memory", "estimate_throughput", "fit_micro_batch", "load_model", "plan"]
 
@@ -44,7 +45,8 @@ def estimate_memory(
     engine = Engine.of(model)
     stack = stack or Stack(attention=default_attention(engine.spec.family))
     est = engine.memory(stack, shape or Shape()).model_copy(deep=True)
-    est = apply_reserved(engine, stack, est, lengths, expandable_segments, CUDA_CONTEXT_BYTES)
+    card = get_gpu(gpu).usable_bytes if gpu else None
+    est = apply_reserved(engine, stack, est, lengths, expandable_segments, CUDA_CONTEXT_BYTES, card)
     if gpu:
         est.fit, warnings = fit_check(engine, stack, est.shape, gpu, headroom, est)
         est.warnings += warnings

@@ -21,7 +21,11 @@ Attention = Literal["flash", "sdpa", "eager"]
 Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Offload = Literal["none", "optimizer", "params", "both"]
 AdapterDtype = Literal["fp32", "bf16"]
-Loss = Literal["standard", "chunked"]
+# The loss path (advisor/estimate/activations.py): "trl" is what the launch bundle's train.py runs, TRL 1.16.0's
+# SFTTrainer fused LM head (trl/trainer/sft_trainer.py add_fused_lm_head, trl/kernels/chunked_logprob.py); "standard"
+# transformers' ForCausalLMLoss (Trainer, older TRL); "chunked" torchtune's CEWithChunkedOutputLoss; "cce" Apple's
+# Cut Cross-Entropy (cut-cross-entropy, axolotl's CutCrossEntropyPlugin).
+Loss = Literal["trl", "standard", "chunked", "cce"]
 # The training framework the time model predicts for (advisor/estimate/throughput.py): "hf" is what `launch` writes
 # (transformers Trainer/TRL + peft + accelerate FSDP or DeepSpeed ZeRO + bitsandbytes, eager modules);
 # "tuned" is a torchtitan / llm-foundry-like stack (FSDP2, compile or fused kernels, a lean loop).
@@ -89,7 +93,7 @@ class Stack(BaseModel):
     # cross-entropy without the other kernels, torch.compile, peft DoRA, and modules trained fully
     # beside the adapters (peft modules_to_save, e.g. "embed_tokens,lm_head").
     liger: bool = False
-    loss: Loss = "standard"
+    loss: Loss = "trl"
     compile: bool = False
     dora: bool = False
     modules_to_save: str = ""
@@ -152,10 +156,16 @@ class Stack(BaseModel):
             # AuxiliaryTrainingWrapper._check_module: BaseTunerLayer -> TypeError).
             raise StackError(f"--modules-to-save: {', '.join(both)} is also in --lora-targets; train it fully or "
                              "with an adapter, not both.")
-        if self.liger and self.chunked_loss:
-            raise StackError("--loss chunked: --liger already replaces the loss with its fused linear "
+        if self.liger and self.loss in ("chunked", "cce"):
+            raise StackError(f"--loss {self.loss}: --liger already replaces the loss with its fused linear "
                              "cross-entropy (chunked); use one of them.")
-        if self.liger and self.is_adapter and "lm_head" in targets:
+        if self.loss in ("trl", "cce") and self.is_adapter and "lm_head" in targets:
+            # TRL's fused LM head and CCE multiply lm_head.weight itself (trl/trainer/utils.py _fused_forward:
+            # self.get_output_embeddings().weight; axolotl's CCE patch: lm_head.weight): an adapter there never runs.
+            raise StackError(f"--lora-targets: --loss {self.loss} reads lm_head's weight directly, so a LoRA adapter on "
+                             "lm_head would not train; drop lm_head, train it fully (--modules-to-save lm_head) or use "
+                             "--loss standard.")
+        if self.liger_loss and self.is_adapter and "lm_head" in targets:
             # liger-kernel's lce_forward passes self.lm_head.weight to the fused loss: a LoRA adapter on lm_head
             # would never run (src/liger_kernel/transformers/model/llama.py, lce_forward).
             raise StackError("--lora-targets: Liger's fused linear cross-entropy reads lm_head's weight directly, so a "
@@ -169,6 +179,13 @@ class Stack(BaseModel):
             raise StackError("--lora-targets: TRL's DPO/GRPO trainers score tokens with a fused head that reads "
                              "lm_head's weight directly, so an adapter on lm_head is refused; drop lm_head.")
         return self
+
+    @property
+    def liger_loss(self) -> bool:
+        """Liger's fused linear cross-entropy runs: --liger under transformers' Trainer loss. TRL 1.16.0's
+        SFTTrainer turns it off and keeps only Liger's layer kernels (trl/trainer/sft_trainer.py: liger_kernel_config
+        fused_linear_cross_entropy False), its own fused LM head computing the loss."""
+        return self.liger and self.loss == "standard"
 
     @property
     def saved_modules(self) -> tuple[str, ...]:
@@ -282,7 +299,8 @@ class Stack(BaseModel):
         if self.grad_checkpointing:
             parts.append("ckpt")
         parts.append(self.attention)
-        parts += [name for name, on in (("liger", self.liger), ("chunked-loss", self.chunked_loss),
+        parts += [name for name, on in (("liger", self.liger), ("chunked-loss", self.loss == "chunked"),
+                                        ("cce-loss", self.loss == "cce"),
                                         ("compile", self.compile)) if on]
         if self.modules_to_save:
             parts.append(f"train {self.modules_to_save}")

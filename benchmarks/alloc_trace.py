@@ -105,7 +105,7 @@ def synthetic(lengths: list[int], micro_batch: int = 2) -> list[Event]:
     with tempfile.TemporaryDirectory() as tmp:
         tiny_llama().config.save_pretrained(tmp)
         spec = load_model(str(Path(tmp) / "config.json"))
-    engine, stack = Engine.of(spec), Stack(method="full", precision="fp32", optimizer="adamw", attention="sdpa")
+    engine, stack = Engine.of(spec), Stack(loss="standard", method="full", precision="fp32", optimizer="adamw", attention="sdpa")
     at = lambda s: engine.memory(stack, Shape(micro_batch=micro_batch, seq_len=s, grad_accum=1))  # noqa: E731
     return step_events(_sizes(at, tuple(lengths)), spec.num_hidden_layers, True, *tensor_counts(engine.arch, stack))
 

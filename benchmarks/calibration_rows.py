@@ -429,6 +429,7 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
             dq = True  # LLaMA-Factory default double_quantization=True
             row.assumptions.append("double quantisation: LLaMA-Factory default (on)")
         fields["double_quant"] = dq
+    fields.setdefault("loss", "standard")  # the published runs computed transformers' loss on full logits
     try:
         row.stack = Stack(**fields)
         row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len,

@@ -84,7 +84,7 @@ class Case:
         return f"{short}:{self.method}:{ck}:{self.attention}:{self.micro_batch}x{self.seq_len}"
 
     def stack(self) -> Stack:
-        return Stack(method=self.method, precision="bf16", optimizer="adamw", lora_rank=16, lora_alpha=32,
+        return Stack(loss="standard", method=self.method, precision="bf16", optimizer="adamw", lora_rank=16, lora_alpha=32,
                      lora_targets="all-linear", adapter_dtype="fp32", double_quant=True,
                      grad_checkpointing=self.grad_checkpointing, attention=self.attention)
 

@@ -526,8 +526,19 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
 
 
 def _loss(model, inputs: dict, stack: Stack):
-    """The training loss as the stack computes it: transformers' own, or the reference chunked loss on the
-    logits (the model returns logits only; Trainer then drops them before backward)."""
+    """The training loss as the stack computes it: transformers' own, the reference chunked loss on the
+    logits (the model returns logits only; Trainer then drops them before backward), or TRL 1.16.0's
+    SFTTrainer loss (--loss trl): its fused LM head, added as SFTTrainer.__init__ adds it, and
+    compute_loss's sum of -log_probs over the labelled tokens (trl/trainer/sft_trainer.py)."""
+    if stack.loss == "trl":
+        from trl.trainer.utils import add_fused_lm_head
+
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        if not getattr(base, "_advisor_fused_lm_head", False):
+            add_fused_lm_head(base, outputs=("log_probs", "entropy", "is_top1"))
+            base._advisor_fused_lm_head = True
+        out = model(**inputs, fused_lm_head=True)
+        return -out.log_probs.sum() / out.label_mask.sum().clamp(min=1)
     if stack.loss != "chunked":
         return model(**inputs).loss
     labels = inputs["labels"]
@@ -608,7 +619,8 @@ _MISTRAL = _cfg("mistral", vocab_size=32768, hidden_size=256, intermediate_size=
 
 def _case(name: str, config: dict, micro_batch: int, seq_len: int, padded: bool = False, **stack) -> ValidationCase:
     shape = Shape(micro_batch=micro_batch, seq_len=seq_len, padded=padded)
-    return ValidationCase(name, config, Stack(**stack), shape)
+    # the harness computes transformers' own loss (model(..., labels).loss) unless a case says chunked
+    return ValidationCase(name, config, Stack(**{"loss": "standard", **stack}), shape)
 
 
 VALIDATION_CASES: tuple[ValidationCase, ...] = (
@@ -670,16 +682,25 @@ VALIDATION_CASES: tuple[ValidationCase, ...] = (
           lora_dropout=0.0, modules_to_save="embed_tokens,lm_head", precision="bf16", attention="sdpa"),
     _case("llama-32k lora-d0 chunked-loss bf16 sdpa", _LLAMA_32K, 2, 128, method="lora", lora_dropout=0.0,
           loss="chunked", precision="bf16", attention="sdpa"),
+    # TRL 1.16.0 SFTTrainer's fused LM head (the launch bundle's loss): no logits kept
+    _case("llama-32k lora-d0 trl-loss bf16 sdpa", _LLAMA_32K, 2, 128, method="lora", lora_dropout=0.0,
+          loss="trl", precision="bf16", attention="sdpa"),
+    _case("llama-32k full trl-loss bf16 sdpa", _LLAMA_32K, 2, 128, method="full", loss="trl", precision="bf16",
+          attention="sdpa"),
+    _case("llama-32k lora-d0 trl-loss bf16 ckpt", _LLAMA_32K, 2, 128, method="lora", lora_dropout=0.0,
+          loss="trl", precision="bf16", attention="sdpa", grad_checkpointing=True),
+    _case("llama-32k full trl-loss amp-bf16 sdpa", _LLAMA_32K, 2, 128, method="full", loss="trl",
+          precision="amp-bf16", attention="sdpa"),
 )
 
 # Stacks the CPU cannot run, each with its reason (the benchmark prints them).
 EXCLUDED_STACKS: tuple[tuple[str, Stack, str], ...] = (
-    ("qlora", Stack(method="qlora"), "QLoRA needs bitsandbytes' NF4 kernels (CUDA only)"),
-    ("adamw-8bit", Stack(optimizer="adamw-8bit"), "bitsandbytes 8-bit AdamW is CUDA only"),
-    ("flash", Stack(attention="flash"), "flash-attn is CUDA only; sdpa saves the same q/k/v/out/lse"),
-    ("adamw-fp32 on 16-bit weights", Stack(optimizer="adamw-fp32", precision="bf16"),
+    ("qlora", Stack(loss="standard", method="qlora"), "QLoRA needs bitsandbytes' NF4 kernels (CUDA only)"),
+    ("adamw-8bit", Stack(loss="standard", optimizer="adamw-8bit"), "bitsandbytes 8-bit AdamW is CUDA only"),
+    ("flash", Stack(loss="standard", attention="flash"), "flash-attn is CUDA only; sdpa saves the same q/k/v/out/lse"),
+    ("adamw-fp32 on 16-bit weights", Stack(loss="standard", optimizer="adamw-fp32", precision="bf16"),
      "torch AdamW keeps states in the parameter dtype; measured with fp32/amp weights instead"),
-    ("sharding / offload", Stack(gpus=2, sharding="fsdp"), "needs several processes; one is measured"),
-    ("liger", Stack(liger=True), "Liger Kernel's Triton kernels need a GPU; modelled from liger-kernel's source"),
-    ("compile", Stack(compile=True), "torch.compile saves tensors inside compiled functions, out of the hooks' reach"),
+    ("sharding / offload", Stack(loss="standard", gpus=2, sharding="fsdp"), "needs several processes; one is measured"),
+    ("liger", Stack(loss="standard", liger=True), "Liger Kernel's Triton kernels need a GPU; modelled from liger-kernel's source"),
+    ("compile", Stack(loss="standard", compile=True), "torch.compile saves tensors inside compiled functions, out of the hooks' reach"),
 )

@@ -87,16 +87,16 @@ def table() -> int:
 
 DUMP_SHAPE = Shape(micro_batch=2, seq_len=128)
 DUMP_STACKS = [
-    ("full bf16 sdpa", Stack(method="full", precision="bf16", attention="sdpa")),
-    ("full bf16 eager", Stack(method="full", precision="bf16", attention="eager")),
-    ("full fp32 sdpa", Stack(method="full", precision="fp32", attention="sdpa")),
-    ("full amp-bf16 sdpa", Stack(method="full", precision="amp-bf16", attention="sdpa")),
-    ("lora r16 dropout 0 bf16 sdpa (fp32 adapters)", Stack(method="lora", lora_dropout=0.0)),
-    ("lora r16 dropout 0.05 bf16 sdpa (fp32 adapters)", Stack(method="lora", lora_dropout=0.05)),
-    ("lora r16 dropout 0 bf16 sdpa (bf16 adapters)", Stack(method="lora", lora_dropout=0.0, adapter_dtype="bf16")),
-    ("lora r16 dropout 0 amp-bf16 sdpa", Stack(method="lora", lora_dropout=0.0, precision="amp-bf16")),
-    ("full bf16 sdpa + grad checkpointing", Stack(method="full", grad_checkpointing=True)),
-    ("lora r16 dropout 0.05 bf16 sdpa + grad checkpointing", Stack(method="lora", grad_checkpointing=True)),
+    ("full bf16 sdpa", Stack(loss="standard", method="full", precision="bf16", attention="sdpa")),
+    ("full bf16 eager", Stack(loss="standard", method="full", precision="bf16", attention="eager")),
+    ("full fp32 sdpa", Stack(loss="standard", method="full", precision="fp32", attention="sdpa")),
+    ("full amp-bf16 sdpa", Stack(loss="standard", method="full", precision="amp-bf16", attention="sdpa")),
+    ("lora r16 dropout 0 bf16 sdpa (fp32 adapters)", Stack(loss="standard", method="lora", lora_dropout=0.0)),
+    ("lora r16 dropout 0.05 bf16 sdpa (fp32 adapters)", Stack(loss="standard", method="lora", lora_dropout=0.05)),
+    ("lora r16 dropout 0 bf16 sdpa (bf16 adapters)", Stack(loss="standard", method="lora", lora_dropout=0.0, adapter_dtype="bf16")),
+    ("lora r16 dropout 0 amp-bf16 sdpa", Stack(loss="standard", method="lora", lora_dropout=0.0, precision="amp-bf16")),
+    ("full bf16 sdpa + grad checkpointing", Stack(loss="standard", method="full", grad_checkpointing=True)),
+    ("lora r16 dropout 0.05 bf16 sdpa + grad checkpointing", Stack(loss="standard", method="lora", grad_checkpointing=True)),
 ]
 
 

@@ -57,6 +57,8 @@ class TimeRow:
     network_gbps: float | None = None
     tokens_per_sec: float | None = None  # total over all GPUs
     link_gb_s: float | None = None  # GPU-to-GPU GB/s per direction where the card's differs from the table's
+    power_w: float | None = None  # a power limit the source set below the card's own (clock ∝ power^(1/3))
+    host_vcpus_per_gpu: float | None = None  # the host's vCPUs per GPU where the source names them (CPU offload)
     framework: str = "hf"  # hf | tuned: from the source (frameworks.csv); also set on `stack`
     excluded: str | None = None
     assumptions: list[str] = field(default_factory=list)
@@ -111,6 +113,23 @@ FACT_SPECS: dict[str, ModelSpec] = {
         vocab_size=32000, hidden_size=8192, intermediate_size=22016, num_hidden_layers=48,
         num_attention_heads=64, num_key_value_heads=8, head_dim=128,
     ),
+    # GPT-NeoX / GPT-J as Llama-layout specs with the same matmul parameters (their GELU MLP's two d×4d
+    # matrices = a SwiGLU of width 8d/3, as for MPT above); LayerNorm and parallel attention + MLP differ only
+    # in elementwise work.
+    "databricks/dolly-v2-7b": _spec(
+        "databricks/dolly-v2-7b (GPT-NeoX, pythia-6.9b shapes, mapped to a SwiGLU layout)",
+        "https://huggingface.co/databricks/dolly-v2-7b/blob/main/config.json (hidden 4096, 32 layers, 32 heads, "
+        "intermediate 16384 GELU, vocab 50280, untied embed_out)",
+        vocab_size=50280, hidden_size=4096, intermediate_size=round(8 * 4096 / 3), num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32, head_dim=128, max_position_embeddings=2048,
+    ),
+    "EleutherAI/gpt-j-6B": _spec(
+        "EleutherAI/gpt-j-6B (GPT-J, mapped to a SwiGLU layout)",
+        "https://huggingface.co/EleutherAI/gpt-j-6B/blob/main/config.json (n_embd 4096, n_layer 28, n_head 16, "
+        "n_inner 16384 GELU, vocab 50400, untied lm_head)",
+        vocab_size=50400, hidden_size=4096, intermediate_size=round(8 * 4096 / 3), num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=16, head_dim=256, max_position_embeddings=2048,
+    ),
     "mpt-1b": _mpt("1b", 2048, 24, 16),
     "mpt-3b": _mpt("3b", 2560, 32, 20),
     "mpt-7b": _mpt("7b", 4096, 32, 32),
@@ -127,6 +146,9 @@ ALIASES = {
     "NousResearch/Llama-2-70b-hf": ("meta-llama/Llama-2-70b-hf", None),
     "meta-llama/Meta-Llama-3-70B": ("meta-llama/Llama-3.1-70B",
                                     "Llama 3 70B = Llama 3.1 70B's architecture (same shapes; RoPE scaling differs)"),
+    "lmsys/vicuna-13b-v1.3": ("meta-llama/Llama-2-13b-hf",
+                              "Vicuna 13B v1.3 = LLaMA-1 13B = Llama-2-13B's parameter shapes (40 layers, hidden "
+                              "5120, FFN 13824, vocab 32000)"),
 }
 
 
@@ -144,8 +166,13 @@ def resolve(ref: str) -> tuple[ModelSpec | None, str | None, str | None]:
         if size == "34":
             return FACT_SPECS["codellama/CodeLlama-34b-hf"], "Llama-2-34B architecture = CodeLlama-34B's config", None
         return models.load_model(f"meta-llama/Llama-2-{size.lower()}b-hf"), None, None
-    if t.startswith("LLaMA-1 7B"):
+    if t.startswith(("LLaMA-1 7B", "LLaMA-7B")):
         return FACT_SPECS["huggyllama/llama-7b"], None, None
+    if t.startswith("Mistral 7B v0.2"):
+        # v0.2 = v0.3 without v0.3's 768 extra tokens (32k context, no sliding window, rope_theta 1e6)
+        spec = models.load_model("mistralai/Mistral-7B-v0.3")
+        return (spec.model_copy(update={"name": "Mistral-7B-v0.2", "vocab_size": 32000}),
+                "Mistral 7B v0.2 = Mistral-7B-v0.3's shapes with a 32000-token vocabulary", None)
     name = t.split(" (")[0].strip()
     alias = ALIASES.get(name)
     if alias:
@@ -162,7 +189,9 @@ GPUS = (  # (regex on the source's GPU text, canonical name); first match wins
     (r"A800", "A100-80GB"),
     (r"RTX 4090|GeForce RTX 4090", "RTX4090"), (r"6000 Ada|A6000 Ada", "RTX6000-Ada"), (r"A6000", "A6000"),
     (r"A5000", "A5000"), (r"L40S", "L40S"), (r"A40\b", "A40"),
-    (r"T4\b", "T4"),
+    (r"T4\b", "T4"), (r"RTX 3090|GeForce RTX 3090", "RTX3090"), (r"\bL4\b", "L4"), (r"A10G", "A10G"),
+    # Titan RTX: TU102 with 24 GB and full-rate fp16 tensor cores (130 TFLOPS), the Quadro RTX 6000's chip
+    (r"Titan RTX", "RTX6000"),
 )
 
 
@@ -178,7 +207,7 @@ def _precision(text: str) -> tuple[str | None, str | None]:
         return "amp-fp16", None
     if t.startswith("amp-bf16") or t.startswith("amp_bf16"):
         return "amp-bf16", None
-    if t.startswith("pure fp16"):
+    if t.startswith("pure fp16") or t.startswith("fp16"):
         return "fp16", None
     if "bf16" in t:
         return "bf16", None
@@ -196,18 +225,53 @@ def _sharding(text: str, gpus: int) -> tuple[dict, str | None, str | None]:
     if "hsdp" in t:
         return ({"sharding": "fsdp"}, "HSDP (shard within a node, replicate across) modelled as FSDP over all GPUs",
                 None)
+    offload = _offload(t)
     if "fsdp" in t:
-        return {"sharding": "fsdp"}, None, None
-    if t.startswith("zero3"):
-        return {"sharding": "zero3"}, None, None
-    if t.startswith("zero2"):
-        return {"sharding": "zero2"}, None, None
+        # FSDP's CPUOffload(offload_params=True) keeps the sharded parameters and gradients on the CPU and runs
+        # the optimizer step there: both offloads at once (torch/distributed/fsdp/api.py CPUOffload)
+        return {"sharding": "fsdp", "offload": "both" if offload != "none" else "none"}, None, None
+    if t.startswith(("zero3", "deepspeed zero3")):
+        return {"sharding": "zero3", "offload": offload}, None, None
+    if t.startswith(("zero2", "deepspeed zero2")):
+        return {"sharding": "zero2", "offload": offload}, None, None
     if t.startswith("deepspeed"):
         return ({"sharding": "zero3"}, "DeepSpeed stage not stated; ZeRO-3 assumed (XTuner's long-sequence configs)",
                 None)
     if t.startswith("none"):
         return ({"sharding": "ddp"} if gpus > 1 else {}), None, None
     return {}, None, f"parallelism '{text}' not modelled"
+
+
+def _offload(t: str) -> str:
+    """The CPU offload a parallelism text names: DeepSpeed offload_optimizer / offload_param, FSDP cpu_offload."""
+    opt, par = "offload_optimizer" in t, "offload_param" in t
+    if "cpu_offload" in t or (opt and par):
+        return "both"
+    return "optimizer" if opt else "params" if par else "none"
+
+
+# AWS instance sizes: each "xlarge" is 4 vCPUs (aws.amazon.com/ec2/instance-types/g5/, /g4/: g5.4xlarge 16,
+# g5.12xlarge 48, g5.48xlarge 192, g4dn.4xlarge 16); GPUs per instance from the same tables.
+AWS_GPUS = {"g5.xlarge": 1, "g5.2xlarge": 1, "g5.4xlarge": 1, "g5.8xlarge": 1, "g5.16xlarge": 1, "g5.12xlarge": 4,
+            "g5.24xlarge": 4, "g5.48xlarge": 8, "g4dn.xlarge": 1, "g4dn.2xlarge": 1, "g4dn.4xlarge": 1,
+            "g4dn.8xlarge": 1, "g4dn.16xlarge": 1, "g4dn.12xlarge": 4, "g4dn.metal": 8}
+
+
+def _host_vcpus_per_gpu(text: str) -> tuple[float | None, str | None]:
+    """(vCPUs per GPU, what it assumes) of the host a row ran on, where the source names it: an AWS instance
+    type (the workers' where a head node differs), or host CPUs named in the text."""
+    found = []
+    for family, size, kind in re.findall(r"\b(g5|g4dn)\.(\d*)(xlarge|metal)\b", text):
+        name = f"{family}.{size}{kind}"
+        if name in AWS_GPUS:
+            vcpus = 96 if kind == "metal" else 4 * int(size or 1)
+            found.append((vcpus / AWS_GPUS[name], name, vcpus))
+    if found:  # a synchronous step waits for the smallest host named (the workers, not a larger head node)
+        per_gpu, name, vcpus = min(found)
+        return per_gpu, f"host: {name}, {vcpus} vCPUs for {AWS_GPUS[name]} GPU(s) (AWS instance table)"
+    if re.search(r"2 ?× ?AMD EPYC 7742|2xAMD EPYC 7742", text):  # 2 × 64 cores, 256 threads, for the GPUs in use
+        return 256.0, "host: 2 × EPYC 7742 (256 hardware threads) shared by the GPUs the run used"
+    return None, None
 
 
 def _yes(text: str) -> bool:
@@ -218,6 +282,8 @@ def _yes(text: str) -> bool:
 # https://aiwiki.ai/wiki/nvidia_a800; H100: 900, https://www.philisun.com/technical-analysis/
 # nvidia-h800-vs-h100-a-technical-deep-dive-into-politically-defined-ai-chips/)
 EXPORT_NVLINK_GB_S = 200.0
+# PCIe 4.0 x8 or 3.0 x16: 8 GT/s × 16 lanes (or 16 × 8) × 128/130 ≈ 15.8 GB/s a direction (PCI-SIG base specs)
+SLOW_LANES_GB_S = 16.0
 
 
 def _gpu_assumptions(text: str, gpu: str, notes: str) -> list[str]:
@@ -247,7 +313,14 @@ def parse_published(r: dict[str, str]) -> TimeRow:
                "xtuner": "LLaMA-Factory baseline row: micro-batch, accumulation and stage not given",
                "fmsacc": "Mixtral under transformers 4.45 loops over its experts in Python, each an nn.Linear "
                          "(bitsandbytes-quantised under QLoRA); the time model follows transformers 5's grouped "
-                         "experts"}.get(row.source, "")
+                         "experts",
+               "afqlora": "the dual-3090 batch-1 QLoRA table times (1,082 s, 1,564 s) are ~2x the text beside them "
+                          "('800 seconds vs 550')",
+               "raygptj": "'~1280 seconds (including initialization time)': model loading inside the epoch time",
+               "cyfgist": "the unit of 'Th.put' is not stated (total samples/s inferred); precision and code not given",
+               "openllama": "accumulation not stated; ~47% MFU while offloading, above any other published A100 run",
+               "hfaccds": "token count not published (derived from another guide's log of the same dataset)"}.get(
+                   row.source, "")
         return exclude("conf=low" + (f": {why}" if why else ""))
     gpus = int(r["gpus"] or 1)
     nodes = int(r["nodes"]) if r["nodes"].strip() else max(1, gpus // 8) if gpus > 8 else 1
@@ -255,12 +328,20 @@ def parse_published(r: dict[str, str]) -> TimeRow:
     row.gpu = canonical_gpu(r["gpu_model"], GPUS)
     if row.gpu is None:
         return exclude(f"GPU '{r['gpu_model']}' not in the GPU table")
-    m = re.search(r"(\d+)\s*Gbps", r["gpu_model"])
+    m = re.search(r"(\d+)\s*Gbps", r["gpu_model"]) or re.search(r"'up to (\d+) Gbps'", notes)
     if m and nodes > 1:
         row.network_gbps = float(m.group(1))
     row.assumptions += _gpu_assumptions(r["gpu_model"], row.gpu, notes)
     if re.search(r"[AH]800", r["gpu_model"]):
         row.link_gb_s = EXPORT_NVLINK_GB_S
+    m = re.search(r"power-limited to (\d+) ?W", r["gpu_model"])
+    if m:
+        row.power_w = float(m.group(1))
+        row.assumptions.append(f"cards power-limited to {m.group(1)} W: sustained clock ∝ power^(1/3)")
+    if "slow PCI lanes" in r["gpu_model"]:
+        # 'older motherboard and slow PCI lanes' (lane width not stated): PCIe 4.0 x8 / 3.0 x16, 16 GB/s a direction
+        row.link_gb_s = SLOW_LANES_GB_S
+        row.assumptions.append(f"'slow PCI lanes' taken as {SLOW_LANES_GB_S:g} GB/s a direction (x8 Gen4 / x16 Gen3)")
     if "gptq" in r["quant_bits"].lower():
         return exclude("GPTQ int4 base weights are not bitsandbytes NF4 QLoRA")
     precision, why = _precision(r["precision"])
@@ -292,15 +373,29 @@ def parse_published(r: dict[str, str]) -> TimeRow:
         else:
             return exclude("sequence length per step not stated (dynamic padding of variable-length examples; "
                            "tokens/s counts non-pad tokens, the padded length is not published)")
+    vcpus, why_host = _host_vcpus_per_gpu(r["gpu_model"])
+    if vcpus is None:
+        vcpus, why_host = _host_vcpus_per_gpu(notes)
+    if vcpus:
+        row.host_vcpus_per_gpu = vcpus / gpus if "shared by the GPUs" in (why_host or "") else vcpus
+        row.assumptions.append(why_host)
     method = r["method"].strip()
     optimizer = "adamw"
     opt_text = r["optimizer"].lower()
     if "8bit" in opt_text or "8-bit" in opt_text:
         optimizer = "adamw-8bit"
     attention = r["attention"].lower()
-    attn = "flash" if "flash" in attention or "fa2" in attention else "eager" if attention.startswith("eager") else "sdpa"
+    if attention.startswith("not stated"):
+        # Llama in transformers before 4.36 had no SDPA path: eager unless the script asked for FA2 (unstated)
+        attn = "eager"
+        row.assumptions.append("attention not stated: eager (the transformers of the run's date had no SDPA Llama)")
+    else:
+        attn = ("eager" if attention.startswith("eager") else "sdpa" if attention.startswith("sdpa")
+                else "flash" if "flash" in attention or "fa2" in attention else "sdpa")
     gc_text = r["grad_checkpointing"].strip().lower()
-    stack_kw: dict = dict(method=method, precision=precision, optimizer=optimizer, gpus=gpus,
+    # every published run computed its framework's loss on full logits (transformers' ForCausalLMLoss; TRL before
+    # 1.x), or Liger's fused one (--liger): none ran TRL 1.16's fused LM head
+    stack_kw: dict = dict(method=method, precision=precision, optimizer=optimizer, gpus=gpus, loss="standard",
                           grad_checkpointing=_yes(gc_text) and gc_text != "selective op", attention=attn, **fields)
     if gc_text == "selective op":
         # torchtitan's op-level selective AC saves the matmul outputs and recomputes only cheap ops
@@ -311,6 +406,8 @@ def parse_published(r: dict[str, str]) -> TimeRow:
                                "(an upper bound on the recompute)")
     if r["compile"].strip().lower().startswith("yes"):
         stack_kw["compile"] = True
+    if r["liger"].strip().lower().startswith("yes"):
+        stack_kw["liger"] = True
     if "fused layernorm/swiglu/xentropy/rope" in r["attention"].lower():
         stack_kw["liger"] = True
         row.assumptions.append("fused norm/SwiGLU/cross-entropy/RoPE kernels modelled as Liger's")
@@ -327,6 +424,8 @@ def parse_published(r: dict[str, str]) -> TimeRow:
             stack_kw["lora_targets"] = "q_proj,v_proj"
         else:
             return exclude(f"LoRA targets '{r['lora_targets']}' not mapped")
+        if "modules_to_save lm_head, embed_tokens" in targets:
+            stack_kw["modules_to_save"] = "embed_tokens,lm_head"
         if "dora" in targets or "dora" in notes.lower():
             stack_kw["dora"] = True
         if row.source == "afqlora":
@@ -344,6 +443,10 @@ def parse_published(r: dict[str, str]) -> TimeRow:
             row.assumptions.append("lora_dropout 0.0 (the experiment's adapter_config.json)")
         if method == "qlora":
             stack_kw["double_quant"] = "double" in r["quant_bits"].lower()
+        if precision.startswith("amp-") and "torch_dtype bfloat16" in r["precision"]:
+            # the frozen weights were loaded in bf16 (autocast on top): 16-bit weights, peft's fp32 adapters
+            stack_kw["precision"] = precision[4:]
+            row.assumptions.append("model loaded in bf16 under autocast: 16-bit frozen weights")
     if precision == "amp-fp16" and stack_kw.get("sharding", "").startswith("zero"):
         stack_kw["precision"] = "fp16"
         row.assumptions.append("DeepSpeed fp16: 16-bit weights with fp32 master and Adam states")

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.estimate.engine import Engine  # noqa: E402
 from advisor.estimate.throughput import (  # noqa: E402
     MFU_FILE,
+    RDMA_GBPS,
     Counts,
     flops_per_token,
     gpu_class,
@@ -66,10 +67,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s_hf": (1e-3, 3.0),
     "step_overhead_s_tuned": (1e-3, 3.0),
     "zero3_param_fetch_s": (1e-6, 1e-2),
+    "socket_network_efficiency": (0.2, 1.0),
 }
 START = {"matmul_efficiency_hf": 0.75, "matmul_efficiency_tuned": 0.75, "dispatch_seconds_per_kernel": 1e-5,
          "module_call_seconds_hf": 1e-5, "step_overhead_s_hf": 0.05, "step_overhead_s_tuned": 0.05,
-         "zero3_param_fetch_s": 1e-4}
+         "zero3_param_fetch_s": 1e-4, "socket_network_efficiency": 0.5}
 ROUNDS, GRID = 12, 9
 SHRINK_ROWS = 10  # a segment with n rows trusts its own quantiles with weight n / (n + 10)
 # Pretraining-style sources (SOURCES.md: same work per token as a full fine-tune of the architecture, but
@@ -101,9 +103,12 @@ def cases(rows: list[TimeRow] | None = None) -> tuple[list[Case], list[TimeRow]]
 
 
 def _gpu(row: TimeRow) -> GPU:
-    """The row's card from the GPU table, with its own GPU-to-GPU link where the source's card differs (A800/H800)."""
+    """The row's card from the GPU table, with its own GPU-to-GPU link where the source's card differs (A800/H800,
+    a board's slow PCIe lanes) and the power cap the source set."""
     gpu = get_gpu(row.gpu)
-    return dataclasses.replace(gpu, link_gb_s_per_direction=row.link_gb_s) if row.link_gb_s else gpu
+    if row.link_gb_s:
+        gpu = dataclasses.replace(gpu, link_gb_s_per_direction=row.link_gb_s)
+    return dataclasses.replace(gpu, power_limit_w=row.power_w) if row.power_w else gpu
 
 
 def predict(case: Case, fitted: dict[str, float] | None = None, caps: dict | None = None) -> float:
@@ -111,7 +116,7 @@ def predict(case: Case, fitted: dict[str, float] | None = None, caps: dict | Non
     r = case.row
     return step_time(case.counts, r.stack, r.shape, case.gpu, grad_accum=r.shape.grad_accum or 1, nodes=r.nodes,
                      network_gbps=r.network_gbps, fitted=fitted, with_band=False,
-                     caps={} if caps is None else caps)["tokens_per_sec"]
+                     caps={} if caps is None else caps, host_vcpus_per_gpu=r.host_vcpus_per_gpu)["tokens_per_sec"]
 
 
 def log_error(case: Case, fitted: dict[str, float] | None = None, caps: dict | None = None) -> float:
@@ -126,27 +131,56 @@ def measured_mfu(case: Case) -> float:
     return r.tokens_per_sec * model_fpt / (r.stack.gpus * case.gpu.peak_tflops(r.stack.precision) * 1e12)
 
 
+def sets_cap(row: TimeRow) -> bool:
+    """Whether a row's measured MFU is evidence of what its GPU class can reach (plausibility_caps)."""
+    if row.stack.offload != "none":
+        return False
+    return row.nodes == 1 or (row.network_gbps or RDMA_GBPS) >= RDMA_GBPS
+
+
 def plausibility_caps(group: list[Case]) -> dict[str, dict]:
     """The best measured run per GPU class × method × model size (and the wider keys `mfu_cap` falls back
     to), by any framework: the most an 'hf' prediction may claim. Compared as the share of the card's
-    sustained matmul rate, so a cap carries over between cards of a class."""
+    sustained matmul rate, so a cap carries over between cards of a class. Rows whose pace something other
+    than the GPU sets — CPU offload (the host's optimizer step and PCIe), several nodes on a network without RDMA
+    (TCP sockets) — say nothing about the most a card can do, and set no cap."""
     best: dict[str, tuple[float, Case]] = {}
+    seen: dict[str, int] = {}
     for c in group:
+        if not sets_cap(c.row):
+            continue
         share = measured_mfu(c) / sustained_fraction(c.gpu)
         cls, method, bucket = gpu_class(c.gpu), c.row.stack.method, size_bucket(c.counts.params_total)
         for key in (f"{cls}/{method}/{bucket}", f"{cls}/{method}", f"*/{method}/{bucket}", f"*/{method}"):
+            seen[key] = seen.get(key, 0) + 1
             if key not in best or share > best[key][0]:
                 best[key] = (share, c)
+    # the best of one or two runs is no ceiling (one short-sequence L40S full fine-tune would cap every Ada full
+    # fine-tune): a key needs CAP_MIN_ROWS rows, else mfu_cap falls back to the wider keys
     return {key: {"mfu": round(measured_mfu(c), 4), "sustained_fraction": sustained_fraction(c.gpu), "row": c.row.id,
-                  "source": c.source, "framework": c.row.framework, "gpu": c.row.gpu}
-            for key, (_, c) in sorted(best.items())}
+                  "source": c.source, "framework": c.row.framework, "gpu": c.row.gpu, "rows": seen[key]}
+            for key, (_, c) in sorted(best.items()) if seen[key] >= CAP_MIN_ROWS}
+
+
+CAP_MIN_ROWS = 3
+
+
+# Huber loss on the log error (Huber 1964): squared within ±HUBER_DELTA (a factor of 1.5), linear beyond, so a
+# row some unmodelled mechanism puts off by 3× (a 70B run thrashing a 24 GB card's allocator) pulls the shared
+# constants no harder than a few rows off by 60%.
+HUBER_DELTA = math.log(1.5)
+
+
+def huber(e: float, delta: float = HUBER_DELTA) -> float:
+    a = abs(e)
+    return e * e if a <= delta else delta * (2 * a - delta)
 
 
 def objective(group: list[Case], fitted: dict[str, float]) -> float:
-    """Σ over sources of √n_s × (mean squared log error of the source)."""
+    """Σ over sources of √n_s × (mean Huber loss of the source's log errors)."""
     by: dict[str, list[float]] = {}
     for c in group:
-        by.setdefault(c.source, []).append(log_error(c, fitted) ** 2)
+        by.setdefault(c.source, []).append(huber(log_error(c, fitted)))
     return sum(math.sqrt(len(v)) * sum(v) / len(v) for v in by.values())
 
 
@@ -311,12 +345,13 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
     by_framework = {fw: summary([held[c.row.id] for c in all_cases if c.row.framework == fw])
                     for fw in FRAMEWORK_NAMES}
     framework_of = {c.source: c.row.framework for c in all_cases}
+    groups = group_summaries(all_cases, held)
     result = {
         "date": dt.date.today().isoformat(), "rows": len(all_cases), "sources": sources, "per_source": per_source,
         "overall": overall, "finetune": finetune, "in_sample": summary(list(insample.values())), "fitted": final,
         "folds": folds,
         "bands": bands, "held": held, "excluded": [(r.id, r.excluded) for r in excluded],
-        "unseen_rows": len(unseen), "by_framework": by_framework, "framework_of": framework_of,
+        "unseen_rows": len(unseen), "by_framework": by_framework, "framework_of": framework_of, "groups": groups,
         "caps": all_caps,
     }
     if not quiet:
@@ -324,6 +359,65 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
     if write:
         write_outputs(all_cases, result)
     return result
+
+
+# ----------------------------------------------------------------------------- groups the issues judge by
+
+# GPU classes of consumer and mid cards (GA102 RTX 3090 / A10G / A5000, AD10x RTX 4090 / L4 / L40S, Turing T4)
+CONSUMER_CLASSES = ("ampere-workstation", "ada", "turing")
+# The cards issue 33 names, reported one by one (others of their classes are in the class figures)
+CONSUMER_CARDS = ("RTX3090", "RTX4090", "L4", "A10G", "T4", "L40S")
+GOAL_ROWS, GOAL_SOURCES = 8, 3  # a group's figure counts as calibrated from this many rows and sources
+
+
+def group_summaries(all_cases: list[Case], held: dict[str, float]) -> dict[str, dict]:
+    """Held-out figures per group (rows, sources, median |error|, signed median), 'uncalibrated' where a group has
+    no rows: consumer and mid cards together and per GPU class and card, CPU-offload runs, and the HF-stack runs on
+    H100/A100 without offload (the figure earlier issues were judged on)."""
+    members: dict[str, list[Case]] = {}
+
+    def add(name: str, c: Case) -> None:
+        members.setdefault(name, []).append(c)
+
+    for c in all_cases:
+        cls = gpu_class(c.gpu)
+        add(f"class:{cls}", c)
+        if cls in CONSUMER_CLASSES:
+            add("consumer and mid cards", c)
+            add(f"card:{c.row.gpu}", c)
+        if c.row.stack.offload != "none":
+            add("CPU offload", c)
+        if cls in ("hopper", "ampere-datacenter") and c.row.framework == "hf" and c.row.stack.offload == "none":
+            add("H100/A100 HF stack", c)
+    names = (["consumer and mid cards", "CPU offload", "H100/A100 HF stack"]
+             + [f"card:{g}" for g in CONSUMER_CARDS]
+             + sorted(f"card:{g}" for g in {c.row.gpu for cs in members.values() for c in cs}
+                      if f"card:{g}" in members and g not in CONSUMER_CARDS)
+             + [f"class:{cls}" for cls in table()["mamf_fraction"]])
+    out = {}
+    for name in names:
+        cs = members.get(name, [])
+        if not cs:
+            out[name] = {"rows": 0, "sources": [], "status": "uncalibrated"}
+            continue
+        v = summary([held[c.row.id] for c in cs])
+        srcs = sorted({c.source for c in cs})
+        ok = len(cs) >= GOAL_ROWS and len(srcs) >= GOAL_SOURCES
+        out[name] = {"rows": len(cs), "sources": srcs, "median_abs": v["median_abs"],
+                     "signed_median": v["signed_median"], "worst": v["worst"],
+                     "status": "calibrated" if ok else "thin (fewer than 8 rows or 3 sources)"}
+    return out
+
+
+def group_table(result: dict) -> list[str]:
+    lines = ["| group | rows | sources | median \\|error\\| | signed median | status |", "|---|---:|---:|---:|---:|---|"]
+    for name, g in result["groups"].items():
+        if not g["rows"]:
+            lines.append(f"| {name} | 0 | 0 | | | uncalibrated |")
+            continue
+        lines.append(f"| {name} | {g['rows']} | {len(g['sources'])} | {g['median_abs']:.1%} | "
+                     f"{_f(g['signed_median'])} | {g['status']} |")
+    return lines
 
 
 # ----------------------------------------------------------------------------- output
@@ -374,6 +468,9 @@ def print_report(all_cases: list[Case], result: dict) -> None:
     h = result["by_framework"]["hf"]
     print(f"held-out, HF-stack sources ({h['rows']} rows): median |error| {h['median_abs']:.1%}, signed median "
           f"{_f(h['signed_median'])} (goal: ≤ 15 %, |signed| ≤ 10 %)")
+    print("held-out by group:")
+    for line in group_table(result):
+        print("  " + line)
     ft = result["finetune"]
     print(f"held-out, fine-tuning sources only ({ft['rows']} rows): median |error| {ft['median_abs']:.1%}, "
           f"signed median {_f(ft['signed_median'])}")
@@ -405,6 +502,13 @@ def markdown(all_cases: list[Case], result: dict) -> str:
         f"**{_f(hf['signed_median'])}** (tuned sources: median |error| {tuned['median_abs']:.1%}, signed "
         f"{_f(tuned['signed_median'])}). "
         "Predictions of held-out rows are capped by the plausibility guard built from the other sources.",
+        "",
+        "## By group (consumer and mid cards, CPU offload, GPU class, card)",
+        "",
+        "Leave-one-source-out, as above, gathered by the group a row belongs to (a CPU-offload row on an RTX 4090 "
+        "counts in both). A group is calibrated from 8 rows of 3 sources; 'uncalibrated' where it has none.",
+        "",
+        *group_table(result),
         "",
         "## All sources",
         "",
@@ -499,6 +603,11 @@ def write_outputs(all_cases: list[Case], result: dict) -> None:
                                        "signed_median": round(v["signed_median"], 4)}
                                   for fw, v in result["by_framework"].items()},
         "source_frameworks": result["framework_of"],
+        "held_out_by_group": {name: ({"rows": 0, "sources": 0, "status": g["status"]} if not g["rows"] else
+                                     {"rows": g["rows"], "sources": len(g["sources"]),
+                                      "median_abs_error": round(g["median_abs"], 4),
+                                      "signed_median": round(g["signed_median"], 4), "status": g["status"]})
+                              for name, g in result["groups"].items()},
     }
     data["_plausibility"] = ("Plausibility guard: the best measured MFU (model FLOPs / dense peak) per GPU class × "
                              "method × model size bucket (<3B, 3-15B, 15-45B, >45B), by any framework, with the row "

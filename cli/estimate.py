@@ -178,7 +178,8 @@ def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
         r = est.reserved
         lines.append(f"reserved ({plain(r.lengths)}): needs {gb(r.needed, 2)} on the card checked "
                      f"({gb(r.fixed_shape_needed, 2)} at fixed shapes); max_memory_reserved shows {gb(r.shows, 2)} "
-                     f"on a larger card; expandable segments {'on' if r.expandable_segments else 'off'}")
+                     f"{'on the card checked' if r.card_bytes else 'on a larger card'}; expandable segments "
+                     f"{'on' if r.expandable_segments else 'off'}")
     if est.cpu_ram_bytes:
         lines.append(f"CPU RAM for offloaded states: {gb(est.cpu_ram_bytes, 2)}")
     if est.fit:
@@ -253,7 +254,7 @@ def render_markdown(est) -> str:
         r = est.reserved
         lines += ["", f"Reserved ({md(r.lengths)}): needs {r.needed / GB:.2f} GB on the card checked "
                       f"({r.fixed_shape_needed / GB:.2f} GB at fixed shapes); `max_memory_reserved` shows "
-                      f"{r.shows / GB:.2f} GB on a larger card."]
+                      f"{r.shows / GB:.2f} GB {'on the card checked' if r.card_bytes else 'on a larger card'}."]
     if est.fit:
         f = est.fit
         lines += ["", f"**{md(f.gpu)}** ({gb(f.usable_bytes, 2)} usable): {'fits' if f.fits else 'does not fit'} "

@@ -41,7 +41,9 @@ _SPECS: list[tuple[str, str, Any, Any, str]] = [
      "default: sdpa, or eager where transformers has no SDPA for the model (Gemma 2)"),
     ("--liger/--no-liger", "liger", None, False,
      "Liger Kernel (use_liger_kernel): fused linear cross-entropy, RMSNorm, SwiGLU, RoPE"),
-    ("--loss", "loss", choice(LOSSES), "standard", "cross-entropy: standard, or chunked (no full fp32 logits)"),
+    ("--loss", "loss", choice(LOSSES), "trl",
+     "loss path: trl = TRL SFTTrainer's fused LM head (what the launch bundle runs; no logits kept), standard = "
+     "transformers' full fp32 logits, chunked = torchtune's chunked cross-entropy, cce = Cut Cross-Entropy"),
     ("--compile/--no-compile", "compile", None, False, "torch.compile (TrainingArguments torch_compile)"),
     ("--sharding", "sharding", choice(SHARDINGS), None, "default: none on 1 GPU, fsdp on more"),
     ("--offload", "offload", choice(OFFLOADS), "none", "CPU offload (needs fsdp/zero)"),

@@ -53,6 +53,7 @@ class GPU:
     confidence: str
     aliases: tuple[str, ...] = ()
     pcie_p2p: bool = True  # PCIe peer-to-peer between cards (false: NCCL copies through host memory)
+    power_limit_w: float | None = None  # a power cap set below the card's own (nvidia-smi -pl); None: the card's
 
     @property
     def usable_bytes(self) -> int:

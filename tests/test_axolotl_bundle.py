@@ -52,8 +52,8 @@ def _expected(c) -> dict:
     pins = {"precision": st.precision, "optimizer": "adamw" if st.optimizer == "adamw-fp32" else st.optimizer,
             "attention": st.attention, "grad_checkpointing": st.grad_checkpointing, "liger": st.liger,
             "compile": st.compile}
-    if st.loss == "chunked" and not st.liger:
-        pins["loss"] = "chunked"
+    # what axolotl runs: transformers' loss unless its chunked or Cut Cross-Entropy option says otherwise
+    pins["loss"] = "cce" if st.loss == "cce" else "chunked" if st.loss == "chunked" and not st.liger else "standard"
     if st.sharding not in ("none", "ddp"):
         pins["sharding"] = st.sharding
     if st.offload != "none":

@@ -10,8 +10,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("advisor", "pricing", "reports", "cli")
 MAX_LINES = 120
-# Functions still over the limit, each to be split; remove an entry once it is.
-PENDING = {"advisor/estimate/throughput.py": "step_time"}
+# Owned by other work in progress when this test was added (issue 22 names them); remove an entry once split.
+PENDING: dict[str, str] = {}
 
 
 def long_functions(path: Path) -> list[tuple[str, int]]:

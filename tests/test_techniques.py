@@ -50,7 +50,7 @@ def comps(est, prefix: str = "") -> dict[str, int]:
 
 
 def test_llama_8b_lora_at_32k_fits_an_h100_with_liger_and_shows_the_loss_path():
-    args = [LLAMA_8B, "--method", "lora", "--liger", "--seq-len", "32768", "--grad-checkpointing", "--gpu", "H100"]
+    args = [LLAMA_8B, "--method", "lora", "--liger", "--loss", "standard", "--seq-len", "32768", "--grad-checkpointing", "--gpu", "H100"]
     table = run_cli("estimate", *args)
     assert table.exit_code == 0, table.output
     assert "H100" in table.output and ": fits;" in table.output
@@ -93,8 +93,8 @@ def test_liger_published_fused_linear_cross_entropy_memory_grows_as_the_chunk_mo
     assert torch_per_token == pytest.approx(6 * V, rel=0.05)
     # the estimator's Liger loss path per token is a small fraction of the standard one
     arch = build(load_model(LLAMA_8B))
-    std = Engine.of(LLAMA_8B).memory(Stack(method="lora"), Shape(seq_len=32768))
-    lig = Engine.of(LLAMA_8B).memory(Stack(method="lora", liger=True), Shape(seq_len=32768))
+    std = Engine.of(LLAMA_8B).memory(Stack(loss="standard", method="lora"), Shape(seq_len=32768))
+    lig = Engine.of(LLAMA_8B).memory(Stack(loss="standard", method="lora", liger=True), Shape(seq_len=32768))
     std_loss = sum(v for k, v in comps(std).items() if "loss" in k)
     lig_loss = sum(v for k, v in comps(lig).items() if "loss" in k)
     assert lig_loss < 0.05 * std_loss
@@ -103,8 +103,8 @@ def test_liger_published_fused_linear_cross_entropy_memory_grows_as_the_chunk_mo
 
 def test_liger_norms_save_their_input_not_an_fp32_copy_and_swiglu_two_tensors():
     shape = Shape(micro_batch=1, seq_len=1024)
-    std = estimate_memory(LLAMA_8B, Stack(method="full"), shape)
-    lig = estimate_memory(LLAMA_8B, Stack(method="full", liger=True), shape)
+    std = estimate_memory(LLAMA_8B, Stack(loss="standard", method="full"), shape)
+    lig = estimate_memory(LLAMA_8B, Stack(loss="standard", method="full", liger=True), shape)
     spec = load_model(LLAMA_8B)
     h, f, L, T = spec.hidden_size, spec.intermediate_size, spec.num_hidden_layers, 1024
     assert comps(std)["activations.layers.norms.input_fp32"] == 2 * L * T * 4 * h
@@ -144,7 +144,7 @@ def test_every_supported_family_has_a_cited_liger_fact():
 
 def test_chunked_loss_keeps_the_fp32_log_softmax_but_one_chunk_of_gradients():
     shape = Shape(micro_batch=2, seq_len=4096)
-    std = estimate_memory(LLAMA_8B, Stack(method="lora"), shape)
+    std = estimate_memory(LLAMA_8B, Stack(loss="standard", method="lora"), shape)
     chk = estimate_memory(LLAMA_8B, Stack(method="lora", loss="chunked"), shape)
     key = "activations.loss.log_softmax_fp32"
     assert comps(std)[key] == comps(chk)[key]  # torchtune's chunks all keep their fp32 log_softmax
@@ -237,7 +237,7 @@ def _peft_trainable(targets, dora=False, modules_to_save=None) -> int:
 def test_trainable_parameters_equal_peft_for_heads_dora_and_modules_to_save(targets, dora, saved):
     from benchmarks.measure import model_spec
 
-    stack = Stack(method="lora", lora_rank=8, lora_targets=targets, dora=dora, modules_to_save=saved)
+    stack = Stack(loss="standard", method="lora", lora_rank=8, lora_targets=targets, dora=dora, modules_to_save=saved)
     est = estimate_memory(model_spec(TINY), stack)
     peft_targets = "all-linear" if targets == "all-linear" else targets.split(",")
     expected = _peft_trainable(peft_targets, dora, saved.split(",") if saved else None)
@@ -251,12 +251,12 @@ def test_all_linear_still_leaves_lm_head_out_as_peft_does():
     assert arch.lora_params(16, names) == arch.lora_params(16, "all-linear")
     assert arch.lora_params(16, names + ",lm_head") == arch.lora_params(16, "all-linear") + 16 * (4096 + 128256)
     with pytest.raises(BadInput, match="all-linear"):  # peft's all-linear is a whole value, not a list item
-        Engine.of(LLAMA_8B).memory(Stack(method="lora", lora_targets="all-linear,lm_head"), Shape())
+        Engine.of(LLAMA_8B).memory(Stack(loss="standard", method="lora", lora_targets="all-linear,lm_head"), Shape())
 
 
 def test_modules_to_save_trains_a_copy_beside_the_frozen_original():
-    lora = estimate_memory(LLAMA_8B, Stack(method="lora"))
-    mts = estimate_memory(LLAMA_8B, Stack(method="lora", modules_to_save="embed_tokens,lm_head"))
+    lora = estimate_memory(LLAMA_8B, Stack(loss="standard", method="lora"))
+    mts = estimate_memory(LLAMA_8B, Stack(loss="standard", method="lora", modules_to_save="embed_tokens,lm_head"))
     copy = 2 * 128256 * 4096  # two V×H matrices
     assert comps(mts)["weights.modules_to_save"] == 2 * copy  # bf16, beside the untouched originals
     assert comps(mts)["gradients.modules_to_save"] == 2 * copy
@@ -318,8 +318,8 @@ def test_every_new_component_has_a_formula_and_a_source_and_shows_in_the_table()
     from cli.estimate import render_table
 
     stacks = [
-        Stack(method="lora", liger=True, grad_checkpointing=True),
-        Stack(method="lora", dora=True, lora_targets="q_proj,v_proj,lm_head", modules_to_save="embed_tokens"),
+        Stack(loss="standard", method="lora", liger=True, grad_checkpointing=True),
+        Stack(loss="standard", method="lora", dora=True, lora_targets="q_proj,v_proj,lm_head", modules_to_save="embed_tokens"),
         Stack(method="lora", loss="chunked", sharding="zero3", gpus=2),
     ]
     seen = set()

@@ -43,10 +43,18 @@ def test_parameter_count_matches_llama_8b():
 
 
 def test_full_finetune_costs_about_6_flops_per_parameter_per_token():
-    model, executed = flops_per_token(counts(Engine.of(LLAMA_8B).arch, Stack()), Stack(), 2048)
+    stack = Stack(loss="standard")
+    model, executed = flops_per_token(counts(Engine.of(LLAMA_8B).arch, stack), stack, 2048)
     # 6·N without the input embedding lookup (~0.5B params) plus attention at s=2048 (~3% of 6N)
     assert 6 * 7.5e9 < model < 6 * 8.4e9
     assert executed == model  # no recompute without checkpointing
+
+
+@pytest.mark.parametrize("loss", ["trl", "cce"])
+def test_fused_lm_head_losses_recompute_the_logits_once_in_backward(loss):
+    c = counts(Engine.of(LLAMA_8B).arch, Stack())
+    model, executed = flops_per_token(c, Stack(loss=loss), 2048)
+    assert executed - model == pytest.approx(2 * c.lm_head, rel=1e-9)
 
 
 def test_lora_skips_weight_gradients_so_costs_about_two_thirds():
@@ -57,7 +65,7 @@ def test_lora_skips_weight_gradients_so_costs_about_two_thirds():
 
 
 def test_checkpointing_recomputes_the_decoder_layers_forward_not_the_lm_head():
-    stack = Stack(method="full", grad_checkpointing=True)
+    stack = Stack(method="full", grad_checkpointing=True, loss="standard")
     c = counts(Engine.of(LLAMA_8B).arch, stack)
     model, executed = flops_per_token(c, stack, 512)
     attn_fwd = 4.0 * 32 * 256 * 4096
@@ -116,10 +124,14 @@ def test_qlora_slowdown_is_in_the_published_range():
     direction and grows at small batches; its size is bounded (dequantisation is a bandwidth cost)."""
     lora = Stack(method="lora", lora_rank=8, lora_targets="q_proj,v_proj")
     qlora = lora.model_copy(update={"method": "qlora"})
-    small = tps(lora, "A5000", mb=1, seq=256, model="meta-llama/Llama-2-7b-hf") / tps(
-        qlora, "A5000", mb=1, seq=256, model="meta-llama/Llama-2-7b-hf")
-    large = tps(lora, "A5000", mb=4, seq=1024, model="meta-llama/Llama-2-7b-hf") / tps(
-        qlora, "A5000", mb=4, seq=1024, model="meta-llama/Llama-2-7b-hf")
+    engine, gpu = Engine.of("meta-llama/Llama-2-7b-hf"), get_gpu("A5000")
+
+    def uncapped(stack: Stack, mb: int, seq: int) -> float:  # the mechanism, without the plausibility guard
+        return step_time(engine.counts(stack), stack, Shape(micro_batch=mb, seq_len=seq), gpu, caps={},
+                         with_band=False)["tokens_per_sec"]
+
+    small = uncapped(lora, 1, 256) / uncapped(qlora, 1, 256)
+    large = uncapped(lora, 4, 1024) / uncapped(qlora, 4, 1024)
     assert 1.1 < small < 2.0 and 1.0 < large < small
 
 
@@ -256,8 +268,8 @@ def test_every_constant_cites_its_source_or_says_it_is_fitted():
     for key in t:
         if key.startswith("_") or key in ("fitted", "fit", "bands"):
             continue
-        assert f"_{key}" in t or key in ("cpu_adam_params_per_s", "pcie_gb_s"), key
-    assert "_offload" in t
+        assert f"_{key}" in t, key
+    assert "_cpu_optimizer" in t and "_host_link" in t
     for key, entry in t["fitted"].items():
         if key.startswith("_"):
             continue

@@ -42,6 +42,21 @@ Techniques, each from the code that implements it:
   sequence chunks is upcast to fp32 and put through F.cross_entropy on its own. Eagerly, every
   chunk's fp32 log_softmax is still saved (4·V per token, as the standard loss), but backward
   holds one chunk's fp32 gradients at a time instead of the whole b·s·V.
+- TRL's fused LM head (--loss trl, the default: what the launch bundle's train.py runs, TRL 1.16.0 SFTTrainer;
+  trl/trainer/sft_trainer.py calls add_fused_lm_head(outputs=("log_probs", "entropy", "is_top1")), and compute_loss
+  takes -log_probs as the per-token loss; trl/trainer/utils.py _fused_forward): the backbone's last hidden states
+  at positions with a label (hidden_states[mask], a copy on CUDA) go through trl/kernels/chunked_logprob.py
+  ChunkedLogProbFunction, which projects 4096 tokens × 32768 vocabulary entries at a time into one reused tile and
+  folds it into online-logsumexp statistics; it saves hidden, weight, bias, targets (labels[mask], int64), log_z and
+  the entropy (fp32 per token), never the logits. Backward recomputes each tile and accumulates grad_hidden (and
+  grad_weight when lm_head trains) in fp32. Liger's fused loss is switched off under it (sft_trainer.py).
+- Cut Cross-Entropy (--loss cce; Apple's cut-cross-entropy 25.1.1, cut_cross_entropy/cce.py
+  LinearCrossEntropyFunction, used by axolotl's CutCrossEntropyPlugin): Triton kernels compute the log-sum-exp and
+  the target logit blockwise in on-chip memory; forward saves e (the lm_head input), c (the weight), lse (fp32),
+  the targets (the batch's own labels), the int32 indices of valid positions (utils._build_flat_valids) and a fp32
+  per-vocabulary logit average (cce_lse_forward_kernel return_logit_avg) -- no logits, no log-softmax. Backward
+  (cce_backward.py cce_backward_kernel) recomputes the blocks and writes de = zeros_like(e) and, when lm_head trains,
+  dc = zeros_like(c, dtype=e.dtype).
 - DoRA (peft 0.21.2 tuners/lora/variants.py DoraLinearVariant.forward, tuners/lora/dora.py
   DoraLinearLayer.forward): besides LoRA's tensors, the base result (dropout 0: the base
   layer's output; dropout > 0: F.linear(dropout(x), W.to(x.dtype)), which also saves the cast
@@ -103,6 +118,12 @@ TERMS = {
     "loss.log_softmax_fp32": "fp32 log_softmax of the logits, b·s·vocab × 4 B (transformers upcasts logits)",
     "loss.targets": "shifted labels (int64)",
     "loss.flce_grad_input": "Liger fused linear cross-entropy: gradient w.r.t. the last hidden states, computed in forward",
+    "loss.trl_hidden": "TRL fused LM head: the hidden states of labelled positions (hidden_states[mask])",
+    "loss.trl_targets": "TRL fused LM head: labels[mask] (int64) and the label mask (bool)",
+    "loss.trl_logz_entropy": "TRL fused LM head: log-sum-exp and entropy per token (fp32)",
+    "loss.cce_hidden": "Cut Cross-Entropy: e, the lm_head input, kept for the blockwise backward",
+    "loss.cce_lse_valids": "Cut Cross-Entropy: lse (fp32) and the valid positions' indices (int32)",
+    "loss.cce_logit_avg": "Cut Cross-Entropy: per-vocabulary logit average (fp32), orders the backward's blocks",
     "loss.flce_grad_weight": "Liger fused linear cross-entropy: lm_head's weight gradient, computed in forward",
     "norms.input": "RMSNorm inputs in the activation dtype (Liger RMSNorm saves X and a fp32 rstd)",
     "final_norm.input": "final norm input in the activation dtype (Liger RMSNorm)",
@@ -452,11 +473,44 @@ def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
     return min(tokens, _next_pow2(-(-tokens // inc)))
 
 
+# trl/kernels/chunked_logprob.py @1.16.0: TOKEN_CHUNK_SIZE tokens × _CHUNKED_LOGPROB_CHUNK_SIZE vocabulary entries
+# per projection tile (trl/trainer/utils.py)
+TRL_TOKEN_CHUNK = 4096
+TRL_VOCAB_CHUNK = 32768
+
+
+def _lm_head_trains(stack: Stack) -> bool:
+    return stack.method == "full" or "lm_head" in stack.saved_modules
+
+
 def loss_transient(arch: Architecture, stack: Stack, shape: Shape) -> LossTransient:
-    """The loss path's transient at the start of backward (standard, chunked) or inside forward (Liger)."""
+    """The loss path's transient at the start of backward (standard, chunked, TRL, CCE) or inside forward (Liger)."""
     v, h = arch.spec.vocab_size, arch.spec.hidden_size
     tokens = shape.micro_batch * shape.seq_len
     a = act_bytes(stack)
+    w = 4 if stack.precision in ("fp32", "amp-bf16", "amp-fp16") else 2  # lm_head weight dtype
+    if stack.loss == "trl":
+        tile = min(tokens, TRL_TOKEN_CHUNK) * min(v, TRL_VOCAB_CHUNK) * a
+        weight = v * h * (FP32 + w) if _lm_head_trains(stack) else 0
+        return LossTransient(
+            "overhead.loss_gradients", int(tokens * h * (FP32 + a) + tile + weight),
+            f"b·s × hidden × (4 + {a}) B: grad_hidden accumulated in fp32 and its {a}-byte copy, one "
+            f"{min(tokens, TRL_TOKEN_CHUNK):,} × {min(v, TRL_VOCAB_CHUNK):,} logits tile"
+            + (", lm_head's gradient in fp32 and its cast" if weight else ""),
+            "TRL 1.16.0 trl/kernels/chunked_logprob.py ChunkedLogProbFunction.backward: grad_hidden (and grad_weight) "
+            "= torch.zeros(..., dtype=float32), mm_buf = torch.empty((min(N, TOKEN_CHUNK_SIZE), chunk_size)), "
+            "grad_hidden.to(hidden.dtype)",
+        )
+    if stack.loss == "cce":
+        weight = v * h * a if _lm_head_trains(stack) else 0
+        return LossTransient(
+            "overhead.loss_gradients", int(tokens * h * a + weight + 12 * v),
+            f"b·s × hidden × {a} B: de = zeros_like(e)" + (", dc = zeros_like(c) in the activation dtype"
+                                                           if weight else "")
+            + ", the vocabulary ordering (argsort int64 → int32)",
+            "cut-cross-entropy 25.1.1 cut_cross_entropy/cce_backward.py cce_backward_kernel (de, dc = zeros_like); "
+            "cce.py sort_logit_avg",
+        )
     if stack.liger:
         rows = liger_chunk_rows(tokens, v, h)
         return LossTransient(
@@ -575,7 +629,20 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
     fin = Saved()
     _norm(fin, "final_norm", h, stack, fam.norm_weight_offset_fp32)
     lm_head_trains = full or "lm_head" in saved_modules  # the weight (or a trainable copy) gets a gradient
-    if stack.liger:
+    if stack.loss == "trl":
+        # ChunkedLogProbFunction.forward: ctx.save_for_backward(hidden, weight, bias, targets, log_z, entropy); hidden
+        # and targets are hidden_states[mask] / labels[mask] (copies on CUDA), log_z and entropy fp32 per token; the
+        # weight is lm_head's own (a parameter, or peft's trainable copy). Gemma 2's soft-capping is inside the kernel.
+        fin.add("loss.trl_hidden", residual_bytes(stack) * h)
+        fin.add("loss.trl_targets", INT64 + 1)  # and the bool mask the masked fill/scatter of the outputs keeps
+        fin.add("loss.trl_logz_entropy", 2 * FP32)
+    elif stack.loss == "cce":
+        # LinearCrossEntropyFunction.forward: ctx.save_for_backward(e, c, lse, targets, valids, logit_avg): e the lm_head
+        # input (the final norm's output), lse fp32, valids int32 per valid token; targets are the batch's labels
+        fin.add("loss.cce_hidden", residual_bytes(stack) * h)
+        fin.add("loss.cce_lse_valids", FP32 + 4)
+        fixed["loss.cce_logit_avg"] = float(FP32 * v)
+    elif stack.liger:
         # LigerFusedLinearCrossEntropyFunction.forward (reduction mean/sum): ctx.save_for_backward(grad_input,
         # grad_weight, grad_bias) -- the hidden states' gradient (input dtype) and, when lm_head's weight
         # trains, its V×H gradient in the weight's dtype (accum_dtype None). No logits, no targets; Gemma 2's
@@ -608,6 +675,8 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
         # under no_grad in forward, so only lm_head's copy is kept (the recomputed layer's own
         # copies are not counted separately).
         layers_w = 0 if stack.grad_checkpointing else arch.linear_weights_unscaled * arch.scale
-        # Liger's fused loss multiplies lm_head's weight inside an autograd.Function (grad off): not cached.
-        copies = 2 * (layers_w + (0 if stack.liger else v * h))
+        # Liger's, TRL's and CCE's fused losses use lm_head's weight inside an autograd.Function (autocast's weight
+        # cache is not involved: TRL casts each tile's slice of it, CCE's kernels read it as it is): not cached.
+        fused = stack.liger_loss or stack.loss in ("trl", "cce")
+        copies = 2 * (layers_w + (0 if fused else v * h))
     return _Census(totals, fixed, copies, list(by_kind.values()))

@@ -133,20 +133,37 @@ Estimator = Callable[[int], object]  # padded length -> MemoryEstimate at that s
 
 
 def reserved_figures(est_at: Estimator, base, layers: int, lengths: LengthSpec | None, expandable: bool,
-                     chunks: tuple[int, int] = (7, 7)) -> Reserved:
+                     chunks: tuple[int, int] = (7, 7), card_bytes: int | None = None) -> Reserved:
     """The replayed figures for `base` (the estimate at --seq-len). The replayed sequence's own
     allocated peak at fixed shapes is pinned to the estimator's peak_allocated (one offset), so the
-    figures differ from it only by what the allocator adds."""
+    figures differ from it only by what the allocator adds. With `card_bytes` (what the card checked leaves
+    PyTorch's segments) `shows` is what that card shows: the replay on a device of that size, where the
+    allocator frees its cached blocks and retries before it fails (c10/cuda/CUDACachingAllocator.cpp
+    malloc: release_cached_blocks, alloc_block(isRetry=true)), so never more than the card has."""
     shape = base.shape
     free_grads = shape.grad_accum == 1
     fixed = (shape.seq_len,) * STEPS
     steps = lengths.step_lengths(shape.micro_batch, shape.seq_len) if lengths else fixed
     f_needed, _, f_alloc, _ = _replayed(_sizes(est_at, fixed), layers, free_grads, expandable, chunks)
-    needed, shows, _, retries = _replayed(_sizes(est_at, steps), layers, free_grads, expandable, chunks)
+    sizes = _sizes(est_at, steps)
+    needed, shows, _, retries = _replayed(sizes, layers, free_grads, expandable, chunks)
     offset = base.peak_allocated - f_alloc
+    shown = max(base.peak_allocated, shows + offset)
+    if card_bytes is not None and shown > card_bytes:
+        shown = min(card_bytes, max(base.peak_allocated, _shown_on(sizes, layers, free_grads, expandable, chunks,
+                                                                   card_bytes - offset) + offset))
     return Reserved(lengths=lengths.describe() if lengths else "fixed", expandable_segments=expandable, steps=STEPS,
-                    needed=max(base.peak_allocated, needed + offset), shows=max(base.peak_allocated, shows + offset),
-                    fixed_shape_needed=max(base.peak_allocated, f_needed + offset), alloc_retries_at_needed=retries)
+                    needed=max(base.peak_allocated, needed + offset), shows=shown,
+                    fixed_shape_needed=max(base.peak_allocated, f_needed + offset), alloc_retries_at_needed=retries,
+                    card_bytes=card_bytes)
+
+
+@lru_cache(maxsize=64)
+def _shown_on(step_sizes, layers: int, free_grads: bool, expandable: bool, chunks: tuple[int, int],
+              capacity: int) -> int:
+    """max_memory_reserved of the replay on a device of `capacity` bytes (the card is full when it fails)."""
+    r = replay(step_events(step_sizes, layers, free_grads, *chunks), capacity, expandable)
+    return capacity if r.oom else r.peak_reserved
 
 
 def _sizes(est_at: Estimator, steps: tuple[int, ...]) -> tuple[tuple[tuple[str, int], ...], ...]:
@@ -225,10 +242,12 @@ def step_events(step_sizes, layers: int, free_grads: bool = False, weight_chunks
     return events
 
 
-def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: bool, context_bytes: int):
+def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: bool, context_bytes: int,
+                   card_bytes: int | None = None):
     """`est` (a fresh copy) with its reserved figure, allocator slack and device total from the replay
     under `lengths`; the fit check then uses the needed figure. Without lengths the estimate keeps
-    its fixed-shape figure and says so."""
+    its fixed-shape figure and says so. `card_bytes`: the card checked (its usable bytes), whose
+    reserved figure never shows more than the card leaves PyTorch after the CUDA context."""
     if lengths is None:
         est.assumptions["lengths"] = "fixed shapes (every step at --seq-len)"
         return est
@@ -236,7 +255,8 @@ def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: b
     layers = engine.spec.num_hidden_layers
     at = lambda s: engine.memory(stack, Shape(micro_batch=shape.micro_batch, seq_len=s,  # noqa: E731
                                               grad_accum=shape.grad_accum, padded=shape.padded))
-    r = reserved_figures(at, est, layers, lengths, expandable, tensor_counts(engine.arch, stack))
+    segments = None if card_bytes is None else card_bytes - context_bytes
+    r = reserved_figures(at, est, layers, lengths, expandable, tensor_counts(engine.arch, stack), segments)
     slack = r.needed - est.peak_allocated
     old = est.components["overhead.allocator"].bytes
     est.components["overhead.allocator"] = Component(
@@ -252,7 +272,8 @@ def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: b
     est.assumptions["lengths"] = f"{r.lengths}, padded per batch, cut at --seq-len"
     est.assumptions["allocator_fragmentation"] = (
         f"caching-allocator replay: needs {r.needed - est.peak_allocated:,} B above peak allocated, shows "
-        f"{r.shows - est.peak_allocated:,} B on a larger card")
+        f"{r.shows - est.peak_allocated:,} B " + ("on the card checked (the allocator frees its cache and retries "
+                                                   "before it fails)" if card_bytes is not None else "on a larger card"))
     est.assumptions["allocator"] = "expandable_segments:True" if expandable else "default (no expandable segments)"
     return est
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from advisor.errors import BadInput
 from advisor.estimate.engine import MAX_SEARCH_MICRO_BATCH, Engine, usable_limit
+from advisor.estimate.throughput import liger_runs_on
 from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.results import FitCheck, MemoryEstimate
@@ -41,6 +42,9 @@ def fit_check(engine: Engine, stack: Stack, shape: Shape, gpu_name: str, headroo
         warnings.append(f"{gpu.name} has no native bf16 (emulated, slow): use --precision fp16 or amp-fp16.")
     if stack.attention == "flash" and not gpu.supports_flash_attention:
         warnings.append(f"FlashAttention-2 does not run on {gpu.name}: use --attention sdpa.")
+    if stack.liger and not liger_runs_on(gpu):
+        warnings.append(f"Liger Kernel's Triton kernels are not supported on {gpu.name} (compute capability "
+                        f"{gpu.compute_capability}; Triton targets 8.0+): use --no-liger.")
     return check, warnings
 
 
@@ -70,7 +74,8 @@ def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int,
     head = "lm_head" in stack.lora_targets or "lm_head" in stack.modules_to_save
     if not stack.grad_checkpointing:
         singles.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
-    if not stack.liger and stack.loss == "standard" and not head and families.traits(engine.spec.family).liger:
+    if (not stack.liger and stack.loss in ("trl", "standard") and not head and families.traits(engine.spec.family).liger
+            and liger_runs_on(gpu)):
         singles.append(("--liger", {"liger": True}, {}))  # same model, same batch: smaller loss path and norms
     if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:
         singles.append(("--attention flash", {"attention": "flash"}, {}))

@@ -78,6 +78,19 @@ DEEPSPEED_ZERO3 = {
 }
 
 
+# What each loss path keeps (advisor/estimate/activations.py has the code each follows).
+LOSS_WORDS = {
+    "trl": "TRL 1.16.0 SFTTrainer's fused LM head (the launch bundle's train.py): no logits kept, 4096 tokens x 32768 "
+           "vocabulary entries per tile, recomputed in backward",
+    "standard": "transformers ForCausalLMLoss: fp32 logits, log_softmax kept",
+    "chunked": "chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks): fp32 log_softmax kept, one "
+               "chunk's gradients at a time",
+    "cce": "Cut Cross-Entropy (cut-cross-entropy 25.1.1): no logits, no log-softmax; blockwise in Triton, recomputed in "
+           "backward",
+    "liger": "Liger fused linear cross-entropy (no logits kept; one chunk of logits at a time)",
+}
+
+
 def nf4_bytes_per_param(double_quant: bool) -> float:
     """NF4 weight + quantisation constants per parameter (Dettmers et al. 2023, §3)."""
     if double_quant:
@@ -482,7 +495,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.is_full else 0
         if "lm_head" in stack.saved_modules and stack.is_adapter:
             head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
-        if stack.liger:
+        if stack.liger_loss:
             head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
         start = A + T + head
         end = G + transients["overhead.backward_workspace"].bytes
@@ -638,13 +651,11 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
             assumptions["dora"] = "peft use_dora=True: magnitude vectors train; base and adapter results kept per adapter"
         if stack.saved_modules:
             assumptions["modules_to_save"] = f"{', '.join(stack.saved_modules)}: frozen original + trainable copy"
-    assumptions["loss"] = (
-        "Liger fused linear cross-entropy (no logits kept; one chunk of logits at a time)" if stack.liger
-        else "chunked cross-entropy (torchtune CEWithChunkedOutputLoss, 8 chunks): fp32 log_softmax kept, "
-             "one chunk's gradients at a time" if stack.chunked_loss
-        else "transformers ForCausalLMLoss: fp32 logits, log_softmax kept")
+    assumptions["loss"] = LOSS_WORDS["liger" if stack.liger_loss else stack.loss]
     if stack.liger:
-        assumptions["liger"] = "Liger RMSNorm, SwiGLU/GeGLU, RoPE and fused linear cross-entropy (use_liger_kernel=True)"
+        assumptions["liger"] = ("Liger RMSNorm, SwiGLU/GeGLU, RoPE and fused linear cross-entropy (use_liger_kernel=True)"
+                                if stack.liger_loss else "Liger RMSNorm, SwiGLU/GeGLU and RoPE; the loss is TRL's "
+                                "(SFTTrainer turns Liger's fused cross-entropy off)")
     if stack.compile:
         # torch.compile's memory effect is not modelled: AOTAutograd's min-cut partitioner may save fewer or
         # different tensors, but neither the code nor a CPU measurement here shows what it frees for these

@@ -55,9 +55,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from advisor.errors import BadInput
+from advisor.estimate.memory import nf4_bytes_per_param
 from advisor.results import Throughput
 from advisor.stacks import Shape, Stack
-from advisor.units import BILLION, BYTES_16BIT, BYTES_FP32, GB, NF4_TRAFFIC_BYTES_PER_PARAM, TERA
+from advisor.units import BILLION, BYTES_16BIT, BYTES_FP32, GB, TERA
 from pricing.gpus import GPU, get_gpu
 
 MFU_FILE = Path(__file__).parents[1] / "data" / "mfu.json"
@@ -238,6 +239,10 @@ def flops_per_token(c: Counts, stack: Stack, seq_len: int) -> tuple[float, float
     else:
         model = 2 * mm_fwd + 3 * attn_fwd + 3 * ad_fwd + (2.0 * c.lm_head if c.lm_head_trained else 0.0)
     executed = model + ((mm_fwd - 2.0 * c.lm_head + attn_fwd + ad_fwd) if stack.grad_checkpointing else 0.0)
+    if stack.loss in ("trl", "cce"):
+        # both recompute each logits tile in backward instead of keeping it (trl/kernels/chunked_logprob.py
+        # ChunkedLogProbFunction.backward torch.mm(hidden_chunk, w_chunk.t()); cut_cross_entropy/cce_backward.py)
+        executed += 2.0 * c.lm_head
     return model, executed
 
 
@@ -276,7 +281,13 @@ def sustained_fraction(gpu) -> float:
     (mfu.json `sustained_matmul`, measured or derived per card; the class's MAMF otherwise)."""
     t = table()
     entry = t["sustained_matmul"].get(gpu.name)
-    return float(entry["fraction"]) if entry else float(t["mamf_fraction"][gpu_class(gpu)])
+    fraction = float(entry["fraction"]) if entry else float(t["mamf_fraction"][gpu_class(gpu)])
+    cap = getattr(gpu, "power_limit_w", None)
+    if cap and entry and entry.get("power_w") and cap < entry["power_w"]:
+        # a card capped below its rated power: clock ∝ power^(1/3), as the derived entries (mfu.json
+        # `_sustained_matmul`: CMOS dynamic power C·V²·f with V rising with f along the DVFS curve)
+        fraction *= (cap / entry["power_w"]) ** (1.0 / 3.0)
+    return fraction
 
 
 def matmul_rate(gpu, stack: Stack, k: dict, mfu: float | None = None) -> float:
@@ -358,7 +369,8 @@ def _elementwise_bytes(c: Counts, stack: Stack, seq_len: int) -> float:
 def _loss_bytes(c: Counts, stack: Stack) -> float:
     """Bytes per token of the logits path (forward + backward), by loss implementation."""
     t = table()["elementwise_bytes"]["loss_per_vocab"]
-    mode = "fused" if stack.liger else "chunked" if stack.chunked_loss else "compiled" if stack.compile else "eager"
+    mode = (stack.loss if stack.loss in ("trl", "cce") else "fused" if stack.liger else
+            "chunked" if stack.loss == "chunked" else "compiled" if stack.compile else "eager")
     return t[mode] * c.vocab
 
 
@@ -386,25 +398,156 @@ def _kernels_per_microbatch(c: Counts, stack: Stack) -> float:
     return per_layer * c.layers + t["model_per_microbatch"]
 
 
-def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, nodes: int, bw: float) -> float:
+def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, bw: float) -> float:
     t = table()
-    n = stack.gpus
     # LoRA adapters are fp32 (peft default) and DeepSpeed's 16-bit modes keep fp32 masters: the
     # optimizer traffic is then the mixed-precision kind
     mixed = (stack.mixed_precision or stack.pure_fp32 or stack.is_adapter
              or stack.is_zero)
     opt_bytes = t["optimizer_bytes_per_param"]["amp" if mixed else "pure16"][stack.optimizer]
-    if stack.offloads_optimizer:
-        shard = trainable / n
-        return trainable / nodes / t["cpu_adam_params_per_s"] + shard * BYTES_FP32 / (t["pcie_gb_s"] * GB)
     grad_bytes = BYTES_16BIT if stack.is_full and not mixed else BYTES_FP32
-    clip = t["grad_clip_passes"] * grad_bytes * trainable / stack.shard_degree_grads  # norm, then rescale
+    passes = t["grad_clip_passes"] + (t["loss_scale_passes"] if "fp16" in stack.precision else 0)
+    clip = passes * grad_bytes * trainable / stack.shard_degree_grads  # (unscale,) norm, then rescale
     return (trainable / stack.shard_degree_optimizer * opt_bytes + clip) / bw
 
 
-def link_gb_s(gpu, nodes: int, net_gbps: float) -> float:
+def _weight_bytes(c: Counts, stack: Stack) -> float:
+    """Bytes of all weights as stored on the GPU (QLoRA: NF4 linears with their constants, the rest 16-bit)."""
+    if stack.method == "qlora":
+        return c.quantised_weight_total * nf4_bytes_per_param(stack.double_quant) + (c.params_total - c.quantised_weight_total) * 2
+    return c.params_total * 2
+
+
+def gather_passes(stack: Stack) -> float:
+    """Times FSDP / ZeRO-3 gather every weight per micro-batch: forward and backward, and under ZeRO-3 once more for
+    the recompute of activation checkpointing (DeepSpeed 0.19.8 deepspeed/runtime/zero/parameter_offload.py: the
+    pre-forward hook of every module fetches its partitioned parameters, and the recomputed forward runs those
+    hooks again). FSDP's checkpointing sits inside each FSDP unit (accelerate's fsdp_activation_checkpointing:
+    torch apply_activation_checkpointing after wrapping, FSDP(CheckpointWrapper(layer))), so the recompute runs
+    while backward's unshard holds the parameters: no third gather."""
+    return 2.0 + (1.0 if stack.grad_checkpointing and stack.sharding == "zero3" else 0.0)
+
+
+def _comm_seconds(c: Counts, stack: Stack, gpu, trainable: float, per_mb: float, grad_accum: int, nodes: int,
+                  net: float, k: dict) -> tuple[float, float]:
+    """(collective seconds per step, the part compute does not hide): ZeRO paper (Rajbhandari et al. 2020, §7)
+    volumes over the link the GPUs share."""
+    t = table()
+    n = stack.gpus
+    if n <= 1 or stack.sharding == "none":
+        return 0.0, 0.0
+    grad_bytes = trainable * (2 if stack.method == "full" else 4)  # LoRA adapters/grads in fp32
+    ring = (n - 1) / n
+    if stack.sharding == "ddp":
+        volume = 2 * ring * grad_bytes  # all-reduce once per step (no_sync while accumulating)
+        hideable = per_mb * 2 / 3  # overlaps the last micro-batch's backward
+    elif stack.sharding in ("zero1", "zero2"):
+        volume = ring * (grad_bytes + trainable * 2)  # reduce-scatter grads + all-gather params
+        hideable = per_mb * 2 / 3
+    else:  # fsdp / zero3: gather weights for every pass of every micro-batch
+        volume = ring * (gather_passes(stack) * _weight_bytes(c, stack) * grad_accum + grad_bytes)
+        hideable = per_mb * grad_accum
+    link = link_gb_s(gpu, nodes, net, k["socket_network_efficiency"])
+    comm = volume / (link * GB * t["collective_efficiency"])
+    return comm, comm - min(t["comm_overlap"].get(stack.sharding, 0.0) * comm, hideable)
+
+
+@dataclass(frozen=True)
+class Offload:
+    """CPU offload of one optimizer step (seconds): the host's optimizer step, PCIe traffic that overlaps
+    compute (prefetched parameters, gradients copied out during backward), PCIe traffic that does not
+    (parameters copied back after the step), and what of it all the step waits for."""
+
+    cpu_step: float = 0.0
+    pcie_overlapped: float = 0.0
+    pcie_serial: float = 0.0
+    exposed: float = 0.0
+
+
+def host_link_gb_s(gpu) -> float:
+    """GB/s per direction a pinned host <-> device copy sustains: the card's PCIe link (a PCIe card's own link;
+    an SXM/OAM module's host link by class, mfu.json `host_link`) × the measured share of it."""
+    h = table()["host_link"]
+    spec = (gpu.link_gb_s_per_direction if gpu.interconnect == "pcie"
+            else h["spec_gb_s_per_direction"].get(gpu_class(gpu), h["spec_gb_s_per_direction"]["default"]))
+    return spec * h["sustained_fraction"]
+
+
+def cpu_optimizer_seconds(stack: Stack, trainable: float, nodes: int, host_vcpus_per_gpu: float | None = None
+                          ) -> float:
+    """The optimizer step on the host: every rank updates its partition of the trainable parameters, the ranks of
+    a node at once on its cores and memory. DeepSpeedCPUAdam (ZeRO offload; DeepSpeed 0.19.8
+    csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX) streams fp32 param, grad, exp_avg and exp_avg_sq in and
+    param, exp_avg, exp_avg_sq out: 28 B per parameter at the host's memory bandwidth, which grows with the cores
+    a rank has (OpenMP over TILE-sized chunks) up to the node's. FSDP's CPUOffload runs the torch optimizer on the
+    CPU instead (mfu.json `cpu_optimizer` `torch_slowdown`)."""
+    o = table()["cpu_optimizer"]
+    gpn = max(1, stack.gpus // max(nodes, 1))
+    params_node = trainable * gpn / stack.gpus
+    vcpus = host_vcpus_per_gpu or o["default_vcpus_per_gpu"]
+    cores = vcpus * gpn / o["vcpus_per_core"]
+    bandwidth = min(cores * o["gb_s_per_core"], o["node_gb_s"]) * GB
+    seconds = params_node * o["bytes_per_param"] / bandwidth
+    return seconds * (o["torch_slowdown"] if stack.sharding == "fsdp" else 1.0)
+
+
+def offload_seconds(c: Counts, stack: Stack, gpu, trainable: float, per_mb: float, grad_accum: int, nodes: int,
+                    host_vcpus_per_gpu: float | None = None) -> Offload:
+    """CPU offload, from the code that runs it (each rank's bytes over its PCIe link per optimizer step):
+
+    * DeepSpeed ZeRO-1/2 offload_optimizer (deepspeed/runtime/zero/stage_1_and_2.py @0.19.8): with accumulation
+      every micro-batch's gradients go to the host and, after the first, come back to be added to
+      (async_accumulate_grad_in_cpu_via_gpu: 2 B out every micro-batch, 2 B in from the second); at the boundary
+      the partition is copied into the fp32 host buffer (async_inplace_copy_grad_to_fp32_buffer_from_gpu: 4 B);
+      after the host step the 16-bit partition is copied back (step: bit16_partitions[...].copy_, 2 B).
+    * ZeRO-3 offload_optimizer (stage3.py @0.19.8): gradient partitions accumulate on the GPU and go to the host
+      fp32 at the boundary (partition_grads, _offload_grad_partition_at_boundary: 4 B); the updated 16-bit
+      partition comes back after the step (_reassign_or_swap_out_partitioned_parameters, 2 B) unless the
+      parameters live on the host (offload_param), whose partition is copied in before every fetch
+      (gather_passes per micro-batch, prefetched like the gathers).
+    * FSDP CPUOffload(offload_params=True) (torch/distributed/fsdp): the flat-parameter shard is copied in before
+      every unshard (forward, backward) and the sharded gradient out after every reduce-scatter; the optimizer
+      steps on the CPU.
+
+    Overlap: prefetched parameter copies and gradient copies issued during backward (overlap_comm, non_blocking
+    copies on a side stream) hide behind compute like the collectives do; the host optimizer step and the copy
+    back after it run while the GPU waits (DeepSpeed's ZenFlow blog: with offload 'over 60% of each iteration
+    is pure GPU wait time', blogs/deepspeed-zenflow/README.md)."""
+    if stack.offload == "none":
+        return Offload()
+    t = table()
+    n = stack.gpus
+    link = host_link_gb_s(gpu) * GB
+    part = trainable / n
+    weights = _weight_bytes(c, stack) / n
+    overlapped = serial = 0.0
+    if stack.sharding == "fsdp":
+        grad_dtype = 2 if stack.method == "full" or stack.adapter_dtype == "bf16" else 4
+        overlapped = (weights * 2.0 + part * grad_dtype) * grad_accum
+    else:
+        if stack.offload in ("optimizer", "both"):
+            if stack.sharding == "zero3":
+                overlapped += part * 4
+            else:
+                accum = (2 * grad_accum + 2 * (grad_accum - 1)) if grad_accum > 1 else 0
+                overlapped += part * (4 + accum)
+            if stack.offload == "optimizer":
+                serial += part * 2
+        if stack.offload in ("params", "both") and stack.sharding == "zero3":
+            overlapped += weights * gather_passes(stack) * grad_accum
+    pcie_overlapped, pcie_serial = overlapped / link, serial / link
+    cpu = cpu_optimizer_seconds(stack, trainable, nodes, host_vcpus_per_gpu) if stack.offload != "params" else 0.0
+    if stack.offload == "params" and stack.sharding == "zero3":
+        cpu = 0.0  # ZeRO-3 parameter offload alone keeps the optimizer on the GPU (offload_optimizer none)
+    hidden = min(t["comm_overlap"].get(stack.sharding, 0.0) * pcie_overlapped, per_mb * grad_accum)
+    return Offload(cpu_step=cpu, pcie_overlapped=pcie_overlapped, pcie_serial=pcie_serial,
+                   exposed=pcie_overlapped - hidden + pcie_serial)
+
+
+def link_gb_s(gpu, nodes: int, net_gbps: float, socket_efficiency: float = 1.0) -> float:
     """GB/s per direction a GPU's collectives get: NVLink/xGMI, or PCIe — staged through host memory
-    where the cards have no peer-to-peer (GeForce) — and, across nodes, one node's network."""
+    where the cards have no peer-to-peer (GeForce) — and, across nodes, one node's network; a network without
+    RDMA (under RDMA_GBPS: TCP sockets over Ethernet) reaches `socket_efficiency` of its line rate."""
     t = table()
     link = gpu.link_gb_s_per_direction
     if gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True):
@@ -412,8 +555,13 @@ def link_gb_s(gpu, nodes: int, net_gbps: float) -> float:
     if nodes > 1:
         # NCCL rings cross each node boundary once per direction, so across nodes the bus
         # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
-        link = min(link, net_gbps / 8)
+        link = min(link, net_gbps / 8 * (1.0 if net_gbps >= RDMA_GBPS else socket_efficiency))
     return link
+
+
+# Node networks from this rate up are RDMA fabrics (EFA, InfiniBand, RoCE: every pricing/data/fabrics.csv entry
+# at 200 Gb/s or more has gpudirect_rdma true); below it NCCL runs its socket transport over TCP.
+RDMA_GBPS = 200.0
 
 
 # --------------------------------------------------------------------------- the time model
@@ -456,7 +604,8 @@ def _attention_seconds(c: Counts, stack: Stack, shape: Shape, gpu, attn_flops: f
 
 def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1, nodes: int = 1,
               gpus_per_node: int | None = None, mfu: float | None = None, network_gbps: float | None = None,
-              fitted: dict | None = None, with_band: bool = True, caps: dict | None = None) -> dict[str, float]:
+              fitted: dict | None = None, with_band: bool = True, caps: dict | None = None,
+              host_vcpus_per_gpu: float | None = None) -> dict[str, float]:
     """Seconds per optimizer step by component, tokens/s and its band (plain floats: the planner calls
     this per config). `fitted` overrides the fitted constants and `caps` the plausibility caps ({}: none)
     — the calibration's search and folds only."""
@@ -511,36 +660,11 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         per_mb /= t["multi_node_efficiency"]  # stragglers and synchronisation jitter across nodes
 
     trainable = (c.params_total if stack.is_full else c.adapters_total + c.extra_trainable)
-    optimizer = _optimizer_seconds(c, stack, gpu, trainable, nodes, bw)
-
-    comm = hideable = net = 0.0
-    if nodes > 1:
-        net = network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)
-    if n > 1 and stack.is_distributed:
-        grad_bytes = trainable * (BYTES_16BIT if stack.is_full else BYTES_FP32)  # LoRA adapters/grads in fp32
-        weight_bytes = (c.quantised_weight_total * NF4_TRAFFIC_BYTES_PER_PARAM
-                        + (c.params_total - c.quantised_weight_total) * BYTES_16BIT
-                        if stack.is_qlora else c.params_total * BYTES_16BIT)
-        ring = (n - 1) / n
-        if stack.sharding == "ddp":
-            volume = 2 * ring * grad_bytes  # all-reduce once per step (no_sync while accumulating)
-            hideable = per_mb * 2 / 3  # overlaps the last micro-batch's backward
-        elif stack.sharding in ("zero1", "zero2"):
-            volume = ring * (grad_bytes + trainable * 2)  # reduce-scatter grads + all-gather params
-            hideable = per_mb * 2 / 3
-        else:  # fsdp / zero3: gather weights for forward and backward of every micro-batch
-            volume = ring * (2 * weight_bytes * grad_accum + grad_bytes)
-            hideable = per_mb * grad_accum
-        comm = volume / (link_gb_s(gpu, nodes, net) * GB * t["collective_efficiency"])
-    if stack.offloads_params:
-        # offloaded parameters cross PCIe from host memory before every use of each rank's shard
-        weight_shard = (c.quantised_weight_total * NF4_TRAFFIC_BYTES_PER_PARAM
-                        + (c.params_total - c.quantised_weight_total) * BYTES_16BIT
-                        if stack.is_qlora else c.params_total * BYTES_16BIT) / n
-        comm += weight_shard * (2.0 + ckpt) * grad_accum / (t["pcie_gb_s"] * GB)
-        hideable = per_mb * grad_accum
-    overlap = t["comm_overlap"].get(stack.sharding, 0.0)
-    exposed = comm - min(overlap * comm, hideable)
+    net = (network_gbps if network_gbps is not None else internode_gbps(gpu, gpn)) if nodes > 1 else 0.0
+    comm, exposed = _comm_seconds(c, stack, gpu, trainable, per_mb, grad_accum, nodes, net, k)
+    off = offload_seconds(c, stack, gpu, trainable, per_mb, grad_accum, nodes, host_vcpus_per_gpu)
+    optimizer = off.cpu_step if stack.offload != "none" else _optimizer_seconds(c, stack, gpu, trainable, bw)
+    exposed += off.exposed
 
     step_overhead = k[f"step_overhead_s_{stack.framework}"]
     step = grad_accum * per_mb + optimizer + exposed + step_overhead
@@ -557,7 +681,9 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         "dequant_seconds": grad_accum * dequant, "dora_seconds": grad_accum * dora,
         "dispatch_seconds": grad_accum * host, "overhead_seconds": grad_accum * max(0.0, host - gpu_work),
         "optimizer_seconds": optimizer, "step_overhead_seconds": step_overhead, "comm_seconds": comm,
-        "comm_exposed_seconds": exposed, "model_flops_per_token": model_fpt, "executed_flops_per_token": exec_fpt,
+        "comm_exposed_seconds": exposed, "offload_pcie_seconds": off.pcie_overlapped + off.pcie_serial,
+        "offload_exposed_seconds": off.exposed, "cpu_optimizer_seconds": off.cpu_step,
+        "model_flops_per_token": model_fpt, "executed_flops_per_token": exec_fpt,
         "kernel_efficiency": rate / peak, "kernels_per_micro_batch": launches,
         "tokens_per_step": T * grad_accum * n, "peak_flops_per_gpu": peak,
         "module_calls_per_micro_batch": calls, "sustained_fraction": sustained_fraction(gpu),
@@ -576,8 +702,34 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
 FRAMEWORK_BAND_ROWS = 3  # a framework's own segment band needs this many held-out rows, else all frameworks'
 
 
+def liger_runs_on(gpu) -> bool:
+    """Whether Liger Kernel's Triton kernels are supported on this card (mfu.json `_unpriced`): ROCm, or NVIDIA
+    compute capability 8.0 and newer."""
+    if gpu.vendor.upper() == "AMD":
+        return True
+    need = table()["unpriced"]["liger_min_compute_capability"]
+    return float(gpu.compute_capability or 0) >= need
+
+
+def unpriced(gpu, stack: Stack) -> list[str]:
+    """Mechanisms of this setup the time model cannot price on this card (mfu.json `_unpriced`), each a sentence."""
+    out = []
+    if stack.liger and not liger_runs_on(gpu):
+        out.append(f"Liger Kernel's Triton kernels are not supported on {gpu.name} (compute capability "
+                   f"{gpu.compute_capability}; Triton targets 8.0+, its bf16 kernels fail on sm_75)")
+    if stack.attention == "flash" and not gpu.supports_flash_attention:
+        out.append(f"FlashAttention-2 does not run on {gpu.name} (Ampere or newer)")
+    if "bf16" in stack.precision and not gpu.supports_bf16:
+        out.append(f"{gpu.name} has no bf16 tensor cores: bf16 matmuls are emulated (use fp16)")
+    return out
+
+
 def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
     bands = table().get("bands") or {}
+    why = unpriced(gpu, stack)
+    if why:
+        entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
+        return entry, f"not priced ({'; '.join(why)}): the band of held-out GPU classes"
     seg = segment(gpu, stack)
     own = ((bands.get("frameworks") or {}).get(stack.framework) or {}).get(seg)
     if own is not None and own["rows"] >= FRAMEWORK_BAND_ROWS:
@@ -669,6 +821,15 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
                                            f"run of any framework ({why})")
     if g.interconnect == "pcie" and stack.gpus > 1 and not g.pcie_p2p:
         assumptions["pcie_p2p"] = False
+    why = unpriced(g, stack)
+    if why:
+        assumptions["not_priced"] = "; ".join(why) + " — the band is that of GPU classes held out whole"
+    if stack.offload != "none":
+        o = t["cpu_optimizer"]
+        assumptions["offload"] = (f"host optimizer {r['cpu_optimizer_seconds']:.2f} s/step at {o['default_vcpus_per_gpu']} "
+                                  f"vCPUs per GPU (the price sheet's median; more cores, less time, up to "
+                                  f"{o['node_gb_s']:g} GB/s of host memory), PCIe {r['offload_pcie_seconds']:.2f} s/step "
+                                  f"at {host_link_gb_s(g):.1f} GB/s, {r['offload_exposed_seconds']:.2f} s not hidden")
     if nodes > 1:
         assumptions["internode_gbps"] = r["internode_gbps"]
     return Throughput(

@@ -23,6 +23,8 @@ from advisor.launch.caveats import expert_lora
 from advisor.results import Candidate
 
 AXOLOTL_FILE = "axolotl.yaml"
+# axolotl's Cut Cross-Entropy plugin (src/axolotl/integrations/cut_cross_entropy); needs cut-cross-entropy installed
+CCE_PLUGIN = "axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"
 LIGER_PLUGIN = "axolotl.integrations.liger.LigerPlugin"
 _ATTENTION_KEYS = {"flash": "flash_attention", "sdpa": "sdp_attention", "eager": "eager_attention"}
 
@@ -107,6 +109,13 @@ def axolotl_config(c: Candidate, *, model_name: str, family: str, moe: bool, lay
     }
     if st.chunked_loss and not st.liger:
         cfg["chunked_cross_entropy"] = True
+    if st.loss == "cce":
+        cfg.update(plugins=[CCE_PLUGIN], cut_cross_entropy=True)
+    elif st.loss == "trl":
+        # axolotl trains with transformers' Trainer: its loss (or Liger's fused one) is not TRL's fused LM head
+        notes.append("axolotl computes transformers' loss on full fp32 logits (Liger's fused one with --liger); the "
+                     "estimate assumed TRL's fused LM head: re-estimate with --loss standard, or --loss cce for "
+                     "axolotl's CutCrossEntropyPlugin")
     if st.compile:
         cfg["torch_compile"] = True
     if st.liger:

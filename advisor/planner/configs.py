@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.estimate.throughput import band_quantile, quantile_factor, segment, table
+from advisor.estimate.throughput import band_quantile, liger_runs_on, quantile_factor, segment, table
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention
@@ -60,9 +60,9 @@ def precision_for(method: str, sharding: str, bf16: bool) -> str:
 def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama",
                pins: dict[str, Any] | None = None) -> list[Stack]:
     """Every stack that makes sense on `n_gpus` of `gpu` for a model of `family`, with `pins` fixed.
-    A GPU enters only through three traits (FlashAttention, bf16, Triton), so GPU models that share
+    A GPU enters only through three traits (FlashAttention, bf16, Liger's Triton kernels), so GPU models that share
     them share the answer (a plan asks for hundreds of GPU × count pairs)."""
-    triton = gpu.vendor.upper() == "AMD" or float(gpu.compute_capability or 0) >= 7.0
+    triton = liger_runs_on(gpu)
     key = (bool(gpu.supports_flash_attention), bool(gpu.supports_bf16), triton, n_gpus, tuple(methods), family,
            tuple(sorted((pins or {}).items())))
     try:
@@ -123,7 +123,8 @@ def no_stack_reason(gpu, n_gpus: int, family: str, pins: dict[str, Any]) -> str:
 
 def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str) -> tuple[bool, ...]:
     """Liger Kernel where it applies: a family liger-kernel patches (families.json), a GPU its Triton
-    kernels run on (`triton`: NVIDIA compute capability 7.0+, AMD ROCm), the standard loss, and no
+    kernels are supported on (`triton`: NVIDIA compute capability 8.0+, AMD ROCm — not Turing or Volta, where
+    Triton dropped support and its bf16 kernels fail: advisor.estimate.throughput.liger_runs_on), the standard loss, and no
     adapter or trained copy on lm_head (the fused loss reads the base lm_head weight, so those would
     not train). With a frozen lm_head (LoRA/QLoRA) Liger never needs more memory (its norms, SwiGLU
     and loss all keep less) and the time model finds it faster, so only the Liger stack is priced; for
@@ -132,7 +133,7 @@ def _liger_choices(triton: bool, family: str, pins: dict[str, Any], method: str)
     if "liger" in pins:
         return (pins["liger"],)
     head = "lm_head" in str(pins.get("lora_targets", "")) or "lm_head" in str(pins.get("modules_to_save", ""))
-    if families.traits(family).liger and triton and pins.get("loss", "standard") == "standard" and not head:
+    if families.traits(family).liger and triton and pins.get("loss", "trl") in ("trl", "standard") and not head:
         return (False, True) if method == "full" else (True,)
     return (False,)
 

@@ -85,9 +85,13 @@ class Reserved(BaseModel):
     steps: int
     needed: int = Field(description="reserved bytes the run needs on the card checked: the smallest device the "
                                     "replayed allocator does not fail on (fit check)")
-    shows: int = Field(description="what torch.cuda.max_memory_reserved shows on a larger card")
+    shows: int = Field(description="what torch.cuda.max_memory_reserved shows: on the card checked (card_bytes) "
+                                   "never more than it has, since the allocator frees its cache and retries first; "
+                                   "without a card, on a larger one")
     fixed_shape_needed: int = Field(description="needed with every step at --seq-len (same replay)")
     alloc_retries_at_needed: int = Field(description="times the allocator released its cache and retried")
+    card_bytes: int | None = Field(None, description="bytes the card checked leaves PyTorch's segments (usable "
+                                                     "minus the CUDA context); None without --gpu")
 
 
 class MemoryEstimate(BaseModel):

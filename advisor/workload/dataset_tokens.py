@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from advisor.errors import BadInput
 from advisor.model.catalog import HUB_ID, _catalog, hub_endpoint
 from advisor.text import plain
+from advisor.units import MiB
 from advisor.workload import dataset_files
 from advisor.workload.chat_mask import NotPrefixPreserving, assistant_char_spans, token_mask
 from advisor.workload.length_stats import LengthStats, length_stats
@@ -196,7 +197,7 @@ class Tokenizer:
 
 # A tokenizer.json is at most a few tens of MB (google/gemma-3-27b-it's, 262,144 tokens, is 33.4 MB:
 # https://huggingface.co/google/gemma-3-27b-it/blob/main/tokenizer.json); the other files are smaller.
-MAX_TOKENIZER_BYTES = 128 * 2**20
+MAX_TOKENIZER_BYTES = 128 * MiB
 # Files of a tokenizer folder that transformers' AutoTokenizer may open (each checked first: a regular file
 # within MAX_TOKENIZER_BYTES), tokenizer.json also parsed with our limits before transformers sees it.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",

@@ -52,6 +52,7 @@ from advisor.results import check_gpu
 from advisor.results.checks import _check_tree
 from advisor.stacks import Shape, Stack
 from advisor.text import plain
+from advisor.units import TERA
 from pricing.cache import cache_dir
 from pricing.errors import PriceInputError
 from pricing.files import atomic_write, load_json, read_text
@@ -350,7 +351,7 @@ def apply(step: dict, m: Measurement, at_measured: dict, shape: Shape, model_ban
 def ceiling(m: Measurement, engine, gpu) -> float:
     """The most tokens/s the run's GPUs could do on this model (module docstring): all of them running only
     the forward pass of the matmuls a token passes through, at their peak dense rate."""
-    peak = max(x for x in (gpu.dense_bf16_tflops, gpu.dense_fp16_tflops, gpu.fp32_tflops) if x) * 1e12
+    peak = max(x for x in (gpu.dense_bf16_tflops, gpu.dense_fp16_tflops, gpu.fp32_tflops) if x) * TERA
     forward = 2.0 * engine.counts(m.stack).matmul_active
     return m.gpu_count * m.nodes * peak / forward
 

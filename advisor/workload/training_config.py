@@ -367,6 +367,7 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
         attention = "sdpa"
     attn = {"attention": attention} if attention else _attention(k, "attn_implementation")
     liger_plugin = any("liger" in p.lower() for p in k.names("plugins", modules=False))
+    cce_plugin = any("cut_cross_entropy" in p.lower() for p in k.names("plugins", modules=False))
     liger = k.bool("liger_fused_linear_cross_entropy")
     for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_swiglu", "liger_layer_norm",
                 "liger_cross_entropy"):
@@ -379,7 +380,11 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
         "precision": precision, **_optimizer(k, "optimizer"), **attn,
         "grad_checkpointing": bool(ckpt),  # default false; "offload" / "offload_disk" also checkpoint
         "liger": bool(liger_plugin and liger), "compile": k.raw("torch_compile") is True,  # "auto": off here
-        "loss": "chunked" if k.bool("chunked_cross_entropy") else None,
+        # axolotl trains with transformers' Trainer (its ForCausalLMLoss on full logits) unless a plugin replaces the
+        # loss: CutCrossEntropyPlugin with cut_cross_entropy: true runs Apple's Cut Cross-Entropy (--loss cce), never
+        # a chunked cross-entropy (axolotl src/axolotl/integrations/cut_cross_entropy)
+        "loss": ("cce" if cce_plugin and k.bool("cut_cross_entropy") else "chunked"
+                 if k.bool("chunked_cross_entropy") else "standard"),
         **_sharding(k, base),
         **_lora(method, k.int("lora_r", 8 if method != "full" else None), k.int("lora_alpha"),
                 k.num("lora_dropout", 0.0), targets, k.names("lora_modules_to_save"), k.bool("peft_use_dora")),
@@ -448,6 +453,7 @@ def _llamafactory(k: _Keys, base: Path) -> dict[str, Any]:
         "precision": precision, **_optimizer(k, "optim"), **_attention(k, "flash_attn"),
         "grad_checkpointing": not k.bool("disable_gradient_checkpointing", False),  # on unless disabled
         "liger": k.bool("enable_liger_kernel", False), "double_quant": k.bool("double_quantization"),
+        "loss": "standard",  # LLaMA-Factory's CustomSeq2SeqTrainer: transformers' ForCausalLMLoss on full logits
         **_sharding(k, base),
         **_lora(method, rank, k.int("lora_alpha", 2 * rank), k.num("lora_dropout", 0.0),
                 k.names("lora_target") or ("all",), k.names("additional_target"), k.bool("use_dora")),
@@ -590,7 +596,7 @@ def _torchtune(k: _Keys, base: Path) -> dict[str, Any]:
         "precision": {"bf16": "bf16", "fp32": "fp32"}.get(dtype or ""), "optimizer": optimizer,
         "grad_checkpointing": k.bool("enable_activation_checkpointing", False), "compile": k.bool("compile", False),
         "liger": False,
-        "loss": "chunked" if "Chunked" in loss else None,
+        "loss": "chunked" if "Chunked" in loss else "standard",  # torchtune's CrossEntropyLoss: full fp32 logits
         "adapter_dtype": "bf16" if method != "full" else None,  # torchtune keeps adapters in the model dtype
         **_lora(method, d("lora_rank", "int") or 8, max(1, round(d("lora_alpha", "num") or 16)),
                 d("lora_dropout", "num") or 0.0, targets, (), None),
