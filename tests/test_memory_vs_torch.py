@@ -114,20 +114,23 @@ def test_checkpointing_keeps_only_layer_inputs_in_forward():
 
 
 def test_autocast_weight_copies_are_counted_as_saved():
-    """amp-bf16 saves a bf16 copy of every linear weight it multiplies (autocast's cache)."""
-    m = _measured("llama", Stack(precision="amp-bf16"), SHAPE)
+    """amp-bf16 saves a bf16 copy of every linear weight it multiplies (autocast's cache); under TRL's fused
+    LM head the head's weight is multiplied outside autocast, so its copy is not saved."""
+    m = _measured("llama", Stack(precision="amp-bf16", loss="standard"), SHAPE)
     h, i, L = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["num_hidden_layers"]
     kv = LLAMA["num_key_value_heads"] * LLAMA["head_dim"]
     linear = L * (2 * h * h + 2 * h * kv + 3 * h * i) + h * LLAMA["vocab_size"]
     assert m.weight_copies == 2 * linear
     assert m.weights == 4 * m.params_total
+    fused = _measured("llama", Stack(precision="amp-bf16", loss="trl"), SHAPE)
+    assert fused.weight_copies == 2 * (linear - h * LLAMA["vocab_size"])
 
 
 def test_doras_weight_norm_graph_dies_within_forward_and_is_not_counted():
     """peft's DoRA builds lora_B(lora_A(eye(in))) with grad on, reads it detached and drops it: the eye
     matrix is saved by lora_A but freed before backward. The harness tells it from what backward reads."""
-    dora = _measured("llama", Stack(method="lora", dora=True, lora_dropout=0.0), SHAPE)
-    plain = _measured("llama", Stack(method="lora", lora_dropout=0.0), SHAPE)
+    dora = _measured("llama", Stack(method="lora", dora=True, lora_dropout=0.0, loss="standard"), SHAPE)
+    plain = _measured("llama", Stack(method="lora", lora_dropout=0.0, loss="standard"), SHAPE)
     h, i, L = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["num_hidden_layers"]
     eyes = L * 4 * (6 * h * h + i * i)  # q, k, v, o, gate, up read h-wide inputs; down reads i-wide ones
     assert eyes <= dora.transient_graphs <= 1.1 * eyes

@@ -330,12 +330,12 @@ def test_with_a_frozen_lm_head_liger_never_costs_memory_or_speed_so_the_planner_
                         engine.step(plain_stack, shape, get_gpu(gpu))["tokens_per_sec"]
 
 
-def test_plan_finds_the_liger_stack_when_the_default_loss_path_does_not_fit():
+def test_plan_finds_the_liger_stack_when_the_standard_loss_path_does_not_fit():
     offers = pd.DataFrame([offer("acme", "r", "h100x1", "H100", 1, 3.0)])
     kw = dict(tokens=20e6, offers=offers, methods=("lora",), seq_len=32768, global_batch=8)
-    without = plan("meta-llama/Llama-3.1-8B", pins={"liger": False}, **kw)
+    without = plan("meta-llama/Llama-3.1-8B", pins={"liger": False, "loss": "standard"}, **kw)
     assert not without.candidates and "Nothing fits" in without.notice
-    p = plan("meta-llama/Llama-3.1-8B", **kw)
+    p = plan("meta-llama/Llama-3.1-8B", pins={"loss": "standard"}, **kw)
     assert p.candidates and p.candidates[0].stack.liger and "liger" in p.candidates[0].stack_label
 
 
