@@ -31,7 +31,7 @@ from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown
 from advisor.stacks import ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape, Stack
 from advisor.workload import measurements
-from pricing.gpus import get_gpu
+from pricing.gpus import GPU, get_gpu
 
 OPTIMIZERS = ("adamw", "adamw-8bit")  # the ones searched when --optimizer is not pinned (of stacks.OPTIMIZERS)
 # Pins that describe adapters: they shape LoRA/QLoRA stacks, not the full fine-tune (the baseline)
@@ -210,7 +210,7 @@ class Config:
     """One hardware × stack and the two frozen records the evaluator computed for it: `fitted`
     (memory) and `timed` (step time and training hours per quantile, None when it does not fit)."""
 
-    gpu: object  # pricing.gpus.GPU
+    gpu: GPU
     per_node: int
     nodes: int
     stack: Stack
@@ -219,39 +219,11 @@ class Config:
     fitted: Fit = Fit()
     timed: StepTime | None = None
 
-    def __getattr__(self, name: str):
-        """The records' fields read as the config's own (cfg.max_micro_batch, cfg.tight, ...)."""
-        fitted = self.__dict__.get("fitted")
-        if fitted is not None and name in Fit.__dataclass_fields__:
-            return getattr(fitted, name)
-        raise AttributeError(name)
-
-    @property
-    def micro_batch(self) -> int:
-        return self.timed.micro_batch if self.timed else 0
-
-    @property
-    def gpu_model(self) -> str:
-        return self.gpu.name
-
-    @property
-    def grad_accum(self) -> int:
-        return self.timed.grad_accum if self.timed else 0
-
-    @property
-    def global_batch(self) -> int:
-        return self.timed.global_batch if self.timed else 0
-
-    @property
-    def train_hours(self) -> float:
-        return self.timed.train_hours["p50"] if self.timed else math.nan
-
-    @property
-    def method(self) -> str:
-        return self.stack.method
 
     def shape(self, seq_len: int, padded: bool = False) -> Shape:
-        return _shape(max(self.micro_batch, 1), seq_len, self.grad_accum or None, padded)
+        """The candidate's shape: the timed micro-batch and accumulation (micro-batch 1 before timing)."""
+        t = self.timed
+        return _shape(t.micro_batch if t else 1, seq_len, t.grad_accum if t else None, padded)
 
 
 @lru_cache(maxsize=4096)
@@ -296,9 +268,9 @@ def drop_needless_8bit(configs: list[Config], request: PlanRequest) -> tuple[lis
         return configs, []
 
     def hardware(c: Config) -> tuple:
-        return c.gpu_model, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
+        return c.gpu.name, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
 
-    fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.max_micro_batch > 0}
+    fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.fitted.max_micro_batch > 0}
     needless = [c.stack.optimizer in EIGHT_BIT and hardware(c) in fits for c in configs]
     return ([c for c, x in zip(configs, needless) if not x], [c for c, x in zip(configs, needless) if x])
 
@@ -417,7 +389,7 @@ class Evaluator:
         """Step time at the micro-batch and accumulation that reach the global batch, and training
         hours per quantile (`StepTime`, frozen)."""
         req, n = self.request, cfg.stack.gpus
-        mb, accum, global_batch = split_batch(objective_global_batch(req, n), n, cfg.max_micro_batch)
+        mb, accum, global_batch = split_batch(objective_global_batch(req, n), n, cfg.fitted.max_micro_batch)
         network = req.network_gbps if req.network_gbps is not None else cfg.fabric_gbps
         t = self.engine.step(cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu, nodes=cfg.nodes,
                              mfu=req.mfu, network_gbps=network)
@@ -439,13 +411,13 @@ class Evaluator:
         """Replace a predicted micro-batch by the exact one — outside the estimator's error band of the
         limit when any fits there, else marked tight — and the memory at the candidate's own shape;
         False when the micro-batch changed (the ranking must be redone)."""
-        if cfg.verified:
+        if cfg.fitted.verified:
             return True
         engine, seq, req = self.engine, self.seq_len, self.request
         cap = min(MAX_MICRO_BATCH, max(1, req.sequences_per_step // cfg.stack.gpus))
         safe = engine.max_micro_batch(cfg.stack, seq, int(cfg.limit * (1 - TIGHT_FRACTION)), cap=cap, padded=req.padded)
         mb = safe or engine.max_micro_batch(cfg.stack, seq, cfg.limit, cap=cap, padded=req.padded)
-        same = mb == cfg.max_micro_batch and cfg.tight == (safe == 0)
+        same = mb == cfg.fitted.max_micro_batch and cfg.fitted.tight == (safe == 0)
         cfg.fitted = replace(cfg.fitted, max_micro_batch=mb, verified=True, tight=safe == 0)
         if not same:
             self.time(cfg)
