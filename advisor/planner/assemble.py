@@ -216,15 +216,15 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
         fit=MemoryFit(peak_bytes=peak, usable_bytes=int(cfg.gpu.usable_bytes), limit_bytes=int(cfg.limit),
                       tight=tight),
         memory=cfg.fitted.breakdown,
-        timing=Timing(tokens_per_sec=float(step["tokens_per_sec"]), mfu=float(step["mfu"]),
-                      step_seconds=float(step["step_seconds"]), train_hours=float(r["train_hours"]),
+        timing=Timing(tokens_per_sec=step.tokens_per_sec, mfu=step.mfu,
+                      step_seconds=step.step_seconds, train_hours=float(r["train_hours"]),
                       setup_hours=float(r["setup_hours"]), checkpoint_hours=float(r["checkpoint_hours"]),
                       checkpoint_interval_hours=float(r["checkpoint_interval_hours"]),
                       interruption_hours=float(r["interruption_hours"]), hours=float(r["hours"]),
                       hours_low=float(r["hours_p10"]), hours_high=float(r["hours_p90"]),
                       hours_at_risk=float(r["hours_rank"]), risk_quantile=t.rank_quantile,
                       calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch,
-                      generation_hours=float(r["train_hours"]) * _generation_share(step)),
+                      generation_hours=float(r["train_hours"]) * step.generation_share()),
         cost=Cost(spot=bool(o["spot"]), price_hour=float(o["price"]) * nodes, usd=usd,
                   on_demand_usd=float(r["cost_on_demand_usd"]), spot_usd=cost_spot,
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
@@ -235,13 +235,6 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     )
 
 
-def _generation_share(step: dict) -> float:
-    """Share of a step spent generating and syncing weights into vLLM (GRPO; 0 otherwise)."""
-    total = float(step.get("step_seconds") or 0.0)
-    gen = float(step.get("generation_seconds", 0.0)) + float(step.get("sync_seconds", 0.0))
-    return gen / total if total > 0 else 0.0
-
-
 def _band_basis(cfg: Config) -> str:
     # a measured step (advisor/workload/measurements.py) carries its own basis, preferred when present
-    return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])
+    return str(cfg.timed.step.band_basis or band(cfg.gpu, cfg.stack)[2])

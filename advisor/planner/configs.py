@@ -28,7 +28,7 @@ from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.planner.objectives import global_batch as objective_global_batch, objectives_for, refusal_reason
 from advisor.planner.request import RISKS, PlanRequest
-from advisor.results import Breakdown
+from advisor.results import Breakdown, StepNumbers
 from advisor.stacks import ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape, Stack
 from advisor.workload import measurements
 from pricing.gpus import GPU, get_gpu
@@ -182,7 +182,7 @@ class StepTime:
     hours at each quantile of the time model's held-out error (p10 fast .. p90 slow, and `rank`:
     the quantile the ranking uses). Costing alone turns these into wall hours and cost."""
 
-    step: dict  # Engine.step's numbers (possibly adjusted by a measured run)
+    step: StepNumbers  # Engine.step's numbers (possibly a measured run's: advisor/workload/measurements.py)
     micro_batch: int
     grad_accum: int
     global_batch: int
@@ -241,17 +241,17 @@ def is_calibrated(gpu, stack: Stack) -> bool:
     return bool(entry and entry.get("rows", 0) > 0)
 
 
-def _factor(t: dict, cfg: Config, q: float) -> float:
+def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
-    tps = t["tokens_per_sec"]
-    low, high = t.get("tokens_per_sec_low"), t.get("tokens_per_sec_high")
+    tps = t.tokens_per_sec
+    low, high = t.tokens_per_sec_low, t.tokens_per_sec_high
     if q == 0.1 and low:
         return low / tps
     if q == 0.9 and high:
         return high / tps
-    if "band_basis" in t and low and high:
+    if t.band_basis is not None and low and high:
         return quantile_factor({0.1: low / tps, 0.9: high / tps}, q)
     return band_quantile(cfg.gpu, cfg.stack, q)[0]
 
@@ -399,8 +399,8 @@ class Evaluator:
                                     cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,
                                                                           mfu=req.mfu, network_gbps=network))
         computed = req.train_tokens * req.padding_factor(mb)  # padded batches compute their padding too
-        p50 = math.ceil(computed / t["tokens_per_step"]) * t["step_seconds"] / 3600
-        calibrated = "band_basis" in t or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
+        p50 = math.ceil(computed / t.tokens_per_step) * t.step_seconds / 3600
+        calibrated = t.band_basis is not None or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
         q = RISKS[req.risk] if RISKS[req.risk] > 0.5 else (0.5 if calibrated else UNCALIBRATED_QUANTILE)
         hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9), "p90": p50 / _factor(t, cfg, 0.1),
                  "rank": p50 / _factor(t, cfg, 1 - q) if q > 0.5 else p50}
