@@ -116,7 +116,7 @@ def predict(case: Case, fitted: dict[str, float] | None = None, caps: dict | Non
     r = case.row
     return step_time(case.counts, r.stack, r.shape, case.gpu, grad_accum=r.shape.grad_accum or 1, nodes=r.nodes,
                      network_gbps=r.network_gbps, fitted=fitted, with_band=False,
-                     caps={} if caps is None else caps, host_vcpus_per_gpu=r.host_vcpus_per_gpu)["tokens_per_sec"]
+                     caps={} if caps is None else caps, host_vcpus_per_gpu=r.host_vcpus_per_gpu).tokens_per_sec
 
 
 def log_error(case: Case, fitted: dict[str, float] | None = None, caps: dict | None = None) -> float:

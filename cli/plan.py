@@ -161,17 +161,18 @@ def _columns(plan) -> list[str]:
 def _cells(c) -> dict[str, str]:
     """One candidate's table cells by column (numbers from the planner, formatted here only)."""
     return {
-        "#": str(c.rank), "cost": money(c.cost_usd), "hours p10-p90": _band(c.hours, c.timing.hours_low, c.timing.hours_high),
-        "$/h": money(c.cost.price_hour), "on-demand": money(c.cost_on_demand_usd), "spot": money(c.cost_spot_usd),
-        "GPUs": f"{c.gpu_count * c.nodes}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
-        "instance": f"{c.provider} {c.instance_type}"
+        "#": str(c.rank), "cost": money(c.cost.usd),
+        "hours p10-p90": _band(c.timing.hours, c.timing.hours_low, c.timing.hours_high),
+        "$/h": money(c.cost.price_hour), "on-demand": money(c.cost.on_demand_usd), "spot": money(c.cost.spot_usd),
+        "GPUs": f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
+        "instance": f"{c.offer.provider} {c.offer.instance_type}"
         + (f" (+{len(c.offer.also_named)} names)" if c.offer.also_named else "")
-        + (" (spot)" if c.spot else "") + (" TIGHT" if c.fit.tight else ""),
-        "region": c.region + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
-        "stack": c.stack_label, "mb×acc": f"{c.micro_batch}×{c.grad_accum}",
+        + (" (spot)" if c.cost.spot else "") + (" TIGHT" if c.fit.tight else ""),
+        "region": c.offer.region + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
+        "stack": c.label, "mb×acc": f"{c.shape.micro_batch}×{c.shape.grad_accum}",
         "GB peak/limit": f"{c.fit.peak_bytes / GB:.1f}" + (f"/{c.fit.limit_bytes / GB:.1f}" if c.fit.limit_bytes else ""),
-        "$/M tok": f"{c.usd_per_m_tokens:.3f}",
-        "price source, date": f"{c.price_source[:28]} {c.price_date}" + (" STALE" if c.price_stale else ""),
+        "$/M tok": f"{c.cost.usd_per_m_tokens:.3f}",
+        "price source, date": f"{c.offer.source[:28]} {c.offer.price_date}" + (" STALE" if c.offer.stale else ""),
     }
 
 
@@ -207,8 +208,8 @@ def _summary(plan) -> list[str]:
     if plan.baseline is not None:
         b = plan.baseline
         method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"
-        line = (f"Naive baseline ({method} on the cheapest instance where it fits): {b.provider} "
-                f"{b.instance_type}, {b.hours:,.1f} h, {money(b.cost_usd)}")
+        line = (f"Naive baseline ({method} on the cheapest instance where it fits): {b.offer.provider} "
+                f"{b.offer.instance_type}, {b.timing.hours:,.1f} h, {money(b.cost.usd)}")
         saving = plan.saving_vs_baseline_usd
         if saving is not None:
             line += (f"; the top pick saves {money(saving)}" if saving >= 0 else
@@ -216,8 +217,9 @@ def _summary(plan) -> list[str]:
         lines.append(line + ".")
     s = plan.spot_alternative
     if s is not None:
-        lines.append(f"On spot: {s.provider} {s.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
-                     + f", {s.hours:,.1f} h (expected interruptions included), {money(s.cost_usd)} against "
+        lines.append(f"On spot: {s.offer.provider} {s.offer.instance_type}"
+                     + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
+                     + f", {s.timing.hours:,.1f} h (expected interruptions included), {money(s.cost.usd)} against "
                        f"{money(s.cost.on_demand_usd)} for the same instance on demand.")
     if plan.managed_summary():
         lines.append(plan.managed_summary())
@@ -228,7 +230,8 @@ def _summary(plan) -> list[str]:
                                                f"{c.timing.band_basis}" for c in measured[:6]) + ".")
     if plan.pareto:
         lines.append("Pareto front (cost vs time): " + "; ".join(
-            f"{money(c.cost_usd)} / {c.hours:,.1f} h ({c.gpu_count * c.nodes}× {c.gpu_model} {c.provider})"
+            f"{money(c.cost.usd)} / {c.timing.hours:,.1f} h ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} "
+            f"{c.offer.provider})"
             for c in plan.pareto[:6]))
     if plan.rejected:
         lines.append("Rejected: " + "; ".join(f"{r.count:,} × {r.reason}" for r in plan.rejected[:6]))

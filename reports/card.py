@@ -21,14 +21,14 @@ FEW_CALIBRATION_ROWS = 3
 
 
 def where(c: Candidate) -> str:
-    tier = "spot" if c.spot else "on-demand"
+    tier = "spot" if c.cost.spot else "on-demand"
     nodes = f"{c.nodes} × " if c.nodes > 1 else ""
-    return f"{c.provider} · {nodes}{c.instance_type} · {c.region} · {tier}"
+    return f"{c.offer.provider} · {nodes}{c.offer.instance_type} · {c.offer.region} · {tier}"
 
 
 def hardware(c: Candidate) -> str:
-    total = c.nodes * c.gpu_count
-    return f"{total}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
+    total = c.nodes * c.offer.gpu_count
+    return f"{total}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
 
 
 def cost_band(c: Candidate) -> str:
@@ -45,11 +45,12 @@ def time_band(c: Candidate) -> str:
 
 
 def _vs(c: Candidate, other: Candidate, name: str) -> str:
-    diff = other.cost_usd - c.cost_usd
-    share = f" ({pct(abs(diff) / c.cost_usd)})" if c.cost_usd > 0 else ""
+    diff = other.cost.usd - c.cost.usd
+    share = f" ({pct(abs(diff) / c.cost.usd)})" if c.cost.usd > 0 else ""
     money_part = (f"costs {money(diff)} more{share}" if diff > 0.005 else
                   f"costs {money(-diff)} less{share}" if diff < -0.005 else "costs the same")
-    return f"{name} ({other.provider} {other.instance_type}) {money_part} and takes {duration(other.hours)}"
+    return (f"{name} ({other.offer.provider} {other.offer.instance_type}) {money_part} and takes "
+            f"{duration(other.timing.hours)}")
 
 
 def why(plan: Plan) -> str:
@@ -87,18 +88,18 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
             out.append(f"Thin calibration: the time band rests on {rows.group(1)} published measurement(s) "
                        f"({t.band_basis}).")
     if c.fit.tight:
-        out.append(f"Tight memory: {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} per GPU is within the "
+        out.append(f"Tight memory: {gb(c.fit.peak_bytes)} of {gb(c.fit.usable_bytes)} per GPU is within the "
                    "estimator's error of the limit; it may run out of memory. Run `launch.sh --benchmark` first.")
     age = _age_days(c, plan)
     if age is None:  # no date, or the planner's "date unknown"
-        out.append(f"Undated price: {money(c.price_hour)}/h from {c.price_source or 'an unnamed source'} has no "
-                   "observation date" + (" and its sheet marks it stale" if c.price_stale else "")
+        out.append(f"Undated price: {money(c.cost.price_hour)}/h from {c.offer.source or 'an unnamed source'} has no "
+                   "observation date" + (" and its sheet marks it stale" if c.offer.stale else "")
                    + "; check it with the provider before you buy.")
     elif is_stale(c, plan):
         why_stale = (f"is {age:,} day{'s' if age != 1 else ''} old" if age is not None and age > plan.stale_days
                      else "is marked stale by its sheet (an old catalog generation)")
-        out.append(f"Stale price: {money(c.price_hour)}/h from {c.price_source} ({c.price_date}) {why_stale}; "
-                   "check it with the provider before you buy.")
+        out.append(f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) "
+                   f"{why_stale}; check it with the provider before you buy.")
     moe = plan.model.params_active < plan.model.params_total
     out += [f"Launch caveat: {note}" for note in caveats(c, plan.model.family, moe)]
     return out
@@ -132,12 +133,12 @@ def decision_card(plan: Plan) -> dict:
         "headline": "Best option" if met else (plan.notice or "No candidate meets the constraints"),
         "lede": "" if met else "Nearest option, which does not meet them:",
         "figures": [
-            {"label": "Cost", "value": money(c.cost_usd), "detail": cost_band(c)},
-            {"label": "Wall time", "value": duration(c.hours), "detail": time_band(c)},
+            {"label": "Cost", "value": money(c.cost.usd), "detail": cost_band(c)},
+            {"label": "Wall time", "value": duration(c.timing.hours), "detail": time_band(c)},
             {"label": "Hardware", "value": hardware(c), "detail": where(c)},
         ],
-        "stack": f"{c.label or c.stack.label()} · micro-batch {c.micro_batch} × accumulation {c.grad_accum} at "
-                 f"{c.seq_len:,} tokens" + _objective(c),
+        "stack": f"{c.label or c.stack.label()} · micro-batch {c.shape.micro_batch} × accumulation "
+                 f"{c.shape.grad_accum} at {c.shape.seq_len:,} tokens" + _objective(c),
         "why": why(plan),
         "misses": [n for n in c.notes if n.startswith("misses")] if not met else [],
         "remedy": remedy if not met else "",

@@ -52,7 +52,7 @@ def bar_label(c: Candidate, tag: str) -> str:
     control characters, line breaks, lone surrogates and the non-characters XML refuses, so the SVG stays
     well-formed (matplotlib escapes <, > and &), and the label is cut to 48 characters."""
     nodes = f" ×{c.nodes} nodes" if c.nodes > 1 else ""
-    text = plain(f"{tag} {c.provider} {c.instance_type}{nodes} · {c.method}")
+    text = plain(f"{tag} {c.offer.provider} {c.offer.instance_type}{nodes} · {c.stack.method}")
     return text if len(text) <= 48 else text[:47] + "…"
 
 
@@ -92,21 +92,21 @@ def memory_chart(plan: Plan, top: int = 5) -> str | None:
         for y, (_tag, c) in zip(ys, rows):
             left = 0.0
             if c.memory is None:
-                ax.barh(y, c.peak_memory_bytes / GB, color="#bbbbbb", height=0.6)
+                ax.barh(y, c.fit.peak_bytes / GB, color="#bbbbbb", height=0.6)
             else:
                 for comp in COMPONENTS:
                     width = getattr(c.memory, comp) / GB
                     ax.barh(y, width, left=left, color=COMPONENT_COLOURS[comp], height=0.6,
                             label=comp if y == ys[0] else None)
                     left += width
-            cap = c.gpu_memory_bytes / GB
+            cap = c.fit.usable_bytes / GB
             ax.plot([cap, cap], [y - 0.42, y + 0.42], color="#000000", linewidth=2,
                     label="usable GPU memory" if y == ys[0] else None)
         ax.set_yticks(ys, [bar_label(c, tag) for tag, c in rows])
         ax.set_xlabel("memory per GPU (GB)")
         ax.set_title("Peak memory per GPU, by component, against the GPU's usable memory")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
-        ax.set_xlim(0, max(max(c.gpu_memory_bytes, c.peak_memory_bytes) for _, c in rows) / GB * 1.05)
+        ax.set_xlim(0, max(max(c.fit.usable_bytes, c.fit.peak_bytes) for _, c in rows) / GB * 1.05)
         return _svg(fig)
 
 
@@ -124,21 +124,21 @@ def cost_time_chart(plan: Plan) -> str | None:
         fig = Figure(figsize=(7.5, 4.5))
         fig.subplots_adjust(left=0.11, right=0.74)
         ax = fig.add_subplot()
-        ax.scatter([c.hours for c in cands], [c.cost_usd for c in cands], s=12, color="#9aa5b1",
+        ax.scatter([c.timing.hours for c in cands], [c.cost.usd for c in cands], s=12, color="#9aa5b1",
                    alpha=0.7, label=f"candidates ({len(cands)})", linewidths=0)
-        front = sorted(plan.pareto, key=lambda c: c.hours)
+        front = sorted(plan.pareto, key=lambda c: c.timing.hours)
         if front:
-            ax.plot([c.hours for c in front], [c.cost_usd for c in front], "-o", color="#D55E00",
+            ax.plot([c.timing.hours for c in front], [c.cost.usd for c in front], "-o", color="#D55E00",
                     markersize=5, linewidth=1.5, label="Pareto front")
         top = cands[0]
-        ax.scatter([top.hours], [top.cost_usd], marker="*", s=180, color="#0072B2", zorder=5,
+        ax.scatter([top.timing.hours], [top.cost.usd], marker="*", s=180, color="#0072B2", zorder=5,
                    label="recommended (#1)" if plan.constraints_met else "nearest (#1, misses)")
         points = list(cands) + ([plan.baseline] if plan.baseline else [])
         if plan.baseline is not None:
-            ax.scatter([plan.baseline.hours], [plan.baseline.cost_usd], marker="X", s=90,
+            ax.scatter([plan.baseline.timing.hours], [plan.baseline.cost.usd], marker="X", s=90,
                        color="#000000", zorder=5, label="naive baseline")
-        for axis, values, fmt in ((ax.xaxis, [c.hours for c in points], "{:,g} h"),
-                                  (ax.yaxis, [c.cost_usd for c in points], "${:,g}")):
+        for axis, values, fmt in ((ax.xaxis, [c.timing.hours for c in points], "{:,g} h"),
+                                  (ax.yaxis, [c.cost.usd for c in points], "${:,g}")):
             if min(values) > 0 and max(values) / min(values) > 20:  # spans decades: log scale
                 (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
                 axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))

@@ -23,17 +23,18 @@ def cells(plan: Plan) -> list[dict]:
         none = {"value": "nothing fits", "detail": plan.notice or ""}
         return [none] + [{"value": "–", "detail": ""}] * 5 + [managed, _constraints(plan)]
     c = plan.candidates[0]
-    free = c.gpu_memory_bytes - c.peak_memory_bytes
+    free = c.fit.usable_bytes - c.fit.peak_bytes
     return [
-        {"value": money(c.cost_usd), "detail": cost_band(c)},
-        {"value": duration(c.hours), "detail": time_band(c)},
+        {"value": money(c.cost.usd), "detail": cost_band(c)},
+        {"value": duration(c.timing.hours), "detail": time_band(c)},
         {"value": hardware(c), "detail": where(c)},
-        {"value": c.label or c.stack.label(), "detail": f"micro-batch {c.micro_batch} × accumulation {c.grad_accum} at "
-                                                         f"{c.seq_len:,} tokens"},
-        {"value": f"{gb(free)} free", "detail": f"peak {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} per GPU"
+        {"value": c.label or c.stack.label(), "detail": f"micro-batch {c.shape.micro_batch} × accumulation "
+                                                         f"{c.shape.grad_accum} at {c.shape.seq_len:,} tokens"},
+        {"value": f"{gb(free)} free", "detail": f"peak {gb(c.fit.peak_bytes)} of {gb(c.fit.usable_bytes)} per GPU"
                                                 + (" (tight)" if c.fit.tight else "")},
-        {"value": f"{money(c.price_hour)}/h", "detail": f"{c.price_source or 'unnamed source'}, {c.price_date}"
-                                                        + (" (stale)" if is_stale(c, plan) else "")},
+        {"value": f"{money(c.cost.price_hour)}/h", "detail": f"{c.offer.source or 'unnamed source'}, "
+                                                             f"{c.offer.price_date}"
+                                                             + (" (stale)" if is_stale(c, plan) else "")},
         managed,
         _constraints(plan),
     ]

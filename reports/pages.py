@@ -31,10 +31,10 @@ def price_line(plan: Plan) -> str:
         return ""
     c = plan.candidates[0]
     age = price_age_days(c, plan.generated_at)
-    when = f"dated {c.price_date}, {age:,} day{'s' if age != 1 else ''} old" if age is not None else "undated"
+    when = f"dated {c.offer.price_date}, {age:,} day{'s' if age != 1 else ''} old" if age is not None else "undated"
     warn = " (stale: check it with the provider before you buy)" if is_stale(c, plan) else ""
-    return (f"{money(c.price_hour)}/h {'spot' if c.spot else 'on-demand'} from {c.price_source or 'an unnamed source'},"
-            f" {when}{warn}")
+    return (f"{money(c.cost.price_hour)}/h {'spot' if c.cost.spot else 'on-demand'} from "
+            f"{c.offer.source or 'an unnamed source'}, {when}{warn}")
 
 
 def asked(plan: Plan) -> str:

@@ -18,11 +18,11 @@ def _parse(ts: str) -> datetime | None:
 
 
 def price_age_days(c: Candidate, generated_at: str) -> int | None:
-    when, now = _parse(c.price_date), _parse(generated_at) or datetime.now(UTC)
+    when, now = _parse(c.offer.price_date), _parse(generated_at) or datetime.now(UTC)
     return None if when is None else (now - when).days
 
 
 def is_stale(c: Candidate, plan: Plan) -> bool:
     """Stale as the sheet said when planned, or older than the plan's stale threshold now."""
     age = price_age_days(c, plan.generated_at)
-    return c.price_stale or (age is not None and age > plan.stale_days)
+    return c.offer.stale or (age is not None and age > plan.stale_days)

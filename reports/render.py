@@ -63,8 +63,8 @@ def value(v: object, key: str = "") -> str:
 
 
 def gpus(c: Candidate) -> str:
-    per_node = f"{c.gpu_count}× {c.gpu_model}"
-    return f"{c.nodes} nodes × {per_node} ({c.nodes * c.gpu_count} GPUs)" if c.nodes > 1 else per_node
+    per_node = f"{c.offer.gpu_count}× {c.offer.gpu_model}"
+    return f"{c.nodes} nodes × {per_node} ({c.nodes * c.offer.gpu_count} GPUs)" if c.nodes > 1 else per_node
 
 
 def stack(c: Candidate) -> str:
@@ -72,7 +72,7 @@ def stack(c: Candidate) -> str:
 
 
 def pricing(c: Candidate) -> str:
-    return "spot" if c.spot else "on-demand"
+    return "spot" if c.cost.spot else "on-demand"
 
 
 # ---------- context ------------------------------------------------------------------------
@@ -106,11 +106,11 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
     c = plan.candidates[0]
     parts = [
         ("Recommended: " if plan.constraints_met else "Nearest option (it does not meet the constraints): ", False),
-        (f"{c.provider} {c.instance_type}", True),
-        (f" ({gpus(c)}, {pricing(c)}, {c.region}) with ", False), (stack(c), True),
-        (f", micro-batch {c.micro_batch} × grad-accum {c.grad_accum} at {c.seq_len:,} tokens. "
-         "It should cost about ", False), (money(c.cost_usd), True), (" and take ", False),
-        (duration(c.hours), True), (" wall time", False),
+        (f"{c.offer.provider} {c.offer.instance_type}", True),
+        (f" ({gpus(c)}, {pricing(c)}, {c.offer.region}) with ", False), (stack(c), True),
+        (f", micro-batch {c.shape.micro_batch} × grad-accum {c.shape.grad_accum} at {c.shape.seq_len:,} tokens. "
+         "It should cost about ", False), (money(c.cost.usd), True), (" and take ", False),
+        (duration(c.timing.hours), True), (" wall time", False),
     ]
     t = c.timing
     if t.hours_low is not None and t.hours_high is not None:
@@ -119,34 +119,36 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
                       + ("the run " if t.band_basis.startswith("measured on")  # a measured run (advisor/workload/measurements.py MEASURED)
                          else "the time model's held-out error: ")
                       + f"{t.band_basis})", False))
-    if c.train_hours:
-        parts.append((f": {duration(c.train_hours)} of training plus setup, checkpoints every "
+    if c.timing.train_hours:
+        parts.append((f": {duration(c.timing.train_hours)} of training plus setup, checkpoints every "
                       f"{duration(t.checkpoint_interval_hours)} and expected interruptions", False))
     tokens = plan.workload.get("tokens")
     per = f" for {tokens:,} tokens" if isinstance(tokens, int) else ""
-    parts.append((f"{per} at {c.tokens_per_sec:,.0f} tokens/s. ", False))
-    assumed = [f"MFU {pct(c.mfu)}"] if c.mfu else []
+    parts.append((f"{per} at {c.timing.tokens_per_sec:,.0f} tokens/s. ", False))
+    assumed = [f"MFU {pct(c.timing.mfu)}"] if c.timing.mfu else []
     for words, label in ((("headroom",), "memory headroom"), (("setup",), "setup")):
         found = _find(plan.assumptions, *words)
         if found is not None:
             assumed.append(f"{label} {_frac(found[1], found[0])}")
     if assumed:
         parts.append(("It assumes " + ", ".join(assumed) + "; ", False))
-    parts.append((f"peak memory is {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} usable per GPU, "
-                  f"and the price ({money(c.price_hour)}/h) is from {c.price_source}, {c.price_date}. ", False))
+    parts.append((f"peak memory is {gb(c.fit.peak_bytes)} of {gb(c.fit.usable_bytes)} usable per GPU, "
+                  f"and the price ({money(c.cost.price_hour)}/h) is from {c.offer.source}, {c.offer.price_date}. ",
+                  False))
     if c.notes:
         parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
     sp = plan.spot_alternative
     if sp is not None:
-        parts.append((f"On spot capacity, {sp.provider} {sp.instance_type} would cost about {money(sp.cost_usd)} "
-                      f"and take {duration(sp.hours)} with expected interruptions, against "
+        parts.append((f"On spot capacity, {sp.offer.provider} {sp.offer.instance_type} would cost about "
+                      f"{money(sp.cost.usd)} "
+                      f"and take {duration(sp.timing.hours)} with expected interruptions, against "
                       f"{money(sp.cost.on_demand_usd)} for the same instance on demand. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
         saving = plan.saving_vs_baseline_usd
-        share = f" ({pct(saving / b.cost_usd)})" if b.cost_usd > 0 else ""
-        parts.append((f"Against the naive baseline ({b.provider} {b.instance_type}, {stack(b)}: "
-                      f"{money(b.cost_usd)}, {duration(b.hours)}) it ", False))
+        share = f" ({pct(saving / b.cost.usd)})" if b.cost.usd > 0 else ""
+        parts.append((f"Against the naive baseline ({b.offer.provider} {b.offer.instance_type}, {stack(b)}: "
+                      f"{money(b.cost.usd)}, {duration(b.timing.hours)}) it ", False))
         parts.append((f"saves {money(saving)}{share}" if saving >= 0 else f"costs {money(-saving)} more", True))
         parts.append((".", False))
     elif b is not None:
@@ -177,13 +179,14 @@ def candidate_table(plan: Plan) -> dict:
         t = c.timing
         band = (f"{duration(t.hours_low)} – {duration(t.hours_high)} · {money(c.cost.usd_low)} – "
                 f"{money(c.cost.usd_high)}" if t.hours_low is not None and c.cost.usd_low is not None else "n/a")
-        where = (f"{c.provider} {c.instance_type} · {c.region}" + (f" (+{len(c.offer.also_in)} more)"
+        where = (f"{c.offer.provider} {c.offer.instance_type} · {c.offer.region}" + (f" (+{len(c.offer.also_in)} more)"
                  if c.offer.also_in else "") + f" · {pricing(c)}")
         misses = any(n.startswith("misses") for n in c.notes)
-        rows.append([str(c.rank), money(c.cost_usd) + (" ✗" if misses else ""), duration(c.hours),
-                     money(c.price_hour), where, gpus(c), stack(c), band,
-                     f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}" + (" (tight)" if c.fit.tight else ""),
-                     f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}", c.price_date + (" ⚠" if stale else ""),
+        rows.append([str(c.rank), money(c.cost.usd) + (" ✗" if misses else ""), duration(c.timing.hours),
+                     money(c.cost.price_hour), where, gpus(c), stack(c), band,
+                     f"{gb(c.fit.peak_bytes)} / {gb(c.fit.usable_bytes)}" + (" (tight)" if c.fit.tight else ""),
+                     f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}",
+                     c.offer.price_date + (" ⚠" if stale else ""),
                      "; ".join(c.notes)])
         flags.append(stale)
     return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
@@ -201,10 +204,11 @@ def launch_caveats(plan: Plan) -> list[dict]:
 
 
 def best_tables(plan: Plan) -> tuple[dict, dict]:
-    gpu_rows = [[g, str(c.rank), c.provider, c.instance_type, stack(c), duration(c.hours), money(c.cost_usd)]
-                for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: kv[1].cost_usd)]
-    prov_rows = [[p, str(c.rank), c.instance_type, gpus(c), stack(c), duration(c.hours), money(c.cost_usd)]
-                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: kv[1].cost_usd)]
+    gpu_rows = [[g, str(c.rank), c.offer.provider, c.offer.instance_type, stack(c), duration(c.timing.hours),
+                 money(c.cost.usd)] for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: kv[1].cost.usd)]
+    prov_rows = [[p, str(c.rank), c.offer.instance_type, gpus(c), stack(c), duration(c.timing.hours),
+                  money(c.cost.usd)]
+                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: kv[1].cost.usd)]
     return (table(["GPU", "Rank", "Provider", "Instance", "Stack", "Wall time", "Cost"], gpu_rows),
             table(["Provider", "Rank", "Instance", "GPUs", "Stack", "Wall time", "Cost"], prov_rows))
 
@@ -215,16 +219,17 @@ def price_table(plan: Plan) -> dict:
     pool = list(plan.candidates) + ([plan.baseline] if plan.baseline else [])
     pool += list(plan.best_per_gpu.values()) + list(plan.best_per_provider.values())
     for c in pool:
-        key = (c.provider, c.region, c.instance_type, c.spot, c.nodes, round(c.price_hour, 6),
-               c.price_source, c.price_date)
+        key = (c.offer.provider, c.offer.region, c.offer.instance_type, c.cost.spot, c.nodes,
+               round(c.cost.price_hour, 6), c.offer.source, c.offer.price_date)
         seen.setdefault(key, c)
     rows, flags = [], []
-    for c in sorted(seen.values(), key=lambda c: (c.provider, c.instance_type, c.spot, c.nodes)):
+    for c in sorted(seen.values(), key=lambda c: (c.offer.provider, c.offer.instance_type, c.cost.spot, c.nodes)):
         age = price_age_days(c, plan.generated_at)
         stale = is_stale(c, plan)
         node_note = f" ({c.nodes} nodes)" if c.nodes > 1 else ""
-        rows.append([c.provider, c.region, c.instance_type + node_note, pricing(c), money(c.price_hour),
-                     c.price_source, c.price_date, "unknown" if age is None else f"{age:,}",
+        rows.append([c.offer.provider, c.offer.region, c.offer.instance_type + node_note, pricing(c),
+                     money(c.cost.price_hour), c.offer.source, c.offer.price_date,
+                     "unknown" if age is None else f"{age:,}",
                      f"⚠ undated or older than {plan.stale_days:g} days" if stale else "ok"])
         flags.append(stale)
     return table(["Provider", "Region", "Instance", "Pricing", "$ per hour", "Source", "Date", "Age (days)",
@@ -236,15 +241,15 @@ def memory_table(plan: Plan) -> dict:
     for tag, c in charts.memory_rows(plan):
         m = c.memory
         parts = [gb(getattr(m, k)) for k in charts.COMPONENTS] if m else ["n/a"] * len(charts.COMPONENTS)
-        rows.append([tag, f"{c.provider} {c.instance_type}", stack(c), *parts, gb(c.peak_memory_bytes),
-                     gb(c.gpu_memory_bytes), "yes" if c.peak_memory_bytes <= c.gpu_memory_bytes else "no"])
+        rows.append([tag, f"{c.offer.provider} {c.offer.instance_type}", stack(c), *parts, gb(c.fit.peak_bytes),
+                     gb(c.fit.usable_bytes), "yes" if c.fit.peak_bytes <= c.fit.usable_bytes else "no"])
     return table(["", "Instance", "Stack", "Weights", "Gradients", "Optimizer", "Activations", "Overhead",
                   "Peak", "Usable", "Fits"], rows)
 
 
 def pareto_table(plan: Plan) -> dict:
-    rows = [[str(c.rank), f"{c.provider} {c.instance_type}", gpus(c), stack(c), pricing(c),
-             duration(c.hours), money(c.cost_usd)] for c in sorted(plan.pareto, key=lambda c: c.hours)]
+    rows = [[str(c.rank), f"{c.offer.provider} {c.offer.instance_type}", gpus(c), stack(c), pricing(c),
+             duration(c.timing.hours), money(c.cost.usd)] for c in sorted(plan.pareto, key=lambda c: c.timing.hours)]
     return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Wall time", "Cost"], rows)
 
 

@@ -51,7 +51,7 @@ def write_plan(path: Path, candidates: list[Candidate], family: str = "llama",
                name: str = "meta-llama/Llama-3.1-8B") -> Path:
     info = ModelInfo(name=name, family=family, source="test", params_total=8_000_000_000,
                      params_trainable=8_000_000_000, params_active=8_000_000_000)
-    plan = Plan(model=info, workload={"seq_len": candidates[0].seq_len if candidates else 2048},
+    plan = Plan(model=info, workload={"seq_len": candidates[0].shape.seq_len if candidates else 2048},
                 candidates=candidates, pareto=candidates[:1])
     path.write_text(plan.model_dump_json(), encoding="utf-8")
     return path

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 
-from advisor.results import Breakdown, Candidate, ModelInfo, Plan, Rejection
+from advisor.results import Breakdown, Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Rejection, Timing
+from advisor.stacks import Shape, Stack
 
 GB = 10**9
 GENERATED_AT = "2026-11-30T08:00:00+00:00"
@@ -101,41 +102,40 @@ def candidate(offer: tuple, stack: str, *, nodes: int = 1, spot: bool = False, m
     label = (method if method == "full" else f"{method} r16") + f" · bf16 · {optimizer}" + \
         (" · ckpt" if ckpt else "") + " · flash" + (f" · {sharding}×{n_gpus}" if sharding != "none" else "")
     return Candidate(
-        rank=rank, provider=provider, region=region, instance_type=instance, gpu_model=gpu,
-        gpu_count=per_node, nodes=nodes, spot=spot, method=method, precision="bf16",
-        optimizer=optimizer, grad_checkpointing=ckpt, attention="flash", sharding=sharding,
-        lora_rank=None if method == "full" else 16, micro_batch=micro_batch,
-        grad_accum=max(1, 32 // (micro_batch * n_gpus)), seq_len=seq_len,
-        peak_memory_bytes=mem.total, gpu_memory_bytes=usable, headroom_bytes=usable - mem.total,
-        tokens_per_sec=round(tps, 1), mfu=mfu, hours=hours, train_hours=train_hours,
-        cost_usd=hours * price_hour, cost_on_demand_usd=hours * price * nodes,
-        cost_spot_usd=hours * spot_price * nodes if spot_price else None,
-        usd_per_m_tokens=hours * price_hour / (tokens / 1e6), price_hour=price_hour,
-        price_source=source, price_date=STALE_DATE if stale else FRESH_DATE, price_stale=stale,
-        stack_label=label, memory=mem,
+        rank=rank, nodes=nodes, memory=mem, label=label,
+        offer=Offer(provider=provider, region=region, instance_type=instance, gpu_model=gpu, gpu_count=per_node,
+                    source=source, price_date=STALE_DATE if stale else FRESH_DATE, stale=stale),
+        stack=Stack(method=method, precision="bf16", optimizer=optimizer, grad_checkpointing=ckpt, attention="flash",
+                    sharding=sharding, lora_rank=16, gpus=n_gpus),
+        shape=Shape(micro_batch=micro_batch, grad_accum=max(1, 32 // (micro_batch * n_gpus)), seq_len=seq_len),
+        fit=MemoryFit(peak_bytes=mem.total, usable_bytes=usable),
+        timing=Timing(tokens_per_sec=round(tps, 1), mfu=mfu, hours=hours, train_hours=train_hours),
+        cost=Cost(spot=spot, usd=hours * price_hour, on_demand_usd=hours * price * nodes,
+                  spot_usd=hours * spot_price * nodes if spot_price else None,
+                  usd_per_m_tokens=hours * price_hour / (tokens / 1e6), price_hour=price_hour),
     )
 
 
 def fits(c: Candidate) -> bool:
-    return c.peak_memory_bytes <= c.gpu_memory_bytes * 0.9
+    return c.fit.peak_bytes <= c.fit.usable_bytes * 0.9
 
 
 def finish(model: ModelInfo, cands: list[Candidate], baseline: Candidate | None, rejected: list[Rejection],
            command: str, notice: str = "", tokens: float = 100e6) -> Plan:
     """Rank by cost, compute Pareto front (cost, hours), best per GPU and per provider."""
-    cands = sorted(cands, key=lambda c: (c.cost_usd, c.hours))
+    cands = sorted(cands, key=lambda c: (c.cost.usd, c.timing.hours))
     cands = [c.model_copy(update={"rank": i + 1}) for i, c in enumerate(cands)]
     pareto, best_hours = [], float("inf")
     for c in cands:  # sorted by cost: a point is on the front if it is faster than every cheaper one
-        if c.hours < best_hours:
+        if c.timing.hours < best_hours:
             pareto.append(c)
-            best_hours = c.hours
+            best_hours = c.timing.hours
     best_gpu: dict[str, Candidate] = {}
     best_provider: dict[str, Candidate] = {}
     for c in cands:
-        best_gpu.setdefault(c.gpu_model, c)
-        best_provider.setdefault(c.provider, c)
-    saving = baseline.cost_usd - cands[0].cost_usd if (baseline and cands) else None
+        best_gpu.setdefault(c.offer.gpu_model, c)
+        best_provider.setdefault(c.offer.provider, c)
+    saving = baseline.cost.usd - cands[0].cost.usd if (baseline and cands) else None
     return Plan(
         model=model,
         workload={"tokens": int(tokens), "epochs": 2, "seq_len": 2048, "global_batch": 32,
@@ -223,9 +223,9 @@ def big_plan(n: int = 500) -> Plan:
             cands.append(c)
     while len(cands) < n:  # pad with longer-sequence variants
         base = cands[len(cands) % 40]
-        cands.append(candidate(next(o for o in OFFERS if o[2] == base.instance_type),
-                               {"qlora": "qlora", "lora": "lora", "full": "full"}[base.method],
-                               nodes=base.nodes, spot=base.spot, micro_batch=1,
+        cands.append(candidate(next(o for o in OFFERS if o[2] == base.offer.instance_type),
+                               {"qlora": "qlora", "lora": "lora", "full": "full"}[base.stack.method],
+                               nodes=base.nodes, spot=base.cost.spot, micro_batch=1,
                                seq_len=1024 + 128 * (len(cands) % 8), stale=True))
     cands = cands[:n]
     return finish(LLAMA_8B, cands, candidate(BASELINE_OFFER, "full", stale=True), [
@@ -244,9 +244,9 @@ def hostile_plan() -> Plan:
     model = plan.model.model_copy(update={"name": "Llama</title><script>alert(3)</script>|*_[`x`](y)$x$"})
 
     def spoil(c: Candidate) -> Candidate:
-        return c.model_copy(update={"provider": HOSTILE, "instance_type": evil_inst,
-                                    "region": "<b>r</b>&amp;", "price_source": "<svg onload=alert(4)>",
-                                    "stack_label": c.stack_label + " <i>|</i>"})
+        offer = c.offer.model_copy(update={"provider": HOSTILE, "instance_type": evil_inst,
+                                           "region": "<b>r</b>&amp;", "source": "<svg onload=alert(4)>"})
+        return c.model_copy(update={"offer": offer, "label": c.label + " <i>|</i>"})
 
     cands = [spoil(c) for c in plan.candidates]
     return plan.model_copy(update={

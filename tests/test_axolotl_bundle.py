@@ -75,8 +75,9 @@ def test_the_axolotl_yaml_read_back_pins_the_candidates_stack(tmp_path, fields, 
     assert back.framework == "axolotl"
     assert back.unknown == (), back.unknown  # every key written is one axolotl documents
     assert back.options["pins"] == _expected(c)
-    assert back.options["methods"] == c.method
-    assert (back.options["seq_len"], back.micro_batch, back.grad_accum) == (c.seq_len, c.micro_batch, c.grad_accum)
+    assert back.options["methods"] == c.stack.method
+    assert (back.options["seq_len"], back.micro_batch, back.grad_accum) == (c.shape.seq_len, c.shape.micro_batch,
+                                                                            c.shape.grad_accum)
     assert back.options["padded"] == c.shape.padded and back.options["epochs"] == AXOLOTL["epochs"]
     assert back.text_field == "text"
 

@@ -36,23 +36,24 @@ def planned(request):
 def every_candidate(p):
     seen = {}
     for c in [*p.candidates, *p.pareto, *p.best_per_gpu.values(), *([p.baseline] if p.baseline else [])]:
-        seen.setdefault((c.provider, c.region, c.instance_type, c.nodes, c.stack.key, c.shape.micro_batch), c)
+        o = c.offer
+        seen.setdefault((o.provider, o.region, o.instance_type, c.nodes, c.stack.key, c.shape.micro_batch), c)
     return list(seen.values())
 
 
 @pytest.mark.slow
 def test_estimate_with_the_candidates_flags_reports_its_peak_bytes_and_tokens_per_second(planned):
     model, p = planned
-    if "70B" in model and p.candidates[0].method == "full":
+    if "70B" in model and p.candidates[0].stack.method == "full":
         assert any(c.nodes > 1 for c in every_candidate(p)), "the multi-node plan must show a multi-node candidate"
     runner = CliRunner()
     for c in every_candidate(p):
         r = runner.invoke(cli, ["estimate", model, *c.estimate_args(), "--format", "json"], catch_exceptions=False)
         assert r.exit_code == 0, r.output
         est = json.loads(r.stdout)
-        assert est["device_total"] == c.peak_memory_bytes, (c.label, c.estimate_args())
-        assert est["throughput"]["tokens_per_sec"] == pytest.approx(c.tokens_per_sec, rel=1e-9), c.label
-        assert est["shape"]["grad_accum"] == c.grad_accum and est["stack"] == c.stack.model_dump()
+        assert est["device_total"] == c.fit.peak_bytes, (c.label, c.estimate_args())
+        assert est["throughput"]["tokens_per_sec"] == pytest.approx(c.timing.tokens_per_sec, rel=1e-9), c.label
+        assert est["shape"]["grad_accum"] == c.shape.grad_accum and est["stack"] == c.stack.model_dump()
 
 
 def test_launch_writes_the_candidates_own_stack(planned):
@@ -61,20 +62,21 @@ def test_launch_writes_the_candidates_own_stack(planned):
     for c in every_candidate(p)[:6]:
         args = yaml.safe_load(build_bundle(c, spec)["training_args.yaml"])
         t = args["training"]
-        assert (t["per_device_train_batch_size"], t["gradient_accumulation_steps"]) == (c.micro_batch, c.grad_accum)
-        assert t["max_length"] == c.seq_len
+        assert (t["per_device_train_batch_size"], t["gradient_accumulation_steps"]) == (c.shape.micro_batch,
+                                                                                          c.shape.grad_accum)
+        assert t["max_length"] == c.shape.seq_len
         assert t["model_init_kwargs"]["attn_implementation"] == {"flash": "flash_attention_2", "sdpa": "sdpa",
-                                                        "eager": "eager"}[c.attention]
-        expected_dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(c.precision, "float32")
+                                                        "eager": "eager"}[c.stack.attention]
+        expected_dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(c.stack.precision, "float32")
         assert t["model_init_kwargs"]["dtype"] == expected_dtype
-        if c.method == "full":
+        if c.stack.method == "full":
             assert args["lora"] is None and args["quantization"] is None
             continue
         st = c.stack
         assert args["lora"]["r"] == st.lora_rank and args["lora"]["lora_alpha"] == st.lora_alpha
         assert args["lora"]["lora_dropout"] == st.lora_dropout and args["model"]["adapter_dtype"] == st.adapter_dtype
         assert args["lora"]["target_modules"] == st.lora_targets
-        if c.method == "qlora":
+        if c.stack.method == "qlora":
             assert args["quantization"]["load_in_4bit"] and args["quantization"]["bnb_4bit_use_double_quant"] == \
                 st.double_quant
         else:
@@ -131,9 +133,9 @@ def test_estimate_and_the_matching_plan_candidate_report_the_same_tokens_per_sec
              distinct=False, top=200)
     assert p.candidates, p.notice
     c = p.candidates[0]
-    assert (c.method, c.gpu_count, c.stack.gpus) == (method, n, n) and c.grad_accum >= 1
+    assert (c.stack.method, c.offer.gpu_count, c.stack.gpus) == (method, n, n) and c.shape.grad_accum >= 1
     r = CliRunner().invoke(cli, ["estimate", model, *c.estimate_args(), "--format", "json"], catch_exceptions=False)
     est = json.loads(r.stdout)
-    assert est["throughput"]["grad_accum"] == c.grad_accum and est["stack"]["gpus"] == n
-    assert est["throughput"]["tokens_per_sec"] == pytest.approx(c.tokens_per_sec, rel=1e-9)
-    assert est["device_total"] == c.peak_memory_bytes
+    assert est["throughput"]["grad_accum"] == c.shape.grad_accum and est["stack"]["gpus"] == n
+    assert est["throughput"]["tokens_per_sec"] == pytest.approx(c.timing.tokens_per_sec, rel=1e-9)
+    assert est["device_total"] == c.fit.peak_bytes

@@ -372,9 +372,10 @@ def test_cli_plans_inline_from_plan_options_and_bundles_exactly_that_candidate(t
     assert result.exit_code == 0, result.output
     expected = build_plan(model="qwen2.5-0.5b", tokens="5M", gpu="A10G", providers="aws").candidates[1]
     args = yaml.safe_load((tmp_path / "b" / "training_args.yaml").read_text())
-    assert args["training"]["per_device_train_batch_size"] == expected.micro_batch
-    assert args["training"]["gradient_accumulation_steps"] == expected.grad_accum
-    assert args["training"]["activation_checkpointing"] == expected.grad_checkpointing or expected.sharding == "fsdp"
+    assert args["training"]["per_device_train_batch_size"] == expected.shape.micro_batch
+    assert args["training"]["gradient_accumulation_steps"] == expected.shape.grad_accum
+    assert args["training"]["activation_checkpointing"] == expected.stack.grad_checkpointing \
+        or expected.stack.sharding == "fsdp"
 
 
 def test_launch_without_a_plan_or_plan_options_is_one_line_exit_2(tmp_path):
@@ -434,7 +435,8 @@ def planned() -> dict:
         plan = build_plan(**kw)
         sample: dict = {}
         for c in plan.candidates:
-            key = (c.method, c.sharding, c.offload, c.optimizer, c.attention, c.stack.liger, c.nodes > 1)
+            st = c.stack
+            key = (st.method, st.sharding, st.offload, st.optimizer, st.attention, st.liger, c.nodes > 1)
             sample.setdefault(key, c)
         out[name] = (load_model(kw["model"]), list(sample.values()))
     return out
@@ -467,8 +469,8 @@ def test_every_planned_stack_pins_exactly_the_packages_its_train_py_imports(plan
             assert set(pins) == _needed(files), (c.label, pins)
             assert all(pins[p] == table[p] for p in pins), pins
             setup = yaml.safe_load(files["sky.yaml"])["setup"]
-            assert ("flash-attn" in setup) == (c.attention == "flash")
-            if c.attention == "flash":  # a CUDA build: sky.yaml installs it pinned, train.py falls back to SDPA
+            assert ("flash-attn" in setup) == (c.stack.attention == "flash")
+            if c.stack.attention == "flash":  # a CUDA build: sky.yaml installs it pinned, train.py falls back to SDPA
                 assert f"flash-attn=={table['flash-attn']} " in setup and "flash-attn" not in pins
             seen_stacks += 1
     assert seen_stacks >= 15  # the sample really spans the planner's stacks
@@ -508,13 +510,13 @@ def test_save_steps_follow_the_checkpoint_interval_the_plans_cost_assumes(planne
 
 def test_zero_optimizer_offload_bundle_says_deepspeeds_cpu_adam_is_what_trains(planned):
     spec_, sample = planned["70b-full"]
-    c = next(c for c in sample if c.sharding == "zero3" and c.offload == "optimizer")
+    c = next(c for c in sample if c.stack.sharding == "zero3" and c.stack.offload == "optimizer")
     with pytest.warns(LaunchWarning, match="DeepSpeedCPUAdam"):
         files = build_bundle(c, spec_)
     args = yaml.safe_load(files["training_args.yaml"])
     assert "DeepSpeedCPUAdam" in args["estimate"]["runs_as"] and "DeepSpeedCPUAdam" not in args["estimate"]["stack"]
     assert "What actually trains" in files["README.md"] and "DeepSpeedCPUAdam" in files["README.md"]
-    dense = next(c for c in sample if c.offload == "none")
+    dense = next(c for c in sample if c.stack.offload == "none")
     assert yaml.safe_load(bundle_of(dense, spec_)["training_args.yaml"])["estimate"]["runs_as"] == dense.label
 
 

@@ -254,7 +254,7 @@ def test_another_shape_is_scaled_by_the_time_model_and_its_band_widened(run, cac
     new = engine.step(stack, Shape(micro_batch=mb, seq_len=64, grad_accum=accum), gpu)
     old = engine.step(stack, m.shape.shape(), gpu)
     t = c["timing"]
-    assert t["tokens_per_sec"] == pytest.approx(m.tokens_per_sec * new["tokens_per_sec"] / old["tokens_per_sec"])
+    assert t["tokens_per_sec"] == pytest.approx(m.tokens_per_sec * new.tokens_per_sec / old.tokens_per_sec)
     spread = m.step_seconds.p90 / m.step_seconds.median
     low, _, _ = band(gpu, stack)
     slow = (t["hours_high"] - t["hours"] + t["train_hours"]) / t["train_hours"]  # train hours at p90 / at p50

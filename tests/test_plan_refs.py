@@ -55,7 +55,7 @@ def test_a_real_plan_stores_each_candidate_once_and_every_reference_resolves(pla
     plan = Plan.model_validate_json(planned.read_text())
     # one object, however many views name it (a Pareto point need not be among the ranked rows)
     assert plan.pareto[0] is plan.stored[data["pareto_refs"][0]]
-    assert plan.best_per_gpu[plan.candidates[0].gpu_model] is plan.candidates[0]
+    assert plan.best_per_gpu[plan.candidates[0].offer.gpu_model] is plan.candidates[0]
 
 
 def test_schema_4_is_smaller_than_the_same_plan_written_as_schema_3(planned):
@@ -74,13 +74,13 @@ def test_old_plans_convert_on_load_without_losing_a_view(name):
     for view in VIEWS:
         got, want = getattr(plan, view), raw.get(view)
         if isinstance(want, list):
-            assert [c.cost_usd for c in got] == [c.get("cost_usd", c["cost"]["usd"]) for c in want]
+            assert [c.cost.usd for c in got] == [c.get("cost_usd", c["cost"]["usd"]) for c in want]
         elif view.startswith("best_per"):
-            assert {k: c.cost_usd for k, c in got.items()} == {k: c.get("cost_usd", c["cost"]["usd"])
+            assert {k: c.cost.usd for k, c in got.items()} == {k: c.get("cost_usd", c["cost"]["usd"])
                                                                 for k, c in want.items()}
         else:
             assert (got is None) == (want is None)
-            assert got is None or got.cost_usd == want.get("cost_usd", want["cost"]["usd"])
+            assert got is None or got.cost.usd == want.get("cost_usd", want["cost"]["usd"])
     stored = plan.stored
     assert len(stored) < len(raw["candidates"]) + len(raw["pareto"]) + len(raw["best_per_gpu"]) \
         + len(raw["best_per_provider"]) + (raw["baseline"] is not None)
@@ -95,7 +95,7 @@ def test_report_and_launch_read_every_schema(tmp_path, capsys, planned, name):
     assert code == 0, err
     text = (tmp_path / "r.html").read_text()
     plan = Plan.model_validate_json(path.read_text())
-    assert plan.baseline.instance_type in text and plan.pareto[-1].instance_type in text
+    assert plan.baseline.offer.instance_type in text and plan.pareto[-1].offer.instance_type in text
     code, _, err = gpu_advisor(capsys, "launch", "--from", path, "--rank", "2", "--out", tmp_path / "run")
     assert code == 0, err
     readme = (tmp_path / "run" / "README.md").read_text()
@@ -116,14 +116,15 @@ def test_a_reference_to_no_stored_candidate_is_refused(tmp_path, capsys, planned
 
 def test_replacing_the_candidates_keeps_what_each_view_named(planned):
     plan = Plan.model_validate_json(planned.read_text())
-    front = [c.cost_usd for c in plan.pareto]
-    cheaper = [c.model_copy(update={"price_date": "2026-01-01"}) for c in plan.candidates]
+    front = [c.cost.usd for c in plan.pareto]
+    cheaper = [c.model_copy(update={"offer": c.offer.model_copy(update={"price_date": "2026-01-01"})})
+               for c in plan.candidates]
     copied = plan.model_copy(update={"candidates": cheaper})
-    assert [c.price_date for c in copied.candidates] == ["2026-01-01"] * len(cheaper)
-    assert [c.cost_usd for c in copied.pareto] == front and copied.pareto[0].price_date != "2026-01-01"
+    assert [c.offer.price_date for c in copied.candidates] == ["2026-01-01"] * len(cheaper)
+    assert [c.cost.usd for c in copied.pareto] == front and copied.pareto[0].offer.price_date != "2026-01-01"
     assert copied.baseline.model_dump() == plan.baseline.model_dump()
     only = plan.model_copy(update={"candidates": cheaper[:1], "pareto": cheaper[:1]})
-    assert only.pareto == only.candidates and copy.deepcopy(only).pareto[0].price_date == "2026-01-01"
+    assert only.pareto == only.candidates and copy.deepcopy(only).pareto[0].offer.price_date == "2026-01-01"
 
 
 def test_each_stored_candidate_is_validated_once_however_many_views_name_it(planned, monkeypatch):

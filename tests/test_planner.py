@@ -49,19 +49,22 @@ def base() -> Plan:
 
 
 def key(c):
-    return (c.provider, c.region, c.instance_type, c.spot, c.nodes, c.stack_label)
+    return (c.offer.provider, c.offer.region, c.offer.instance_type, c.cost.spot, c.nodes, c.label)
 
 
 def test_every_fitting_candidate_fits_per_the_estimator(base):
     assert base.candidates
     for c in base.candidates[:: max(1, len(base.candidates) // 60)]:
-        stack = Stack(method=c.method, precision=c.precision, optimizer=c.optimizer, grad_checkpointing=c.grad_checkpointing,
-                      attention=c.attention, gpus=c.gpu_count * c.nodes, sharding=c.sharding, offload=c.offload,
+        st = c.stack
+        stack = Stack(method=st.method, precision=st.precision, optimizer=st.optimizer,
+                      grad_checkpointing=st.grad_checkpointing, attention=st.attention,
+                      gpus=c.offer.gpu_count * c.nodes, sharding=st.sharding, offload=st.offload,
                       liger=c.stack.liger)
         assert stack == c.stack  # the candidate carries the stack it was estimated with
-        est = estimate_memory(MODEL, stack, Shape(micro_batch=c.micro_batch, seq_len=c.seq_len, grad_accum=c.grad_accum))
-        assert est.device_total == c.peak_memory_bytes
-        assert est.device_total <= c.gpu_memory_bytes * 0.9
+        est = estimate_memory(MODEL, stack, Shape(micro_batch=c.shape.micro_batch, seq_len=c.shape.seq_len,
+                                                  grad_accum=c.shape.grad_accum))
+        assert est.device_total == c.fit.peak_bytes
+        assert est.device_total <= c.fit.usable_bytes * 0.9
         assert isinstance(c.memory, Breakdown) and c.memory.total == est.breakdown.total
 
 
@@ -70,15 +73,15 @@ def test_micro_batch_is_the_largest_safe_one_that_keeps_the_global_batch(base):
 
     checked = 0
     for c in base.candidates:
-        per_gpu = c.timing.global_batch // (c.gpu_count * c.nodes)
-        assert c.micro_batch * c.grad_accum == per_gpu  # micro-batch × accumulation × GPUs = the global batch
+        per_gpu = c.timing.global_batch // (c.offer.gpu_count * c.nodes)
+        assert c.shape.micro_batch * c.shape.grad_accum == per_gpu  # micro-batch × accumulation × GPUs = global batch
         if c.fit.tight:
             continue
-        assert c.peak_memory_bytes <= c.gpu_memory_bytes * 0.9 * (1 - TIGHT_FRACTION)
-        larger = [d for d in range(c.micro_batch + 1, per_gpu + 1) if per_gpu % d == 0]
+        assert c.fit.peak_bytes <= c.fit.usable_bytes * 0.9 * (1 - TIGHT_FRACTION)
+        larger = [d for d in range(c.shape.micro_batch + 1, per_gpu + 1) if per_gpu % d == 0]
         if larger:  # the next divisor of the per-GPU batch would leave the estimator's error band
-            bigger = estimate_memory(MODEL, c.stack, Shape(micro_batch=larger[0], seq_len=c.seq_len))
-            assert bigger.device_total > c.gpu_memory_bytes * 0.9 * (1 - TIGHT_FRACTION)
+            bigger = estimate_memory(MODEL, c.stack, Shape(micro_batch=larger[0], seq_len=c.shape.seq_len))
+            assert bigger.device_total > c.fit.usable_bytes * 0.9 * (1 - TIGHT_FRACTION)
             checked += 1
     assert checked
 
@@ -109,8 +112,8 @@ def test_cheaper_price_never_ranks_worse_at_equal_time():
     rank = {key(c): c.rank for c in p.candidates}
     pairs = 0
     for c in p.candidates:
-        if c.instance_type == "g6e.cheap":
-            dear = rank[("aws", "us-east-1", "g6e.xlarge", False, 1, c.stack_label)]
+        if c.offer.instance_type == "g6e.cheap":
+            dear = rank[("aws", "us-east-1", "g6e.xlarge", False, 1, c.label)]
             assert c.rank < dear
             pairs += 1
     assert pairs > 0
@@ -132,8 +135,8 @@ def test_time_falls_as_gpus_are_added_but_not_below_linear():
     p = run(h100, methods=("lora",), spot=False, distinct=False)
     best = {}
     for c in p.candidates:
-        if c.optimizer == "adamw" and not c.grad_checkpointing and c.sharding in ("none", "ddp"):
-            best.setdefault(c.gpu_count, c.train_hours)
+        if c.stack.optimizer == "adamw" and not c.stack.grad_checkpointing and c.stack.sharding in ("none", "ddp"):
+            best.setdefault(c.offer.gpu_count, c.timing.train_hours)
     assert sorted(best) == [1, 2, 4, 8]
     for n in (2, 4, 8):
         assert best[n] < best[n // 2]
@@ -142,11 +145,14 @@ def test_time_falls_as_gpus_are_added_but_not_below_linear():
 
 def test_ranking_shows_one_row_per_offer_and_node_count_unless_asked_for_all():
     distinct, every = run(), run(distinct=False)
-    keys = [(c.provider, c.region, c.instance_type, c.spot, c.nodes) for c in distinct.candidates]
+    def key(c):
+        return c.offer.provider, c.offer.region, c.offer.instance_type, c.cost.spot, c.nodes
+
+    keys = [key(c) for c in distinct.candidates]
     assert len(keys) == len(set(keys))
     assert len(every.candidates) > len(distinct.candidates)
     # the same offers, each once (near-ties may order them differently from the full ranking)
-    assert set(keys) == {(c.provider, c.region, c.instance_type, c.spot, c.nodes) for c in every.candidates}
+    assert set(keys) == {key(c) for c in every.candidates}
 
 
 def test_too_small_gpu_is_rejected_with_the_memory_it_needs():
@@ -161,7 +167,7 @@ def test_too_small_gpu_is_rejected_with_the_memory_it_needs():
 def test_offload_needs_host_ram():
     small_ram = pd.DataFrame([offer("x", "r", "one-h100", "H100", 1, 3.0, ram=16)])
     p = run(small_ram, methods=("full",))
-    assert not any(c.offload != "none" for c in p.candidates)
+    assert not any(c.stack.offload != "none" for c in p.candidates)
     assert any("host RAM" in r.reason for r in p.rejected)
 
 
@@ -173,36 +179,37 @@ def test_budget_nothing_meets_shows_the_closest():
 
 def test_pareto_front_is_not_dominated(base):
     front = base.pareto
-    assert front and front[0].cost_usd == base.candidates[0].cost_usd
+    assert front and front[0].cost.usd == base.candidates[0].cost.usd
     for a in front:
-        assert not any(c.cost_usd <= a.cost_usd and c.hours < a.hours for c in base.candidates)
-    assert [c.hours for c in front] == sorted((c.hours for c in front), reverse=True)
+        assert not any(c.cost.usd <= a.cost.usd and c.timing.hours < a.timing.hours for c in base.candidates)
+    assert [c.timing.hours for c in front] == sorted((c.timing.hours for c in front), reverse=True)
 
 
 def test_baseline_is_full_finetune_on_cheapest_instance_where_it_fits(base):
     b = base.baseline
-    assert b.method == "full" and not b.spot
-    full_prices = [c.price_hour for c in run(distinct=False).candidates if c.method == "full" and not c.spot]
-    assert b.price_hour == min(full_prices)
-    assert base.saving_vs_baseline_usd == pytest.approx(b.cost_usd - base.candidates[0].cost_usd)
+    assert b.stack.method == "full" and not b.cost.spot
+    full_prices = [c.cost.price_hour for c in run(distinct=False).candidates
+                   if c.stack.method == "full" and not c.cost.spot]
+    assert b.cost.price_hour == min(full_prices)
+    assert base.saving_vs_baseline_usd == pytest.approx(b.cost.usd - base.candidates[0].cost.usd)
 
 
 def test_best_per_gpu_and_provider(base):
-    assert set(base.best_per_gpu) == {c.gpu_model for c in base.candidates}
+    assert set(base.best_per_gpu) == {c.offer.gpu_model for c in base.candidates}
     for g, c in base.best_per_gpu.items():
-        assert ranking_cost(c) <= min(ranking_cost(x) for x in base.candidates if x.gpu_model == g) + 1e-9
+        assert ranking_cost(c) <= min(ranking_cost(x) for x in base.candidates if x.offer.gpu_model == g) + 1e-9
     assert set(base.best_per_provider) == {"aws", "lambda", "runpod", "gcp"}
 
 
 def test_spot_is_shown_beside_the_on_demand_ranking_and_compared_like_with_like():
     p = run(spot=True, distinct=False)
-    assert not any(c.spot for c in p.candidates)  # the ranking compares on-demand prices
+    assert not any(c.cost.spot for c in p.candidates)  # the ranking compares on-demand prices
     s = p.spot_alternative
-    assert s is not None and s.spot and s.cost_usd == pytest.approx(s.cost.spot_usd)
-    same = next(c for c in p.candidates if (c.provider, c.region, c.instance_type, c.stack_label) ==
-                (s.provider, s.region, s.instance_type, s.stack_label))
-    assert s.cost_usd < same.cost_usd and s.hours > same.hours  # cheaper, slower (interruptions)
-    assert s.cost.on_demand_usd == pytest.approx(same.cost_usd) and same.cost_spot_usd == pytest.approx(s.cost_usd)
+    assert s is not None and s.cost.spot and s.cost.usd == pytest.approx(s.cost.spot_usd)
+    same = next(c for c in p.candidates if (c.offer.provider, c.offer.region, c.offer.instance_type, c.label) ==
+                (s.offer.provider, s.offer.region, s.offer.instance_type, s.label))
+    assert s.cost.usd < same.cost.usd and s.timing.hours > same.timing.hours  # cheaper, slower (interruptions)
+    assert s.cost.on_demand_usd == pytest.approx(same.cost.usd) and same.cost.spot_usd == pytest.approx(s.cost.usd)
     assert s.timing.interruption_hours > same.timing.interruption_hours
     assert run().spot_alternative is None  # on-demand only unless asked
 
@@ -218,14 +225,14 @@ def test_spot_interruptions_grow_with_the_number_of_instances():
 def test_unknown_provider_bills_per_started_hour():
     p = run(pd.DataFrame([offer("tinycloud", "r", "box", "H100", 1, 2.0)]), methods=("qlora",), setup_hours=0.0)
     c = p.candidates[0]
-    assert c.cost_usd == pytest.approx(-(-c.hours // 1) * 2.0)
+    assert c.cost.usd == pytest.approx(-(-c.timing.hours // 1) * 2.0)
 
 
 def test_two_nodes_of_eight_gpus_when_allowed():
     p = run(pd.DataFrame([offer("aws", "us-east-1", "p5.48xlarge", "H100", 8, 98.32, interconnect="nvlink+efa")]),
             methods=("full",), max_nodes=2, tokens=500e6, global_batch=128)
-    one = min(c.train_hours for c in p.candidates if c.nodes == 1)
-    two = min(c.train_hours for c in p.candidates if c.nodes == 2)
+    one = min(c.timing.train_hours for c in p.candidates if c.nodes == 1)
+    two = min(c.timing.train_hours for c in p.candidates if c.nodes == 2)
     assert one / 2 <= two < one
 
 
@@ -256,7 +263,7 @@ def test_json_validates_against_plan(base):
     for field in ("provider", "region", "instance_type", "gpu_model", "gpu_count", "spot", "method", "precision",
                   "optimizer", "micro_batch", "grad_accum", "peak_memory_bytes", "hours", "cost_usd", "price_date"):
         assert field not in first  # each number once (schema 3): the flat view is computed, not stored
-        assert getattr(again.candidates[0], field) == getattr(base.candidates[0], field)
+        assert again.candidates[0].flat()[field] == base.candidates[0].flat()[field]
     assert again.candidates[0] == base.candidates[0]
 
 
@@ -268,4 +275,4 @@ def test_estimator_is_injectable():
         return estimate_memory(model, stack, shape).model_copy(update={"device_total": 10**9 * shape.micro_batch})
 
     p = run(pd.DataFrame([offer("x", "r", "a10g", "A10G", 1, 1.0)]), methods=("full",), estimator=stand_in)
-    assert calls and p.candidates and p.candidates[0].peak_memory_bytes == 10**9 * p.candidates[0].micro_batch
+    assert calls and p.candidates and p.candidates[0].fit.peak_bytes == 10**9 * p.candidates[0].shape.micro_batch

@@ -135,7 +135,7 @@ def test_plan_records_the_command_that_reproduces_it(sheet):
     import shlex
 
     again = Plan.model_validate_json(invoke(*shlex.split(first.command)[2:]).output)
-    assert [c.cost_usd for c in again.candidates] == [c.cost_usd for c in first.candidates]
+    assert [c.cost.usd for c in again.candidates] == [c.cost.usd for c in first.candidates]
 
 
 def test_a_price_sheet_with_no_usable_row_is_an_error_not_silently_ignored(tmp_path):

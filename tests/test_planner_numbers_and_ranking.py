@@ -84,8 +84,8 @@ def test_top_never_changes_whether_a_plan_exists_or_its_first_pick():
     for top in (1, 3, 10, 50):
         p = plan(model, offers=sheet, tokens=5e6, methods=("full",), top=top)
         assert p.constraints_met and p.candidates, top
-        firsts.add((p.candidates[0].instance_type, p.candidates[0].stack_label, round(p.candidates[0].cost_usd, 6)))
-        assert p.candidates[0].instance_type == "8x-h100-roomy"
+        firsts.add((p.candidates[0].offer.instance_type, p.candidates[0].label, round(p.candidates[0].cost.usd, 6)))
+        assert p.candidates[0].offer.instance_type == "8x-h100-roomy"
     assert len(firsts) == 1
 
 
@@ -108,7 +108,7 @@ def test_no_candidate_sits_on_a_host_smaller_than_the_rule_requires():
                           offer("cudo", "1x-few-cpus", "A100-80GB", 1, 0.95, ram=200, vcpus=1),
                           offer("lambda", "gpu_1x_a100", "A100-80GB", 1, 1.79, ram=200, vcpus=30)])
     p = plan(MODEL, offers=small, tokens=5e6, methods=("lora",))
-    assert {c.instance_type for c in every(p)} == {"gpu_1x_a100"}
+    assert {c.offer.instance_type for c in every(p)} == {"gpu_1x_a100"}
     reasons = " ".join(r.reason for r in p.rejected)
     assert "too little host RAM" in reasons and "too little vCPUs" in reasons
     need = host.ram_needed_bytes(MODEL_WEIGHTS16, 1, "none", 0)
@@ -122,9 +122,10 @@ def test_the_same_offer_under_two_names_is_one_row_naming_the_other():
     twins = pd.DataFrame([offer("nebius", "gpu-b200-a", "B200", 8, 44.0), offer("nebius", "gpu-b200-b", "B200", 8, 44.0),
                           offer("lambda", "gpu_8x_b200", "B200", 8, 47.0)])
     p = plan(MODEL, offers=twins, tokens=200e6, methods=("full",), top=10)
-    seen = [(c.provider, c.gpu_model, c.gpu_count, c.offer.price_hour, c.nodes, c.method) for c in p.candidates]
+    seen = [(c.offer.provider, c.offer.gpu_model, c.offer.gpu_count, c.offer.price_hour, c.nodes, c.stack.method)
+            for c in p.candidates]
     assert len(seen) == len(set(seen))
-    neb = next(c for c in p.candidates if c.provider == "nebius")
+    neb = next(c for c in p.candidates if c.offer.provider == "nebius")
     assert any(n.startswith("gpu-b200-") for n in neb.offer.also_named)
     regions = pd.DataFrame([offer("aws", "p5.48xlarge", "H100", 8, 98.0, spot=s, region=r)
                             for r, s in (("us-east-1", 40.0), ("us-west-2", 30.0))])
@@ -164,8 +165,8 @@ def test_the_pinned_8b_lora_plan_does_not_open_with_a_fp16_marketplace_pair():
     p = plan(MODEL, offers=sheet, tokens=100e6, methods=("lora",),
              pins={"lora_rank": 64, "lora_targets": "q_proj,v_proj", "optimizer": "adamw", "grad_checkpointing": True})
     top = p.candidates[0]
-    assert top.gpu_model == "H100" and top.stack.precision == "bf16"
-    v100 = [c for c in p.candidates if c.gpu_model == "V100-32GB"]
+    assert top.offer.gpu_model == "H100" and top.stack.precision == "bf16"
+    v100 = [c for c in p.candidates if c.offer.gpu_model == "V100-32GB"]
     assert v100 and all(any("fp16" in n for n in c.notes) for c in v100)
 
 
@@ -178,8 +179,9 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
                           offer("beta", "1x-H200", "H200", 1, 2.50, **minute)])
     p = plan("Qwen/Qwen3-30B-A3B", offers=sheet, tokens=106e6, methods=("lora",), top=5)
     safe, tight = p.candidates[:2]
-    assert (safe.gpu_model, safe.fit.tight, tight.gpu_model, tight.fit.tight) == ("H200", False, "H100", True)
-    assert tight.cost_usd < safe.cost_usd <= tight.cost.usd_at_risk * 1.08 + 1.0
+    assert (safe.offer.gpu_model, safe.fit.tight) == ("H200", False)
+    assert (tight.offer.gpu_model, tight.fit.tight) == ("H100", True)
+    assert tight.cost.usd < safe.cost.usd <= tight.cost.usd_at_risk * 1.08 + 1.0
     assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
     # the table says why #1 is not the cheapest row, in the decision card's own sentence
     from cli.plan import render
@@ -247,7 +249,7 @@ def test_a_placeholder_spot_price_is_never_the_spot_headline_while_a_plausible_o
     rows = [offer("aws", f"p{i}", "A100-80GB", 1, 4.0 + i, spot=(4.0 + i) * 0.1) for i in range(6)]
     rows.append(offer("gcp", "a2-real", "A100-80GB", 1, 4.0, spot=1.9))
     p = plan(MODEL, offers=pd.DataFrame(rows), tokens=20e6, methods=("lora",), spot=True)
-    assert p.spot_alternative is not None and p.spot_alternative.provider == "gcp"
+    assert p.spot_alternative is not None and p.spot_alternative.offer.provider == "gcp"
     only_suspect = plan(MODEL, offers=pd.DataFrame(rows[:6]), tokens=20e6, methods=("lora",), spot=True)
     assert any("placeholder" in n for n in only_suspect.spot_alternative.notes)
 
@@ -257,8 +259,9 @@ def test_plan_json_carries_each_number_once_and_old_plans_still_load(lora_plan):
     assert data["schema_version"] == 4
     assert "cost_usd" not in data["candidates"][0] and "hours" not in data["candidates"][0]
     old = Plan.model_validate_json(OLD_PLAN.read_text())
-    assert old.candidates and old.candidates[0].cost_usd == json.loads(OLD_PLAN.read_text())["candidates"][0]["cost_usd"]
-    assert math.isfinite(old.candidates[0].hours)
+    assert old.candidates
+    assert old.candidates[0].cost.usd == json.loads(OLD_PLAN.read_text())["candidates"][0]["cost_usd"]
+    assert math.isfinite(old.candidates[0].timing.hours)
     assert old.model_dump_json()  # and it writes back as schema 4 (tests/test_plan_refs.py)
 
 

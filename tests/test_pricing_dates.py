@@ -72,7 +72,7 @@ def test_a_plan_whose_shown_offer_two_sheets_disagree_on_says_so(tmp_path):
     _cache(tmp_path, "gpuhunt", [("lambda", "us-east-1", "gpu_1x_h100_sxm5", "H100", 1, 3.29, "gpuhunt", "2026-11-28")])
     p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, methods=("lora",), providers=("lambda",), regions=("us-east-1",),
              gpus=("H100",))
-    assert p.candidates[0].offer.instance_type == "gpu_1x_h100_sxm5" and p.candidates[0].price_hour == 3.29
+    assert p.candidates[0].offer.instance_type == "gpu_1x_h100_sxm5" and p.candidates[0].cost.price_hour == 3.29
     [w] = [w for w in p.warnings if w.startswith("Price sources disagree")]
     assert "$3.29/h" in w and "$4.29/h" in w and "2026-11-28" in w
 

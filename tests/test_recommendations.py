@@ -60,18 +60,19 @@ def test_default_8b_lora_top_pick_is_on_demand_and_dated_only_by_an_observation(
     from pricing.loader import load
 
     top = lora_8b.candidates[0]
-    assert not top.spot and lora_8b.spot_alternative is None
-    assert all(not c.spot for c in lora_8b.candidates)
+    assert not top.cost.spot and lora_8b.spot_alternative is None
+    assert all(not c.cost.spot for c in lora_8b.candidates)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPU_ADVISOR_TODAY", TODAY)
         rows = load(include_cache=False)[0].set_index(["provider", "region", "instance_type"])
     catalog = [c for c in lora_8b.candidates if c.offer.source.startswith("skypilot-catalog")]
-    assert catalog and top.price_date != "date unknown" and not top.price_stale
+    assert catalog and top.offer.price_date != "date unknown" and not top.offer.stale
     for c in catalog:
-        row = rows.loc[(c.provider, c.offer.region, c.offer.instance_type)]
-        assert (row.price_check, c.price_date, c.price_stale) == ("confirmed", row.checked_at[:10], False), c.offer
-    assert lora_8b.baseline is not None and not lora_8b.baseline.spot
-    assert lora_8b.saving_vs_baseline_usd == pytest.approx(lora_8b.baseline.cost_usd - top.cost_usd)
+        row = rows.loc[(c.offer.provider, c.offer.region, c.offer.instance_type)]
+        assert (row.price_check, c.offer.price_date, c.offer.stale) == ("confirmed", row.checked_at[:10], False), \
+            c.offer
+    assert lora_8b.baseline is not None and not lora_8b.baseline.cost.spot
+    assert lora_8b.saving_vs_baseline_usd == pytest.approx(lora_8b.baseline.cost.usd - top.cost.usd)
 
 
 def test_a_dated_fresh_h100_beats_the_undated_marketplace_headline(tmp_path):
@@ -85,20 +86,20 @@ def test_a_dated_fresh_h100_beats_the_undated_marketplace_headline(tmp_path):
         mp.setenv("GPU_ADVISOR_TODAY", TODAY)
         p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, prices=(str(sheet),), gpus=("H100",))
     top = p.candidates[0]
-    assert (top.provider, top.price_stale, top.price_date) == ("acme", False, seen[:10])
-    assert all(c.provider != "hyperbolic" for c in p.candidates)
+    assert (top.offer.provider, top.offer.stale, top.offer.price_date) == ("acme", False, seen[:10])
+    assert all(c.offer.provider != "hyperbolic" for c in p.candidates)
     assert any("stale price" in r.reason for r in p.rejected)
 
 
 def test_with_spot_the_alternative_is_beside_the_on_demand_pick_and_saves_against_the_same_instance(lora_8b_spot,
                                                                                                     lora_8b):
-    assert lora_8b_spot.candidates[0].cost_usd == pytest.approx(lora_8b.candidates[0].cost_usd)
+    assert lora_8b_spot.candidates[0].cost.usd == pytest.approx(lora_8b.candidates[0].cost.usd)
     s = lora_8b_spot.spot_alternative
-    assert s.spot and s.cost.on_demand_usd > s.cost_usd
+    assert s.cost.spot and s.cost.on_demand_usd > s.cost.usd
     assert s.timing.interruption_hours > 0
     # the plan's saving still compares on-demand with the on-demand baseline
-    assert lora_8b_spot.saving_vs_baseline_usd == pytest.approx(lora_8b_spot.baseline.cost_usd
-                                                                 - lora_8b_spot.candidates[0].cost_usd)
+    assert lora_8b_spot.saving_vs_baseline_usd == pytest.approx(lora_8b_spot.baseline.cost.usd
+                                                                 - lora_8b_spot.candidates[0].cost.usd)
 
 
 def test_the_plan_prices_a_managed_service_beside_the_self_hosted_pick(lora_8b):
@@ -132,7 +133,7 @@ def test_the_reports_decision_card_shows_the_managed_alternative(lora_8b, tmp_pa
 def test_no_gpu_only_price_is_ranked_without_its_host(lora_8b):
     p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, providers=("gcp",), spot=True)
     for c in every(p):
-        assert "gpu_only_price" not in c.offer.notes and "+" not in c.instance_type
+        assert "gpu_only_price" not in c.offer.notes and "+" not in c.offer.instance_type
     assert any("GPU-only price" in r.reason and r.count > 0 for r in p.rejected)
 
 
@@ -153,19 +154,20 @@ def test_identical_offers_in_several_regions_are_one_row():
     offers = pd.DataFrame([offer("acme", r, "box8", "H100", 8, 20.0) for r in ("us-1", "eu-1", "ap-1")]
                           + [offer("acme", "us-1", "box1", "H100", 1, 2.5)])
     p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",), top=50)
-    box8 = [c for c in p.candidates if c.instance_type == "box8"]
-    assert box8 and {c.region for c in box8} == {"ap-1"} and all(c.offer.also_in == ["eu-1", "us-1"] for c in box8)
+    box8 = [c for c in p.candidates if c.offer.instance_type == "box8"]
+    assert box8 and {c.offer.region for c in box8} == {"ap-1"}
+    assert all(c.offer.also_in == ["eu-1", "us-1"] for c in box8)
 
 
 def test_stale_prices_are_left_out_while_fresh_ones_exist_unless_asked():
     offers = pd.DataFrame([offer("old", "r", "old-h100", "H100", 1, 1.0, stale=True, fetched_at=None),
                            offer("new", "r", "new-h100", "H100", 1, 3.0)])
     fresh = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",))
-    assert {c.provider for c in fresh.candidates} == {"new"}
+    assert {c.offer.provider for c in fresh.candidates} == {"new"}
     assert any("stale" in r.reason and "--allow-stale" in r.reason for r in fresh.rejected)
     both = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",), allow_stale=True)
-    old = next(c for c in both.candidates if c.provider == "old")
-    assert old.price_stale and old.price_date == "date unknown"  # never the day a snapshot was copied
+    old = next(c for c in both.candidates if c.offer.provider == "old")
+    assert old.offer.stale and old.offer.price_date == "date unknown"  # never the day a snapshot was copied
     only_stale = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers.iloc[:1], methods=("lora",))
     assert only_stale.candidates and any("stale" in w for w in only_stale.warnings)
 
@@ -179,8 +181,8 @@ def test_multi_node_only_over_a_known_fabric_and_its_bandwidth_feeds_the_time_mo
     multi = [c for c in every(full_70b_multinode) if c.nodes > 1]
     assert multi, "the plan must show multi-node options over a known fabric"
     for c in multi:
-        gbps = cluster_gbps(c.provider, c.instance_type)
-        assert gbps is not None, f"{c.provider} {c.instance_type} has no known fabric"
+        gbps = cluster_gbps(c.offer.provider, c.offer.instance_type)
+        assert gbps is not None, f"{c.offer.provider} {c.offer.instance_type} has no known fabric"
         assert c.network_gbps == gbps
     assert any("no inter-node fabric known" in r.reason for r in full_70b_multinode.rejected)
 
@@ -190,18 +192,18 @@ def test_marketplace_listings_are_single_node_unless_the_sheet_says_otherwise():
                            offer("mycluster", "r", "hgx", "H100", 8, 16.0, cluster_gbps=3200.0)])
     p = plan("meta-llama/Llama-3.1-70B", tokens=1e9, offers=offers, methods=("full",), max_nodes=2,
              global_batch=128, top=50, distinct=False)
-    assert {c.provider for c in p.candidates if c.nodes > 1} == {"mycluster"}
+    assert {c.offer.provider for c in p.candidates if c.nodes > 1} == {"mycluster"}
     assert all(c.network_gbps == 3200.0 for c in p.candidates if c.nodes > 1)
 
 
 def test_full_finetuning_defaults_to_mixed_precision_and_pure_bf16_is_a_stated_trade(full_70b_multinode):
     for c in every(full_70b_multinode):
-        mixed = c.precision.startswith("amp") or c.sharding.startswith("zero")
+        mixed = c.stack.precision.startswith("amp") or c.stack.sharding.startswith("zero")
         assert mixed, c.label
         assert not any("pure" in n for n in c.notes)
     pure = plan("meta-llama/Llama-3.1-8B", tokens=20e6, methods=("full",), pins={"precision": "bf16"},
                 gpus=("H100",), top=5)
-    risky = [c for c in pure.candidates if not c.sharding.startswith("zero")]
+    risky = [c for c in pure.candidates if not c.stack.sharding.startswith("zero")]
     assert risky and all(any("pure bf16 weights" in n for n in c.notes) for c in risky)
 
 
@@ -209,18 +211,18 @@ def test_a_405b_full_finetunes_checkpoints_take_under_a_tenth_of_its_training():
     p = plan("meta-llama/Llama-3.1-405B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=5)
     assert p.candidates
     for c in p.candidates:
-        assert c.timing.checkpoint_hours < 0.1 * c.train_hours
+        assert c.timing.checkpoint_hours < 0.1 * c.timing.train_hours
         assert c.timing.checkpoint_interval_hours > 0
         # sized from what the stack saves: mixed-precision Adam holds 12-18 B per parameter, 16-bit weights 2
-        assert c.hours >= c.train_hours + c.timing.checkpoint_hours
+        assert c.timing.hours >= c.timing.train_hours + c.timing.checkpoint_hours
 
 
 def test_the_global_batch_is_kept_exactly_or_the_nearest_is_named():
     offers = pd.DataFrame([offer("acme", "r", "h100x8", "H100", 8, 20.0), offer("acme", "r", "h100x3", "H100", 3, 8.0)])
     p = plan("meta-llama/Llama-3.1-8B", tokens=20e6, offers=offers, methods=("lora",), global_batch=64, top=50)
     for c in p.candidates:
-        gpus = c.gpu_count * c.nodes
-        assert c.micro_batch * c.grad_accum * gpus == c.timing.global_batch
+        gpus = c.offer.gpu_count * c.nodes
+        assert c.shape.micro_batch * c.shape.grad_accum * gpus == c.timing.global_batch
         if 64 % gpus == 0:
             assert c.timing.global_batch == 64 and not any("sequences per step" in n for n in c.notes)
         else:
@@ -233,10 +235,10 @@ def test_a_tight_fit_is_marked_and_loses_to_an_equal_cost_safe_one():
     p = plan("meta-llama/Llama-3.1-70B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=40)
     ranked = p.candidates
     for c in ranked:
-        assert c.fit.tight == (c.peak_memory_bytes > c.fit.limit_bytes * (1 - TIGHT_FRACTION))
+        assert c.fit.tight == (c.fit.peak_bytes > c.fit.limit_bytes * (1 - TIGHT_FRACTION))
     for a, b in zip(ranked, ranked[1:]):  # a tight candidate ahead of a safe one must be clearly cheaper
         if a.fit.tight and not b.fit.tight:
-            assert a.cost_usd * (1 + TIGHT_FRACTION) <= b.cost_usd + 1e-9
+            assert a.cost.usd * (1 + TIGHT_FRACTION) <= b.cost.usd + 1e-9
 
 
 # ---------------------------------------------------------------- the user's own stack
@@ -326,8 +328,8 @@ def test_with_a_frozen_lm_head_liger_never_costs_memory_or_speed_so_the_planner_
                 shape = Shape(micro_batch=mb, seq_len=seq, grad_accum=ga)
                 assert engine.device_total(liger, shape) <= engine.device_total(plain_stack, shape)
                 for gpu in ("H100", "RTX4090"):
-                    assert engine.step(liger, shape, get_gpu(gpu))["tokens_per_sec"] >= \
-                        engine.step(plain_stack, shape, get_gpu(gpu))["tokens_per_sec"]
+                    assert engine.step(liger, shape, get_gpu(gpu)).tokens_per_sec >= \
+                        engine.step(plain_stack, shape, get_gpu(gpu)).tokens_per_sec
 
 
 def test_plan_finds_the_liger_stack_when_the_standard_loss_path_does_not_fit():
@@ -336,7 +338,7 @@ def test_plan_finds_the_liger_stack_when_the_standard_loss_path_does_not_fit():
     without = plan("meta-llama/Llama-3.1-8B", pins={"liger": False, "loss": "standard"}, **kw)
     assert not without.candidates and "Nothing fits" in without.notice
     p = plan("meta-llama/Llama-3.1-8B", pins={"loss": "standard"}, **kw)
-    assert p.candidates and p.candidates[0].stack.liger and "liger" in p.candidates[0].stack_label
+    assert p.candidates and p.candidates[0].stack.liger and "liger" in p.candidates[0].label
 
 
 NEW_OPTIONS = {"--liger": "liger", "--loss": "loss", "--compile": "compile", "--dora": "dora",

@@ -120,13 +120,13 @@ def test_single_gpu_report_answers_first_and_in_the_promised_order():
     assert page.h2() == H2_WITH_CANDIDATES
     top = plan.candidates[0]
     answer = page.by_class["answer"][0]
-    assert f"{top.provider} {top.instance_type}" in answer
-    assert top.stack_label in answer
-    assert money(top.cost_usd) in answer
-    assert f"{top.hours:.1f} h" in answer
-    assert f"MFU {top.mfu * 100:.0f}%" in answer and "headroom 10%" in answer
+    assert f"{top.offer.provider} {top.offer.instance_type}" in answer
+    assert top.label in answer
+    assert money(top.cost.usd) in answer
+    assert f"{top.timing.hours:.1f} h" in answer
+    assert f"MFU {top.timing.mfu * 100:.0f}%" in answer and "headroom 10%" in answer
     assert f"saves {money(plan.saving_vs_baseline_usd)}" in answer
-    assert plan.baseline.instance_type in answer
+    assert plan.baseline.offer.instance_type in answer
     assert page.headings[0] == ("h1", f"GPU plan: {plan.model.name}")
 
 
@@ -141,9 +141,9 @@ def test_top_candidates_table_lists_cheapest_first_with_formatted_numbers():
     assert costs == sorted(costs)
     assert all(re.fullmatch(r"\$[\d,]+\.\d\d", r[cost_col]) for r in t["rows"])
     assert all(re.fullmatch(r"(\d+ min|[\d,]+\.\d h( \([\d.]+ days\))?)", r[time_col]) for r in t["rows"])
-    assert [r[3] for r in t["rows"]] == [money(c.price_hour) for c in plan.candidates[:10]]
+    assert [r[3] for r in t["rows"]] == [money(c.cost.price_hour) for c in plan.candidates[:10]]
     instance = t["headers"].index("Instance")
-    assert all(r[instance].startswith(f"{c.provider} {c.instance_type} · {c.region}")
+    assert all(r[instance].startswith(f"{c.offer.provider} {c.offer.instance_type} · {c.offer.region}")
                for r, c in zip(t["rows"], plan.candidates))
 
 
@@ -180,7 +180,7 @@ def test_cost_time_chart_marks_the_pareto_front():
     assert "Pareto front" in labels and "candidates (500)" in labels and "naive baseline" in labels
     front = page.table("Pareto front: no cheaper and faster option exists")
     assert len(front["rows"]) == len(plan.pareto)
-    hours = [c.hours for c in sorted(plan.pareto, key=lambda c: c.hours)]
+    hours = [c.timing.hours for c in sorted(plan.pareto, key=lambda c: c.timing.hours)]
     assert [r[5] for r in front["rows"]] == [f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h" for h in hours]
 
 
@@ -201,7 +201,7 @@ def test_multi_node_plan_names_nodes_and_total_gpus():
     assert multi
     for c in multi:
         row = t["rows"][c.rank - 1]
-        assert row[gpus_col] == f"2 nodes × 8× {c.gpu_model} (16 GPUs)"
+        assert row[gpus_col] == f"2 nodes × 8× {c.offer.gpu_model} (16 GPUs)"
     assert "fsdp×16" in page.text
     best = page.table("Cheapest option on each GPU model")
     assert {r[0] for r in best["rows"]} == set(plan.best_per_gpu)
@@ -251,10 +251,11 @@ def test_stale_price_warning_present_only_when_a_price_is_older_than_30_days():
 
 def test_stale_warning_computed_from_price_date_when_flag_missing():
     plan = pf.single_gpu_plan(stale=False)
-    old = [c.model_copy(update={"price_date": "2026-10-29"}) if c.provider == "aws" else c  # 32 days
-           for c in plan.candidates]
-    edge = [c.model_copy(update={"price_date": "2026-10-31"}) if c.provider == "aws" else c  # 30 days
-            for c in plan.candidates]
+    def dated(c, day):
+        return c.model_copy(update={"offer": c.offer.model_copy(update={"price_date": day})})
+
+    old = [dated(c, "2026-10-29") if c.offer.provider == "aws" else c for c in plan.candidates]  # 32 days
+    edge = [dated(c, "2026-10-31") if c.offer.provider == "aws" else c for c in plan.candidates]  # 30 days
     _, page = html_page(plan.model_copy(update={"candidates": old}))
     assert {r[0] for r in page.table("Every price used, with source and date")["rows"]
             if r[-1].startswith("⚠")} == {"aws"}
@@ -268,7 +269,7 @@ def test_assumptions_source_dates_and_commands_shown():
     rows = dict((r[0], r[1]) for r in page.table("Assumptions behind the estimates")["rows"])
     assert rows["headroom"] == "0.1 (10%)" and rows["setup_hours"] == "15 min"
     sources = {r[5] for r in page.table("Every price used, with source and date")["rows"]}
-    assert sources == {c.price_source for c in plan.candidates} | {plan.baseline.price_source}
+    assert sources == {c.offer.source for c in plan.candidates} | {plan.baseline.offer.source}
     assert plan.command in page.text
     assert "gpu-advisor launch --from plan.json --rank 1 --out launch/" in page.text
 
@@ -446,7 +447,7 @@ def test_cli_report_from_saved_plan_json(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "out.html"
     page = Page((tmp_path / "out.html").read_text())
-    assert f"{plan.candidates[0].provider} {plan.candidates[0].instance_type}" in page.by_class["answer"][0]
+    assert f"{plan.candidates[0].offer.provider} {plan.candidates[0].offer.instance_type}" in page.by_class["answer"][0]
     res = run_cli("report", "plan.json", "-o", "out.md", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.split() == ["out.md", "out-memory.svg", "out-cost-time.svg"]
 

@@ -365,6 +365,6 @@ def test_the_unmeetable_report_says_so_shows_the_nearest_option_and_the_remedy_a
         text = layout["measured"][("unmeetable-budget", width)]["text"]
         assert "recommend" not in text.lower()
         assert plan.notice in text and plan.remedy.removeprefix("Remedy:").strip() in text
-        assert "Nearest option" in text and plan.candidates[0].instance_type in text
+        assert "Nearest option" in text and plan.candidates[0].offer.instance_type in text
     met = layout["measured"][("70b-qlora", 1280)]["text"]
     assert "Recommended" in met

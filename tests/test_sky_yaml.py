@@ -119,7 +119,8 @@ def loaded(tmp_path_factory):
     for model, fields in PLANS:
         p = plan(model, tokens=20e6, **fields)
         for c in p.candidates + p.others:
-            key = (c.provider, c.region, c.instance_type, c.gpu_model, c.gpu_count, c.nodes, c.spot)
+            o = c.offer
+            key = (o.provider, o.region, o.instance_type, o.gpu_model, o.gpu_count, c.nodes, c.cost.spot)
             if key in written.values():
                 continue
             with warnings.catch_warnings():

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from advisor.api import estimate_throughput
 from advisor.errors import BadInput
 from advisor.estimate.engine import Engine
+from advisor.estimate.objectives.spec import Objective
 from advisor.estimate.throughput import (
     band,
     band_quantile,
@@ -21,6 +23,7 @@ from advisor.estimate.throughput import (
     table,
 )
 from advisor.model.spec import ModelSpec
+from advisor.results import StepNumbers
 from advisor.stacks import Shape, Stack
 from pricing.gpus import all_gpus, get_gpu
 
@@ -128,7 +131,7 @@ def test_qlora_slowdown_is_in_the_published_range():
 
     def uncapped(stack: Stack, mb: int, seq: int) -> float:  # the mechanism, without the plausibility guard
         return step_time(engine.counts(stack), stack, Shape(micro_batch=mb, seq_len=seq), gpu, caps={},
-                         with_band=False)["tokens_per_sec"]
+                         with_band=False).tokens_per_sec
 
     small = uncapped(lora, 1, 256) / uncapped(qlora, 1, 256)
     large = uncapped(lora, 4, 1024) / uncapped(qlora, 4, 1024)
@@ -353,29 +356,58 @@ def test_engine_step_estimate_and_library_give_the_same_tokens_per_second(name):
     typed = engine.throughput(stack, shape, gpu, nodes=nodes)
     lib = estimate_throughput(model, stack, shape.model_copy(update={"grad_accum": None}), gpu,
                               grad_accum=shape.grad_accum, nodes=nodes)
-    assert step["tokens_per_sec"] == pytest.approx(typed.tokens_per_sec, rel=1e-12) == lib.tokens_per_sec
-    assert step["tokens_per_sec_low"] == pytest.approx(typed.tokens_per_sec_low, rel=1e-12)
-    assert step["tokens_per_sec_high"] == pytest.approx(typed.tokens_per_sec_high, rel=1e-12)
+    assert step.tokens_per_sec == pytest.approx(typed.tokens_per_sec, rel=1e-12) == lib.tokens_per_sec
+    assert step.tokens_per_sec_low == pytest.approx(typed.tokens_per_sec_low, rel=1e-12)
+    assert step.tokens_per_sec_high == pytest.approx(typed.tokens_per_sec_high, rel=1e-12)
     args = ["estimate", model, *stack.cli_args(), *shape.cli_args(), "--gpu", gpu, "--format", "json"]
     r = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     est = json.loads(r.stdout)["throughput"]
-    assert est["tokens_per_sec"] == pytest.approx(step["tokens_per_sec"], rel=1e-9)
-    assert est["tokens_per_sec_low"] == pytest.approx(step["tokens_per_sec_low"], rel=1e-9)
+    assert est["tokens_per_sec"] == pytest.approx(step.tokens_per_sec, rel=1e-9)
+    assert est["tokens_per_sec_low"] == pytest.approx(step.tokens_per_sec_low, rel=1e-9)
     assert est["grad_accum"] == shape.grad_accum
 
 
-def test_step_dict_holds_plain_floats_for_the_planner():
+def test_step_numbers_are_a_frozen_typed_record_for_the_planner():
+    """Engine.step returns one spelling per number: named, typed fields (capped a bool, the band's rows an int),
+    frozen, so a measured run or a caller makes a new record rather than editing the planner's."""
     engine = Engine.of(LLAMA_8B)
     r = engine.step(Stack(method="lora"), Shape(micro_batch=2, seq_len=1024, grad_accum=4), get_gpu("L40S"))
-    assert all(isinstance(v, float) for v in r.values())
-    assert {"tokens_per_sec", "tokens_per_sec_low", "tokens_per_sec_high", "interval_rows", "step_seconds",
-            "tokens_per_step"} <= set(r)
-    assert r["tokens_per_sec_low"] <= r["tokens_per_sec"] <= r["tokens_per_sec_high"]
+    assert isinstance(r, StepNumbers)
+    assert isinstance(r.capped, bool) and isinstance(r.interval_rows, int) and r.interval_rows >= 1
+    assert r.tokens_per_sec_low <= r.tokens_per_sec <= r.tokens_per_sec_high
+    assert r.step_seconds > 0 and r.tokens_per_step == 2 * 1024 * 4
+    with pytest.raises(ValidationError):
+        r.tokens_per_sec = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        r["tokens_per_sec"]  # type: ignore[index]
     assert segment(get_gpu("L40S"), Stack(method="lora")) == "ada/lora"
     bare = step_time(engine.counts(Stack(method="lora")), Stack(method="lora"), Shape(micro_batch=2, seq_len=1024),
                      get_gpu("L40S"), with_band=False)
-    assert "tokens_per_sec_low" not in bare
+    assert bare.tokens_per_sec_low is None and bare.interval_rows is None
+    # the typed estimate lists every component in the record's order
+    t = engine.throughput(Stack(method="lora"), Shape(micro_batch=2, seq_len=1024, grad_accum=4), "L40S")
+    assert list(t.components) == [k for k in StepNumbers.model_fields if k.endswith(("_seconds", "_per_token"))
+                                  and getattr(r, k) is not None]
+
+
+def test_a_dpo_or_grpo_step_names_its_phases_and_an_sft_step_leaves_them_unset():
+    """One record for every objective: DPO and GRPO fill their phases (train, reference, generation), SFT leaves
+    them None, and the estimate lists a phase only where the objective has it."""
+    engine, gpu = Engine.of("Qwen/Qwen2.5-1.5B"), get_gpu("H100")
+    shape = Shape(micro_batch=2, seq_len=1024, grad_accum=4)
+    sft = engine.step(Stack(method="lora"), shape, gpu)
+    dpo = engine.step(Stack(method="lora", objective=Objective(kind="dpo")), shape, gpu)
+    grpo = engine.step(Stack(method="lora", objective=Objective(kind="grpo")), shape, gpu)
+    phases = ("generation_seconds", "sync_seconds", "nograd_seconds", "reference_seconds", "train_seconds")
+    assert all(getattr(sft, k) is None for k in phases)
+    assert all(getattr(x, k) is not None for x in (dpo, grpo) for k in phases)
+    assert grpo.generation_seconds > 0 and dpo.generation_seconds == 0 and dpo.reference_seconds > 0
+    assert 0 < grpo.generation_share() < 1 and dpo.generation_share() == sft.generation_share() == 0
+    assert grpo.step_seconds == pytest.approx(grpo.train_seconds + sum(getattr(grpo, k) for k in phases[:4]))
+    grpo_stack = Stack(method="lora", objective=Objective(kind="grpo"))
+    assert "generation_seconds" in engine.throughput(grpo_stack, shape, gpu).components
+    assert "generation_seconds" not in engine.throughput(Stack(method="lora"), shape, gpu).components
 
 
 def test_band_quantile_gives_the_pessimistic_end_for_a_p80_budget():
@@ -428,10 +460,10 @@ def test_the_hf_stack_pays_for_its_module_calls_and_trainer_step():
     a = step_time(c, hf, shape, get_gpu("H100"), with_band=False)
     b = step_time(c, tuned, shape, get_gpu("H100"), with_band=False)
     k = table()["fitted"]
-    assert a["dispatch_seconds"] - b["dispatch_seconds"] == pytest.approx(
+    assert a.dispatch_seconds - b.dispatch_seconds == pytest.approx(
         module_calls(c, hf) * k["module_call_seconds_hf"]["value"])
-    assert a["step_overhead_seconds"] == k["step_overhead_s_hf"]["value"]
-    assert b["step_overhead_seconds"] == k["step_overhead_s_tuned"]["value"]
+    assert a.step_overhead_seconds == k["step_overhead_s_hf"]["value"]
+    assert b.step_overhead_seconds == k["step_overhead_s_tuned"]["value"]
     assert k["matmul_efficiency_hf"]["value"] < k["matmul_efficiency_tuned"]["value"]
     assert "tuned framework" in tuned.label() and "framework" not in hf.label()
 

@@ -25,6 +25,7 @@ from advisor.estimate.throughput import (
     table,
 )
 from advisor.planner.configs import stacks_for
+from advisor.results import StepNumbers
 from advisor.stacks import Shape, Stack
 from benchmarks import time_calibration as tc
 from pricing.gpus import get_gpu
@@ -33,7 +34,7 @@ LLAMA_8B = "meta-llama/Llama-3.1-8B"
 CONSUMER_CARDS = ("RTX3090", "RTX4090", "L4", "A10G", "T4", "L40S", "A5000", "RTX6000-Ada")
 
 
-def _run(model: str, stack: Stack, shape: Shape, gpu, **kw) -> dict:
+def _run(model: str, stack: Stack, shape: Shape, gpu, **kw) -> StepNumbers:
     return step_time(Engine.of(model).counts(stack), stack, shape, gpu, grad_accum=shape.grad_accum or 1,
                      with_band=False, **kw)
 
@@ -89,7 +90,7 @@ def test_no_consumer_card_prediction_beats_the_best_published_mfu_of_its_class(s
         for shape in (Shape(micro_batch=4, seq_len=2048, grad_accum=2), Shape(micro_batch=16, seq_len=1024)):
             r = step_time(c, stack, shape, gpu, grad_accum=shape.grad_accum or 1, with_band=False)
             model_fpt, _ = flops_per_token(c, stack, shape.seq_len)
-            mfu = r["tokens_per_sec"] * model_fpt / (stack.gpus * gpu.peak_tflops(stack.precision) * 1e12)
+            mfu = r.tokens_per_sec * model_fpt / (stack.gpus * gpu.peak_tflops(stack.precision) * 1e12)
             assert mfu <= limit * (1 + 1e-9), (model, stack.label(), gpu.name, shape, mfu, entry["row"])
 
 
@@ -103,12 +104,12 @@ def test_the_guard_holds_consumer_qlora_to_its_class_cap():
     caps = table()["plausibility"]["caps"]
     free = _run(model, stack, shape, gpu, caps={})
     guarded = _run(model, stack, shape, gpu)
-    assert guarded["mfu"] == pytest.approx(free["mfu"]) and not guarded["capped"]
+    assert guarded.mfu == pytest.approx(free.mfu) and not guarded.capped
     half = {k: {**v, "mfu": v["mfu"] / 2} for k, v in caps.items()}
     held = _run(model, stack, shape, gpu, caps=half)
     limit = half["ampere-workstation/qlora/3-15B"]["mfu"] * sustained_fraction(gpu) / half[
         "ampere-workstation/qlora/3-15B"]["sustained_fraction"]
-    assert held["capped"] and held["mfu"] == pytest.approx(limit)
+    assert held.capped and held.mfu == pytest.approx(limit)
 
 
 # ----------------------------------------------------------------------------- CPU offload
@@ -180,10 +181,10 @@ def test_deepspeeds_own_zero_offload_timing_is_reproduced():
     shape = Shape(micro_batch=4, seq_len=512, grad_accum=1)
     z2 = Stack(method="full", precision="bf16", gpus=2, sharding="zero2", offload="optimizer")
     three = _run("Qwen/Qwen2.5-3B", z2, shape, gpu, host_vcpus_per_gpu=128)
-    assert three["step_seconds"] == pytest.approx(2.887, rel=0.25)
+    assert three.step_seconds == pytest.approx(2.887, rel=0.25)
     one_off = _run("Qwen/Qwen2.5-1.5B", z2, shape, gpu, host_vcpus_per_gpu=128)
     one_on = _run("Qwen/Qwen2.5-1.5B", z2.model_copy(update={"offload": "none"}), shape, gpu)
-    assert 3.0 < one_off["step_seconds"] / one_on["step_seconds"] < 9.0  # published 1,365 / 240 = 5.7
+    assert 3.0 < one_off.step_seconds / one_on.step_seconds < 9.0  # published 1,365 / 240 = 5.7
 
 
 def test_an_offloaded_plan_says_what_it_assumed_about_the_host():
@@ -209,12 +210,12 @@ def test_consumer_boxes_without_nvlink_pay_pcie_collectives_and_tcp_networks_les
     fsdp = Stack(method="lora", gpus=2, sharding="fsdp", grad_checkpointing=True)
     geforce = _run(LLAMA_8B, fsdp, shape, get_gpu("RTX4090"))
     pro = _run(LLAMA_8B, fsdp, shape, dataclasses.replace(get_gpu("RTX4090"), pcie_p2p=True))
-    assert geforce["comm_seconds"] == pytest.approx(2 * pro["comm_seconds"])  # NCCL through host memory
+    assert geforce.comm_seconds == pytest.approx(2 * pro.comm_seconds)  # NCCL through host memory
     multi = Stack(method="full", gpus=16, sharding="zero3")
     ethernet = _run(LLAMA_8B, multi, shape, get_gpu("A10G"), nodes=16, network_gbps=100.0)
     rdma = _run(LLAMA_8B, multi, shape, get_gpu("A10G"), nodes=16, network_gbps=200.0)
     eff = table()["fitted"]["socket_network_efficiency"]["value"]
-    assert ethernet["comm_seconds"] == pytest.approx(rdma["comm_seconds"] * 2 / eff)
+    assert ethernet.comm_seconds == pytest.approx(rdma.comm_seconds * 2 / eff)
 
 
 def test_turing_gets_no_liger_from_the_planner_and_an_unpriced_stack_says_so():

@@ -58,13 +58,13 @@ def test_no_hf_prediction_beats_the_best_published_run(grid):
             r = step_time(c, stack, shape, gpu, grad_accum=shape.grad_accum, with_band=False)
             limit, entry = _limit(gpu, stack.method, c.params_total)
             model_fpt, _ = flops_per_token(c, stack, shape.seq_len)
-            mfu = r["tokens_per_sec"] * model_fpt / (stack.gpus * gpu.peak_tflops(stack.precision) * 1e12)
+            mfu = r.tokens_per_sec * model_fpt / (stack.gpus * gpu.peak_tflops(stack.precision) * 1e12)
             assert mfu <= limit * (1 + 1e-9), (model, stack.label(), gpu.name, shape, mfu, entry)
             # the guard is exercised: against caps at half the published runs, every setup is held to them
             half = {k: {**v, "mfu": v["mfu"] / 2} for k, v in table()["plausibility"]["caps"].items()}
             h = step_time(c, stack, shape, gpu, grad_accum=shape.grad_accum, with_band=False, caps=half)
-            assert h["mfu"] <= limit / 2 * (1 + 1e-9)
-            capped += int(h["capped"])
+            assert h.mfu <= limit / 2 * (1 + 1e-9)
+            capped += int(h.capped)
     assert capped, "the sweep never reached a cap: the guard is not exercised"
 
 

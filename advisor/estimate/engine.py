@@ -22,7 +22,7 @@ from advisor.memo import Memo
 from advisor.model.architecture import Architecture, build
 from advisor.model.catalog import load_model
 from advisor.model.spec import ModelSpec
-from advisor.results import MemoryEstimate, Throughput
+from advisor.results import MemoryEstimate, StepNumbers, Throughput
 from advisor.stacks import Shape, Stack
 
 MemoryFn = Callable[[ModelSpec, Stack, Shape], MemoryEstimate]
@@ -178,10 +178,10 @@ class Engine:
         return counts(self.arch, stack)
 
     def step(self, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
-             network_gbps: float | None = None) -> dict[str, float]:
+             network_gbps: float | None = None) -> StepNumbers:
         """The time model's numbers for one step (seconds by component, tokens_per_sec, mfu, and the
         held-out band tokens_per_sec_low / tokens_per_sec_high with the calibration rows behind it,
-        interval_rows): what `throughput` reports, as plain floats, without building the typed result
+        interval_rows): the frozen record `throughput` reports from, without building the typed result
         (the planner times thousands). `gpu` is a pricing.gpus.GPU. DPO / GRPO: advisor/estimate/objectives/timing.py."""
         if not stack.objective.is_sft:
             return objective_timing.step(self.arch, stack, shape, gpu, nodes=nodes, mfu=mfu, network_gbps=network_gbps)

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from advisor.errors import BadInput
 from advisor.estimate.memory import nf4_bytes_per_param
-from advisor.results import Throughput
+from advisor.results import StepNumbers, Throughput
 from advisor.stacks import Shape, Stack
 from advisor.units import BILLION, BYTES_16BIT, BYTES_FP32, GB, TERA
 from pricing.gpus import GPU, get_gpu
@@ -605,9 +605,9 @@ def _attention_seconds(c: Counts, stack: Stack, shape: Shape, gpu, attn_flops: f
 def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1, nodes: int = 1,
               gpus_per_node: int | None = None, mfu: float | None = None, network_gbps: float | None = None,
               fitted: dict | None = None, with_band: bool = True, caps: dict | None = None,
-              host_vcpus_per_gpu: float | None = None) -> dict[str, float]:
-    """Seconds per optimizer step by component, tokens/s and its band (plain floats: the planner calls
-    this per config). `fitted` overrides the fitted constants and `caps` the plausibility caps ({}: none)
+              host_vcpus_per_gpu: float | None = None) -> StepNumbers:
+    """Seconds per optimizer step by component, tokens/s and its band: a frozen StepNumbers record (the planner
+    calls this per config; `throughput` builds the typed Throughput from it). `fitted` overrides the fitted constants and `caps` the plausibility caps ({}: none)
     — the calibration's search and folds only."""
     t = table()
     k = constants(fitted) if fitted else _fitted()
@@ -687,13 +687,14 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         "kernel_efficiency": rate / peak, "kernels_per_micro_batch": launches,
         "tokens_per_step": T * grad_accum * n, "peak_flops_per_gpu": peak,
         "module_calls_per_micro_batch": calls, "sustained_fraction": sustained_fraction(gpu),
-        "mfu_cap": cap, "capped": 1.0 if capped else 0.0,
+        "mfu_cap": cap,
     }
+    band_fields: dict[str, float | int] = {}
     if with_band:
         low, high, rows = _band_factors(gpu, stack)
-        out.update(tokens_per_sec_low=tokens_per_sec * low, tokens_per_sec_high=tokens_per_sec * high,
-                   interval_rows=rows)
-    return {k_: float(v) for k_, v in out.items()}
+        band_fields = {"tokens_per_sec_low": float(tokens_per_sec * low),
+                       "tokens_per_sec_high": float(tokens_per_sec * high), "interval_rows": int(rows)}
+    return StepNumbers(**{k_: float(v) for k_, v in out.items()}, capped=bool(capped), **band_fields)
 
 
 # --------------------------------------------------------------------------- uncertainty
@@ -801,12 +802,12 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
     low, high, basis = band(g, stack)
     assumptions: dict[str, str | int | float | bool] = {
         "gpu_class": gpu_class(g),
-        "kernel_efficiency": round(r["kernel_efficiency"], 4),
+        "kernel_efficiency": round(r.kernel_efficiency, 4),
         "kernel_efficiency_source": ("--mfu" if mfu is not None
                                      else f"advisor/data/mfu.json (sustained rate of the card × fitted "
                                           f"{stack.framework} matmul efficiency)"),
         "framework": stack.framework,
-        "sustained_matmul_fraction": round(r["sustained_fraction"], 4),
+        "sustained_matmul_fraction": round(r.sustained_fraction, 4),
         "peak_tflops_per_gpu": g.peak_tflops(stack.precision),
         "dispatch_seconds_per_kernel": k["dispatch_seconds_per_kernel"],
         "comm_overlap": t["comm_overlap"].get(stack.sharding, 0.0),
@@ -815,9 +816,9 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         "flops": "Kaplan 2020 / PaLM app. B: 6N full, 4N LoRA, +2N recompute, +attention (causal)",
         "interval": f"p10-p90 of held-out error ({basis})",
     }
-    if r["capped"]:
+    if r.capped:
         _, why = mfu_cap(g, stack, c)
-        assumptions["plausibility_cap"] = (f"capped at MFU {r['mfu_cap']:.3f}: no faster than the best published "
+        assumptions["plausibility_cap"] = (f"capped at MFU {r.mfu_cap:.3f}: no faster than the best published "
                                            f"run of any framework ({why})")
     if g.interconnect == "pcie" and stack.gpus > 1 and not g.pcie_p2p:
         assumptions["pcie_p2p"] = False
@@ -826,26 +827,26 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         assumptions["not_priced"] = "; ".join(why) + " — the band is that of GPU classes held out whole"
     if stack.offload != "none":
         o = t["cpu_optimizer"]
-        assumptions["offload"] = (f"host optimizer {r['cpu_optimizer_seconds']:.2f} s/step at {o['default_vcpus_per_gpu']} "
+        assumptions["offload"] = (f"host optimizer {r.cpu_optimizer_seconds:.2f} s/step at {o['default_vcpus_per_gpu']} "
                                   f"vCPUs per GPU (the price sheet's median; more cores, less time, up to "
-                                  f"{o['node_gb_s']:g} GB/s of host memory), PCIe {r['offload_pcie_seconds']:.2f} s/step "
-                                  f"at {host_link_gb_s(g):.1f} GB/s, {r['offload_exposed_seconds']:.2f} s not hidden")
+                                  f"{o['node_gb_s']:g} GB/s of host memory), PCIe {r.offload_pcie_seconds:.2f} s/step "
+                                  f"at {host_link_gb_s(g):.1f} GB/s, {r.offload_exposed_seconds:.2f} s not hidden")
     if nodes > 1:
-        assumptions["internode_gbps"] = r["internode_gbps"]
+        assumptions["internode_gbps"] = r.internode_gbps
     return Throughput(
-        tokens_per_sec=r["tokens_per_sec"],
-        mfu=r["mfu"],
-        step_seconds=r["step_seconds"],
-        flops_per_token=r["model_flops_per_token"],
+        tokens_per_sec=r.tokens_per_sec,
+        mfu=r.mfu,
+        step_seconds=r.step_seconds,
+        flops_per_token=r.model_flops_per_token,
         grad_accum=grad_accum,
         nodes=nodes,
-        compute_seconds_per_step=r["compute_seconds"],
-        comm_seconds_per_step=r["comm_exposed_seconds"],
-        tokens_per_sec_low=r["tokens_per_sec_low"],
-        tokens_per_sec_high=r["tokens_per_sec_high"],
-        interval_basis={"segment": segment(g, stack), "rows": int(r["interval_rows"]),
+        compute_seconds_per_step=r.compute_seconds,
+        comm_seconds_per_step=r.comm_exposed_seconds,
+        tokens_per_sec_low=r.tokens_per_sec_low,
+        tokens_per_sec_high=r.tokens_per_sec_high,
+        interval_basis={"segment": segment(g, stack), "rows": int(r.interval_rows or 0),
                         "low_factor": round(low, 4), "high_factor": round(high, 4), "basis": basis},
-        components={k_: float(v) for k_, v in r.items() if k_.endswith("_seconds") or k_.endswith("_per_token")},
+        components=r.components(),
         assumptions=assumptions,
     )
 

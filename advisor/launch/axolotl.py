@@ -53,10 +53,10 @@ def precision_keys(precision: str) -> tuple[dict, str]:
 def _sharding(c: Candidate, layer: str | None, ds_file: str) -> dict:
     if c.stack.is_zero:
         return {"deepspeed": ds_file}  # the bundle's ds_config.json: stage, offload, buckets as estimated
-    if c.sharding != "fsdp":
+    if c.stack.sharding != "fsdp":
         return {}  # one GPU, or DDP: `accelerate launch` with num_processes > 1
     fsdp: dict = {"fsdp_version": 2, "offload_params": c.stack.offloads, "reshard_after_forward": True,
-                  "state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": c.grad_checkpointing}
+                  "state_dict_type": "SHARDED_STATE_DICT", "activation_checkpointing": c.stack.grad_checkpointing}
     if layer:
         fsdp.update(auto_wrap_policy="TRANSFORMER_BASED_WRAP", transformer_layer_cls_to_wrap=layer)
     else:
@@ -88,23 +88,23 @@ def axolotl_config(c: Candidate, *, model_name: str, family: str, moe: bool, lay
     """The axolotl config for candidate `c` and the caveats of writing it (as LaunchWarnings by the caller).
     `optimizer` is the transformers OptimizerNames spelling launch already writes (advisor/launch/bundle.py)."""
     st = c.stack
-    precision, note = precision_keys(c.precision)
+    precision, note = precision_keys(c.stack.precision)
     notes = [note] if note else []
     cfg: dict = {
         "base_model": model_name,
         **_adapter(c, family, moe),
         "datasets": [{"path": dataset, "type": "completion", "field": "text"}],  # datasets.py SFTDataset
         "output_dir": "./output",
-        "sequence_len": c.seq_len,
+        "sequence_len": c.shape.seq_len,
         "sample_packing": not c.shape.padded,
-        "micro_batch_size": c.micro_batch,
-        "gradient_accumulation_steps": c.grad_accum,
+        "micro_batch_size": c.shape.micro_batch,
+        "gradient_accumulation_steps": c.shape.grad_accum,
         "num_epochs": float(epochs),
         "optimizer": optimizer,
         "learning_rate": 2e-5 if st.is_full else 2e-4,  # as training_args.yaml
         **precision,
         # under FSDP checkpointing is fsdp_config.activation_checkpointing (as in accelerate_config.yaml)
-        "gradient_checkpointing": st.grad_checkpointing and c.sharding != "fsdp",
+        "gradient_checkpointing": st.grad_checkpointing and c.stack.sharding != "fsdp",
         _ATTENTION_KEYS[st.attention]: True,
     }
     if st.chunked_loss and not st.liger:

@@ -99,9 +99,9 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 def mixed_precision(c: Candidate) -> str:
     """accelerate's `mixed_precision`: autocast for amp-*, DeepSpeed's 16-bit mode for pure 16-bit."""
-    amp = PRECISIONS[c.precision][1]
+    amp = PRECISIONS[c.stack.precision][1]
     if c.stack.is_zero and c.stack.half_weights:
-        return c.precision
+        return c.stack.precision
     return amp
 
 
@@ -142,7 +142,7 @@ def _fsdp_config(c: Candidate, model: ModelSpec) -> dict:
     fsdp["fsdp_offload_params"] = c.stack.offloads
     fsdp["fsdp_state_dict_type"] = "SHARDED_STATE_DICT"
     fsdp["fsdp_cpu_ram_efficient_loading"] = True
-    fsdp["fsdp_activation_checkpointing"] = c.grad_checkpointing
+    fsdp["fsdp_activation_checkpointing"] = c.stack.grad_checkpointing
     return fsdp
 
 
@@ -152,7 +152,7 @@ def _deepspeed_config(c: Candidate) -> dict:
     buckets the estimate used. accelerate refuses those keys (and mixed_precision) beside a config file
     (accelerate/utils/dataclasses.py DeepSpeedPlugin._deepspeed_config_checks); the path is relative to the
     bundle and train.py resolves it there."""
-    stage = int(c.sharding[-1])
+    stage = int(c.stack.sharding[-1])
     return {
         "deepspeed_config_file": DS_CONFIG_FILE,
         "deepspeed_multinode_launcher": "standard",  # torchrun on every node, no pdsh/hostfile
@@ -166,7 +166,7 @@ def deepspeed_json(c: Candidate) -> dict:
     the numbers the memory estimate's zero3_* components use."""
     Z = DEEPSPEED_ZERO3
 
-    stage = int(c.sharding[-1])
+    stage = int(c.stack.sharding[-1])
     mp = mixed_precision(c)
     zero: dict = {
         "stage": stage,
@@ -182,9 +182,9 @@ def deepspeed_json(c: Candidate) -> dict:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     return {
         # Must equal TrainingArguments or the Trainer raises (reference §5).
-        "train_micro_batch_size_per_gpu": c.micro_batch,
-        "gradient_accumulation_steps": c.grad_accum,
-        "train_batch_size": c.micro_batch * c.grad_accum * total_gpus(c),
+        "train_micro_batch_size_per_gpu": c.shape.micro_batch,
+        "gradient_accumulation_steps": c.shape.grad_accum,
+        "train_batch_size": c.shape.micro_batch * c.shape.grad_accum * total_gpus(c),
         "gradient_clipping": MAX_GRAD_NORM,
         "bf16": {"enabled": mp == "bf16"},
         "fp16": {"enabled": mp == "fp16"},
@@ -208,7 +208,7 @@ def training_args(
 ) -> dict:
     """training_args.yaml as a dict: sections model / data / training / lora / quantization / estimate."""
     opts = dict(options or {})
-    dtype, _ = PRECISIONS[c.precision]
+    dtype, _ = PRECISIONS[c.stack.precision]
     mp = mixed_precision(c)
     dist = distributed_type(c)
     fsdp_ckpt = dist == "FSDP"  # checkpointing lives in fsdp_config; transformers refuses both (§4)
@@ -219,19 +219,19 @@ def training_args(
         # TRL loads the model with these (SFTTrainer -> create_model_from_path, which loads fp32 unless told);
         # device_map None: the Trainer / FSDP / DeepSpeed place the weights (TRL's "auto" would spread one
         # process's model over every visible GPU under FSDP).
-        "model_init_kwargs": {"dtype": dtype, "attn_implementation": ATTN_NAMES[c.attention], "device_map": None},
-        "max_length": c.seq_len,
+        "model_init_kwargs": {"dtype": dtype, "attn_implementation": ATTN_NAMES[c.stack.attention], "device_map": None},
+        "max_length": c.shape.seq_len,
         # Every micro-batch holds micro_batch x max_length tokens, the shape that was estimated. FlashAttention
         # packs best-fit without padding and without attention across documents (TRL "bfd", padding-free); SDPA
         # and eager would build a dense mask over the flattened micro-batch, so they pack contiguous blocks.
         "packing": True,
-        "packing_strategy": "bfd" if c.attention == "flash" else "wrapped",
-        "per_device_train_batch_size": c.micro_batch,
-        "gradient_accumulation_steps": c.grad_accum,
+        "packing_strategy": "bfd" if c.stack.attention == "flash" else "wrapped",
+        "per_device_train_batch_size": c.shape.micro_batch,
+        "gradient_accumulation_steps": c.shape.grad_accum,
         # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs); the old
         # names warn "will be removed in v6" (transformers/training_args.py, TrainingArguments.__post_init__)
-        "activation_checkpointing": c.grad_checkpointing and not fsdp_ckpt,
-        "optim": OPTIM_NAMES[c.optimizer],
+        "activation_checkpointing": c.stack.grad_checkpointing and not fsdp_ckpt,
+        "optim": OPTIM_NAMES[c.stack.optimizer],
         "bf16": mp == "bf16",
         "fp16": mp == "fp16",
         "learning_rate": 2e-5 if c.stack.is_full else 2e-4,
@@ -272,7 +272,7 @@ def training_args(
         training["torch_compile"] = True
     quant = None
     if c.stack.is_qlora:
-        compute = "float16" if c.precision in ("fp16", "amp-fp16") else "bfloat16"
+        compute = "float16" if c.stack.precision in ("fp16", "amp-fp16") else "bfloat16"
         quant = {
             "load_in_4bit": True,
             "bnb_4bit_quant_type": "nf4",
@@ -292,16 +292,16 @@ def training_args(
         "lora": lora,
         "quantization": quant,
         "estimate": {
-            "stack": c.stack_label,
+            "stack": c.label,
             "runs_as": runs_as(c),  # what actually trains (DeepSpeed's CPU Adam under ZeRO optimizer offload)
             # what `launch.sh --benchmark` writes into measured.json as the stack it ran (advisor/workload/measurements.py)
             "stack_settings": c.stack.model_dump(mode="json"),
-            "gpu_model": c.gpu_model,
-            "tokens_per_sec": c.tokens_per_sec,
-            "peak_memory_bytes_per_gpu": c.peak_memory_bytes,
-            "gpu_memory_bytes": c.gpu_memory_bytes,
-            "hours": c.hours,
-            "cost_usd": c.cost_usd,
+            "gpu_model": c.offer.gpu_model,
+            "tokens_per_sec": c.timing.tokens_per_sec,
+            "peak_memory_bytes_per_gpu": c.fit.peak_bytes,
+            "gpu_memory_bytes": c.fit.usable_bytes,
+            "hours": c.timing.hours,
+            "cost_usd": c.cost.usd,
             # the loss TRL 1.16.0's SFTTrainer computes, whatever the stack's --loss: its fused LM head
             # (trl/trainer/utils.py add_fused_lm_head -> trl/kernels/chunked_logprob.py ChunkedLogProbFunction)
             "loss": LOSS_PATH,
@@ -314,22 +314,22 @@ def setup_commands(c: Candidate) -> list[str]:
     """What a fresh machine runs before launch.sh: the pinned requirements, and FlashAttention's CUDA build when
     the plan assumed it (train.py falls back to SDPA without it)."""
     cmds = ["pip install -r requirements.txt"]
-    if c.attention == "flash":
+    if c.stack.attention == "flash":
         cmds.append(f"pip install flash-attn=={pins()['flash-attn']} --no-build-isolation")
     return cmds
 
 
 def sky_task(c: Candidate, model: ModelSpec) -> dict:
-    cloud = sky_cloud(c.provider)
+    cloud = sky_cloud(c.offer.provider)
     setup = "set -e\n" + "".join(f"{cmd}\n" for cmd in setup_commands(c))
     return {
         "name": _slug(f"ft-{model.name}"),
         "resources": {
             "cloud": cloud,
-            "region": c.region,
-            "instance_type": c.instance_type,
-            "accelerators": f"{c.gpu_model}:{c.gpu_count}",
-            "use_spot": c.spot,
+            "region": c.offer.region,
+            "instance_type": c.offer.instance_type,
+            "accelerators": f"{c.offer.gpu_model}:{c.offer.gpu_count}",
+            "use_spot": c.cost.spot,
         },
         "num_nodes": c.nodes,
         "workdir": ".",
@@ -353,7 +353,7 @@ def requirements(c: Candidate) -> list[str]:
     names = ["torch", "transformers", "trl", "datasets", "accelerate", "pyyaml"]
     if c.stack.is_adapter:
         names.append("peft")
-    if c.stack.is_qlora or "8bit" in c.optimizer:
+    if c.stack.is_qlora or "8bit" in c.stack.optimizer:
         names.append("bitsandbytes")
     if c.stack.is_zero:
         names.append("deepspeed")
@@ -373,9 +373,9 @@ def build_bundle(
 ) -> dict[str, str]:
     """Every file of the bundle, filename -> content. Emits a LaunchWarning per caveat (also in README)."""
     c = candidate
-    if c.precision not in PRECISIONS or c.optimizer not in OPTIM_NAMES or c.attention not in ATTN_NAMES:
+    if c.stack.precision not in PRECISIONS or c.stack.optimizer not in OPTIM_NAMES or c.stack.attention not in ATTN_NAMES:
         raise BadInput(
-            f"candidate: precision {c.precision!r}, optimizer {c.optimizer!r} or attention {c.attention!r} "
+            f"candidate: precision {c.stack.precision!r}, optimizer {c.stack.optimizer!r} or attention {c.stack.attention!r} "
             f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(OPTIM_NAMES)}, {sorted(ATTN_NAMES)}."
         )
     acc = accelerate_config(c, model)
@@ -410,7 +410,7 @@ def build_bundle(
     }
     header = (
         _comment(f"accelerate {acc['distributed_type']} config written by gpu-advisor for {model.name}")
-        + _comment(f"stack: {c.stack_label or c.method}; {c.nodes} node(s) x {c.gpu_count} {c.gpu_model}")
+        + _comment(f"stack: {c.label or c.stack.method}; {c.nodes} node(s) x {c.offer.gpu_count} {c.offer.gpu_model}")
         + "# num_processes is the total over all nodes. launch.sh passes --machine_rank / --main_process_ip\n"
         "# on multi-node runs; rdzv_backend and same_network are ignored by accelerate launch 1.15.0.\n"
     )
@@ -441,14 +441,14 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
     o = c.stack.objective
     if o.is_sft:
         return {}
-    dtype, _ = PRECISIONS[c.precision]
-    cfg = rl.trl_config(c, dtype=dtype, attention=ATTN_NAMES[c.attention], mixed_precision=mixed_precision(c),
-                        optim=OPTIM_NAMES[c.optimizer], checkpointing=bool(args["training"]["activation_checkpointing"]),
+    dtype, _ = PRECISIONS[c.stack.precision]
+    cfg = rl.trl_config(c, dtype=dtype, attention=ATTN_NAMES[c.stack.attention], mixed_precision=mixed_precision(c),
+                        optim=OPTIM_NAMES[c.stack.optimizer], checkpointing=bool(args["training"]["activation_checkpointing"]),
                         epochs=float(options.get("epochs") or 1), save_steps=args["training"]["save_steps"])
     shared = {k: v for k, v in args.items() if k != "training"}
     shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json")}
     header = _comment(f"trl.{o.kind.upper()}Config fields written by gpu-advisor: the stack of the estimate "
-                      f"({c.stack_label or c.method}); train.py reads them (trl.{o.kind.upper()}Config(**this file))")
+                      f"({c.label or c.stack.method}); train.py reads them (trl.{o.kind.upper()}Config(**this file))")
     files = {
         "train.py": (TEMPLATES / "train_rl.py").read_text(encoding="utf-8"),
         rl.TRL_CONFIG_FILE: header + _dump(cfg),
@@ -491,12 +491,12 @@ def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping
         return {}
     cfg, notes = axolotl_config(c, model_name=model.name, family=model.family, moe=model.is_moe,
                                 layer=DECODER_LAYERS.get(model.family), dataset=dataset,
-                                epochs=float(options.get("epochs") or 1), optimizer=OPTIM_NAMES[c.optimizer],
+                                epochs=float(options.get("epochs") or 1), optimizer=OPTIM_NAMES[c.stack.optimizer],
                                 ds_file=DS_CONFIG_FILE)
     for note in notes:
         warnings.warn(note, LaunchWarning, stacklevel=3)
     header = (_comment(f"axolotl config written by gpu-advisor for {model.name}: the stack of the estimate")
-              + _comment(f"stack: {c.stack_label or c.method}; {c.nodes} node(s) x {c.gpu_count} {c.gpu_model}")
+              + _comment(f"stack: {c.label or c.stack.method}; {c.nodes} node(s) x {c.offer.gpu_count} {c.offer.gpu_model}")
               + "# Run from this folder (its deepspeed and datasets paths are relative): axolotl train axolotl.yaml\n"
               + "".join(_comment(n) for n in notes))
     return {AXOLOTL_FILE: header + _dump(cfg)}
@@ -510,7 +510,7 @@ def _comment(text: str) -> str:
 
 def _args_header(c: Candidate, acc: dict) -> str:
     text = "# Read by train.py. Every memory-relevant setting equals the estimate.\n"
-    if acc["distributed_type"] == "FSDP" and c.grad_checkpointing:
+    if acc["distributed_type"] == "FSDP" and c.stack.grad_checkpointing:
         text += "# Gradient checkpointing is ON, applied by FSDP (fsdp_activation_checkpointing in\n"
         text += "# accelerate_config.yaml); transformers refuses it in both places.\n"
     return text

@@ -27,11 +27,11 @@ SKYPILOT_CLOUDS = frozenset({"aws", "azure", "cudo", "do", "fluidstack", "gcp", 
 
 def total_gpus(c: Candidate) -> int:
     """Training processes: every GPU of the run, less those a GRPO vLLM server holds."""
-    return c.gpu_count * c.nodes - c.stack.objective.server_gpus
+    return c.offer.gpu_count * c.nodes - c.stack.objective.server_gpus
 
 
 def distributed_type(c: Candidate) -> str:
-    if c.sharding == "fsdp":
+    if c.stack.sharding == "fsdp":
         return "FSDP"
     if c.stack.is_zero:
         return "DEEPSPEED"
@@ -60,11 +60,11 @@ def sky_cloud(provider: str) -> str:
 
 def runs_as(c: Candidate) -> str:
     """The stack label as it actually trains: the optimizer part says DeepSpeedCPUAdam under ZeRO offload."""
-    label = c.stack_label or c.stack.label()
+    label = c.label or c.stack.label()
     if not cpu_adam(c):
         return label
     parts = [p.strip() for p in label.split("·")]
-    swapped = [f"cpu-adam (DeepSpeedCPUAdam, fp32 states; asked: {p})" if p == c.optimizer else p for p in parts]
+    swapped = [f"cpu-adam (DeepSpeedCPUAdam, fp32 states; asked: {p})" if p == c.stack.optimizer else p for p in parts]
     return " · ".join(swapped if swapped != parts else [*parts, "cpu-adam (DeepSpeedCPUAdam, fp32 states)"])
 
 
@@ -78,28 +78,28 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
             f"model family {family!r} has no known decoder-layer class (known: {', '.join(sorted(DECODER_LAYERS))}); "
             "FSDP falls back to SIZE_BASED_WRAP (100M parameters per unit), so the gathered working set "
             "can differ from the estimate.")
-    if dist == "FSDP" and c.offload == "optimizer":
+    if dist == "FSDP" and c.stack.offload == "optimizer":
         notes.append(
             "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
             "optimizer states to the CPU (less GPU memory, more host RAM than estimated).")
     if c.stack.is_qlora and dist == "FSDP":
         notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
                      "run a few steps before a long job.")
-    if c.optimizer == "adamw-fp32" and c.stack.is_full and c.stack.half_weights and dist != "DEEPSPEED":
+    if c.stack.optimizer == "adamw-fp32" and c.stack.is_full and c.stack.half_weights and dist != "DEEPSPEED":
         notes.append(
             "adamw-fp32 is written as adamw_torch_fused, whose states follow the weights' dtype: with pure "
-            f"{c.precision} weights transformers keeps 16-bit states (less memory than estimated, no fp32 master "
+            f"{c.stack.precision} weights transformers keeps 16-bit states (less memory than estimated, no fp32 master "
             "copy).")
     if dist == "DEEPSPEED" and c.stack.half_weights and c.stack.is_full:
         notes.append(
-            f"DeepSpeed's {c.precision} mode keeps fp32 master weights and fp32 Adam states "
+            f"DeepSpeed's {c.stack.precision} mode keeps fp32 master weights and fp32 Adam states "
             "(12 B per trainable parameter, ZeRO paper); check the estimate assumed that.")
     if cpu_adam(c):
         # map_pytorch_optim_to_deepspeed sets adamw_mode only for torch AdamW and 32-bit bitsandbytes AdamW
-        mode = ("as AdamW (decoupled weight decay)" if c.optimizer in ("adamw", "adamw-fp32")
+        mode = ("as AdamW (decoupled weight decay)" if c.stack.optimizer in ("adamw", "adamw-fp32")
                 else "as plain Adam with L2 weight decay, adamw_mode off")
         notes.append(
-            f"ZeRO optimizer offload: accelerate swaps {c.optimizer} for DeepSpeed's CPU Adam (DeepSpeedCPUAdam) "
+            f"ZeRO optimizer offload: accelerate swaps {c.stack.optimizer} for DeepSpeed's CPU Adam (DeepSpeedCPUAdam) "
             f"with fp32 states in host RAM, running {mode}; that is what trains, whatever the label's optimizer.")
     if expert_lora(c, family, moe) and c.stack.lora_dropout > 0:
         notes.append(
@@ -117,14 +117,14 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
 
 def lm_head_adapter(c: Candidate) -> bool:
     """A LoRA adapter on lm_head (named in --lora-targets; peft's all-linear leaves the output layer out)."""
-    return c.method != "full" and "lm_head" in {t.strip() for t in c.stack.lora_targets.split(",")}
+    return c.stack.method != "full" and "lm_head" in {t.strip() for t in c.stack.lora_targets.split(",")}
 
 
 def sky_caveat(c: Candidate) -> str:
     """Why sky.yaml cannot launch `c` (its provider is no cloud of the checked SkyPilot), or '' when it can:
     the caveat, the sky.yaml comment, the bundle README's Run block and launch's Run line all follow it."""
-    if sky_cloud(c.provider) in SKYPILOT_CLOUDS:
+    if sky_cloud(c.offer.provider) in SKYPILOT_CLOUDS:
         return ""
     return (f"SkyPilot {SKYPILOT_CHECKED}, the release sky.yaml is checked against, has no "
-            f"{sky_cloud(c.provider)!r} cloud, so {SKY_NOTE} (a newer SkyPilot may have one): rent the machine at "
-            f"{c.provider}, copy this folder there and run launch.sh.")
+            f"{sky_cloud(c.offer.provider)!r} cloud, so {SKY_NOTE} (a newer SkyPilot may have one): rent the machine at "
+            f"{c.offer.provider}, copy this folder there and run launch.sh.")

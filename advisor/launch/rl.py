@@ -29,8 +29,8 @@ def trl_config(c: Candidate, *, dtype: str, attention: str, mixed_precision: str
     st, o = c.stack, c.stack.objective
     cfg: dict = {
         "output_dir": "output",
-        "per_device_train_batch_size": c.micro_batch,
-        "gradient_accumulation_steps": c.grad_accum,
+        "per_device_train_batch_size": c.shape.micro_batch,
+        "gradient_accumulation_steps": c.shape.grad_accum,
         "activation_checkpointing": checkpointing,
         "optim": optim,
         "bf16": mixed_precision == "bf16",
@@ -53,10 +53,10 @@ def trl_config(c: Candidate, *, dtype: str, attention: str, mixed_precision: str
     if st.liger:
         cfg["use_liger_kernel"] = True  # TRL keeps Liger's layer kernels, its own fused head replaces the loss
     if o.kind == "dpo":
-        cfg.update(max_length=c.seq_len, loss_type=list(o.effective_loss),
+        cfg.update(max_length=c.shape.seq_len, loss_type=list(o.effective_loss),
                    precompute_ref_log_probs=o.reference(st.method) == "precomputed")
         return cfg
-    prompt, completion = o.split(c.seq_len)
+    prompt, completion = o.split(c.shape.seq_len)
     cfg.update(num_generations=o.num_generations, max_completion_length=completion, loss_type=o.effective_loss[0],
                num_iterations=o.num_iterations, use_vllm=o.vllm != "none")
     if o.steps_per_generation:
@@ -76,14 +76,14 @@ def server(c: Candidate, model) -> dict | None:
     o = c.stack.objective
     if o.kind != "grpo" or o.vllm != "server":
         return None
-    prompt, completion = o.split(c.seq_len)
-    total = c.gpu_count  # the server runs on the first node
+    prompt, completion = o.split(c.shape.seq_len)
+    total = c.offer.gpu_count  # the server runs on the first node
     gpus = o.vllm_server_gpus
     card = o.card_bytes or 0
     tp = 1
     if card:
-        tp = vllm.server_tp(Engine.of(model).arch, c.stack, c.seq_len, card)
-    train = c.gpu_count - gpus
+        tp = vllm.server_tp(Engine.of(model).arch, c.stack, c.shape.seq_len, card)
+    train = c.offer.gpu_count - gpus
     return {
         "model": model.name, "tp": tp, "dp": max(gpus // tp, 1), "utilization": o.utilization,
         "max_model_len": o.vllm_max_model_length or prompt + completion,
@@ -102,7 +102,7 @@ def rl_readme(c: Candidate) -> str:
              "float32, twice the weights).", ""]
     if o.kind == "dpo":
         lines += ["Data: JSONL lines `{\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}`. "
-                  f"`max_length` {c.seq_len} tokens per sequence (prompt + response); reference: "
+                  f"`max_length` {c.shape.seq_len} tokens per sequence (prompt + response); reference: "
                   f"{o.reference(c.stack.method)}."]
     else:
         lines += ["Data: JSONL lines `{\"prompt\": ...}`. Edit `rewards.py` (its reward is a placeholder). "

@@ -61,11 +61,11 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
 
     candidates = [candidate(i) for i in chosen.ranked[:request.top]]  # rank k + 1: their place in `position`
     pareto = [candidate(i) for i in chosen.pareto]
-    best_gpu = {c.gpu_model: c for c in (candidate(i) for i in chosen.best["gpu_model"])}
-    best_provider = {c.provider: c for c in (candidate(i) for i in chosen.best["provider"])}
+    best_gpu = {c.offer.gpu_model: c for c in (candidate(i) for i in chosen.best["gpu_model"])}
+    best_provider = {c.offer.provider: c for c in (candidate(i) for i in chosen.best["provider"])}
     baseline = candidate(chosen.baseline[0]) if len(chosen.baseline) else None
     spot = candidate(chosen.spot[0]) if len(chosen.spot) else None
-    saving = (baseline.cost_usd - candidates[0].cost_usd) if (baseline and candidates and chosen.constraints_met) \
+    saving = (baseline.cost.usd - candidates[0].cost.usd) if (baseline and candidates and chosen.constraints_met) \
         else None
     remedy = _remedy(candidates[0], request) if candidates and not chosen.constraints_met else ""
 
@@ -209,22 +209,22 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     usd = float(r["cost_usd"])
 
-    peak, tight = measured_peak(int(cfg.peak), int(cfg.limit), cfg.tight, step, TIGHT_FRACTION)
+    peak, tight = measured_peak(int(cfg.fitted.peak), int(cfg.limit), cfg.fitted.tight, step, TIGHT_FRACTION)
     return Candidate(
         rank=rank, offer=_offer(o, list(also_named), list(also_regions)), nodes=nodes, network_gbps=network if nodes > 1 else None,
         stack=stack, shape=cfg.shape(request.seq_len, request.padded),
         fit=MemoryFit(peak_bytes=peak, usable_bytes=int(cfg.gpu.usable_bytes), limit_bytes=int(cfg.limit),
                       tight=tight),
-        memory=cfg.breakdown,
-        timing=Timing(tokens_per_sec=float(step["tokens_per_sec"]), mfu=float(step["mfu"]),
-                      step_seconds=float(step["step_seconds"]), train_hours=float(r["train_hours"]),
+        memory=cfg.fitted.breakdown,
+        timing=Timing(tokens_per_sec=step.tokens_per_sec, mfu=step.mfu,
+                      step_seconds=step.step_seconds, train_hours=float(r["train_hours"]),
                       setup_hours=float(r["setup_hours"]), checkpoint_hours=float(r["checkpoint_hours"]),
                       checkpoint_interval_hours=float(r["checkpoint_interval_hours"]),
                       interruption_hours=float(r["interruption_hours"]), hours=float(r["hours"]),
                       hours_low=float(r["hours_p10"]), hours_high=float(r["hours_p90"]),
                       hours_at_risk=float(r["hours_rank"]), risk_quantile=t.rank_quantile,
                       calibrated=t.calibrated, band_basis=_band_basis(cfg), global_batch=t.global_batch,
-                      generation_hours=float(r["train_hours"]) * _generation_share(step)),
+                      generation_hours=float(r["train_hours"]) * step.generation_share()),
         cost=Cost(spot=bool(o["spot"]), price_hour=float(o["price"]) * nodes, usd=usd,
                   on_demand_usd=float(r["cost_on_demand_usd"]), spot_usd=cost_spot,
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
@@ -235,13 +235,6 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     )
 
 
-def _generation_share(step: dict) -> float:
-    """Share of a step spent generating and syncing weights into vLLM (GRPO; 0 otherwise)."""
-    total = float(step.get("step_seconds") or 0.0)
-    gen = float(step.get("generation_seconds", 0.0)) + float(step.get("sync_seconds", 0.0))
-    return gen / total if total > 0 else 0.0
-
-
 def _band_basis(cfg: Config) -> str:
     # a measured step (advisor/workload/measurements.py) carries its own basis, preferred when present
-    return str(cfg.timed.step.get("band_basis") or band(cfg.gpu, cfg.stack)[2])
+    return str(cfg.timed.step.band_basis or band(cfg.gpu, cfg.stack)[2])

@@ -28,10 +28,10 @@ from advisor.model import families
 from advisor.model.architecture import supported_attention
 from advisor.planner.objectives import global_batch as objective_global_batch, objectives_for, refusal_reason
 from advisor.planner.request import RISKS, PlanRequest
-from advisor.results import Breakdown
+from advisor.results import Breakdown, StepNumbers
 from advisor.stacks import ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS, ZERO_SHARDINGS, Shape, Stack
 from advisor.workload import measurements
-from pricing.gpus import get_gpu
+from pricing.gpus import GPU, get_gpu
 
 OPTIMIZERS = ("adamw", "adamw-8bit")  # the ones searched when --optimizer is not pinned (of stacks.OPTIMIZERS)
 # Pins that describe adapters: they shape LoRA/QLoRA stacks, not the full fine-tune (the baseline)
@@ -182,7 +182,7 @@ class StepTime:
     hours at each quantile of the time model's held-out error (p10 fast .. p90 slow, and `rank`:
     the quantile the ranking uses). Costing alone turns these into wall hours and cost."""
 
-    step: dict  # Engine.step's numbers (possibly adjusted by a measured run)
+    step: StepNumbers  # Engine.step's numbers (possibly a measured run's: advisor/workload/measurements.py)
     micro_batch: int
     grad_accum: int
     global_batch: int
@@ -210,7 +210,7 @@ class Config:
     """One hardware × stack and the two frozen records the evaluator computed for it: `fitted`
     (memory) and `timed` (step time and training hours per quantile, None when it does not fit)."""
 
-    gpu: object  # pricing.gpus.GPU
+    gpu: GPU
     per_node: int
     nodes: int
     stack: Stack
@@ -219,39 +219,11 @@ class Config:
     fitted: Fit = Fit()
     timed: StepTime | None = None
 
-    def __getattr__(self, name: str):
-        """The records' fields read as the config's own (cfg.max_micro_batch, cfg.tight, ...)."""
-        fitted = self.__dict__.get("fitted")
-        if fitted is not None and name in Fit.__dataclass_fields__:
-            return getattr(fitted, name)
-        raise AttributeError(name)
-
-    @property
-    def micro_batch(self) -> int:
-        return self.timed.micro_batch if self.timed else 0
-
-    @property
-    def gpu_model(self) -> str:
-        return self.gpu.name
-
-    @property
-    def grad_accum(self) -> int:
-        return self.timed.grad_accum if self.timed else 0
-
-    @property
-    def global_batch(self) -> int:
-        return self.timed.global_batch if self.timed else 0
-
-    @property
-    def train_hours(self) -> float:
-        return self.timed.train_hours["p50"] if self.timed else math.nan
-
-    @property
-    def method(self) -> str:
-        return self.stack.method
 
     def shape(self, seq_len: int, padded: bool = False) -> Shape:
-        return _shape(max(self.micro_batch, 1), seq_len, self.grad_accum or None, padded)
+        """The candidate's shape: the timed micro-batch and accumulation (micro-batch 1 before timing)."""
+        t = self.timed
+        return _shape(t.micro_batch if t else 1, seq_len, t.grad_accum if t else None, padded)
 
 
 @lru_cache(maxsize=4096)
@@ -269,17 +241,17 @@ def is_calibrated(gpu, stack: Stack) -> bool:
     return bool(entry and entry.get("rows", 0) > 0)
 
 
-def _factor(t: dict, cfg: Config, q: float) -> float:
+def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
-    tps = t["tokens_per_sec"]
-    low, high = t.get("tokens_per_sec_low"), t.get("tokens_per_sec_high")
+    tps = t.tokens_per_sec
+    low, high = t.tokens_per_sec_low, t.tokens_per_sec_high
     if q == 0.1 and low:
         return low / tps
     if q == 0.9 and high:
         return high / tps
-    if "band_basis" in t and low and high:
+    if t.band_basis is not None and low and high:
         return quantile_factor({0.1: low / tps, 0.9: high / tps}, q)
     return band_quantile(cfg.gpu, cfg.stack, q)[0]
 
@@ -296,9 +268,9 @@ def drop_needless_8bit(configs: list[Config], request: PlanRequest) -> tuple[lis
         return configs, []
 
     def hardware(c: Config) -> tuple:
-        return c.gpu_model, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
+        return c.gpu.name, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
 
-    fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.max_micro_batch > 0}
+    fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.fitted.max_micro_batch > 0}
     needless = [c.stack.optimizer in EIGHT_BIT and hardware(c) in fits for c in configs]
     return ([c for c, x in zip(configs, needless) if not x], [c for c, x in zip(configs, needless) if x])
 
@@ -417,7 +389,7 @@ class Evaluator:
         """Step time at the micro-batch and accumulation that reach the global batch, and training
         hours per quantile (`StepTime`, frozen)."""
         req, n = self.request, cfg.stack.gpus
-        mb, accum, global_batch = split_batch(objective_global_batch(req, n), n, cfg.max_micro_batch)
+        mb, accum, global_batch = split_batch(objective_global_batch(req, n), n, cfg.fitted.max_micro_batch)
         network = req.network_gbps if req.network_gbps is not None else cfg.fabric_gbps
         t = self.engine.step(cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu, nodes=cfg.nodes,
                              mfu=req.mfu, network_gbps=network)
@@ -427,8 +399,8 @@ class Evaluator:
                                     cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,
                                                                           mfu=req.mfu, network_gbps=network))
         computed = req.train_tokens * req.padding_factor(mb)  # padded batches compute their padding too
-        p50 = math.ceil(computed / t["tokens_per_step"]) * t["step_seconds"] / 3600
-        calibrated = "band_basis" in t or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
+        p50 = math.ceil(computed / t.tokens_per_step) * t.step_seconds / 3600
+        calibrated = t.band_basis is not None or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
         q = RISKS[req.risk] if RISKS[req.risk] > 0.5 else (0.5 if calibrated else UNCALIBRATED_QUANTILE)
         hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9), "p90": p50 / _factor(t, cfg, 0.1),
                  "rank": p50 / _factor(t, cfg, 1 - q) if q > 0.5 else p50}
@@ -439,13 +411,13 @@ class Evaluator:
         """Replace a predicted micro-batch by the exact one — outside the estimator's error band of the
         limit when any fits there, else marked tight — and the memory at the candidate's own shape;
         False when the micro-batch changed (the ranking must be redone)."""
-        if cfg.verified:
+        if cfg.fitted.verified:
             return True
         engine, seq, req = self.engine, self.seq_len, self.request
         cap = min(MAX_MICRO_BATCH, max(1, req.sequences_per_step // cfg.stack.gpus))
         safe = engine.max_micro_batch(cfg.stack, seq, int(cfg.limit * (1 - TIGHT_FRACTION)), cap=cap, padded=req.padded)
         mb = safe or engine.max_micro_batch(cfg.stack, seq, cfg.limit, cap=cap, padded=req.padded)
-        same = mb == cfg.max_micro_batch and cfg.tight == (safe == 0)
+        same = mb == cfg.fitted.max_micro_batch and cfg.fitted.tight == (safe == 0)
         cfg.fitted = replace(cfg.fitted, max_micro_batch=mb, verified=True, tight=safe == 0)
         if not same:
             self.time(cfg)

@@ -48,7 +48,7 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
     # counted like every other stack-level reason: once per priced offer the config would have joined
     rejections.add("8-bit AdamW variants left out: a standard-AdamW stack fits the same hardware (8-bit only "
                    "when pinned or when it is what makes the run fit)",
-                   sum(priced_counts.get((c.gpu_model, c.per_node), 0) for c in needless))
+                   sum(priced_counts.get((c.gpu.name, c.per_node), 0) for c in needless))
     if request.max_nodes > 1:
         single = off["fabric_gbps"].isna()
         rejections.add("multi-node: no inter-node fabric known for the instance type (pricing/data/fabrics.csv); "
@@ -84,6 +84,6 @@ def _settled_selection(cfg, configs: list[Config], priced, request: PlanRequest,
         if all([evaluator.settle(configs[r]) for r in sorted(rows)]):
             return chosen
     for c in configs:  # pragma: no cover - only if the estimator is far from affine in the micro-batch
-        if c.max_micro_batch > 0:
+        if c.fitted.max_micro_batch > 0:
             evaluator.settle(c)
     return select(refresh(cfg, configs, weights_gb), configs, priced, request, rejections.copy())

@@ -55,13 +55,13 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
     import pandas as pd
 
     cfg = pd.DataFrame({
-        "gpu_model": [c.gpu_model for c in configs], "gpu_count": [c.per_node for c in configs],
+        "gpu_model": [c.gpu.name for c in configs], "gpu_count": [c.per_node for c in configs],
         "nodes": [c.nodes for c in configs], "gpus": [c.stack.gpus for c in configs],
         "fabric_gbps": [np.nan if c.fabric_gbps is None else c.fabric_gbps for c in configs],
-        "method": [c.method for c in configs],
-        "micro_batch": [c.max_micro_batch for c in configs], "need1": [c.need1 for c in configs],
+        "method": [c.stack.method for c in configs],
+        "micro_batch": [c.fitted.max_micro_batch for c in configs], "need1": [c.fitted.need1 for c in configs],
         "usable": [c.gpu.usable_bytes for c in configs], "limit": [c.limit for c in configs],
-        "write_hours": costing.checkpoint_write_hours(np.array([c.checkpoint_bytes for c in configs], float),
+        "write_hours": costing.checkpoint_write_hours(np.array([c.fitted.checkpoint_bytes for c in configs], float),
                                                       np.array([c.nodes for c in configs], float)),
         "vcpus_need": [host.vcpus_needed(c.per_node) for c in configs],
         "bf16": [c.stack.precision.endswith("bf16") or c.stack.precision == "fp32" for c in configs],
@@ -76,13 +76,13 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
 def refresh(cfg, configs: list[Config], weights_gb: float):
     """The columns `settle` may change (micro-batch, hours, offloaded RAM), read again from the configs."""
     hours = {q: [c.timed.train_hours[q] if c.timed else float("nan") for c in configs] for q in costing.QUANTILES}
-    return cfg.assign(micro_batch=[c.max_micro_batch for c in configs],
-                      cpu_ram=[c.cpu_ram for c in configs],
-                      ram_need=[host.ram_needed_bytes(weights_gb * GB, c.per_node, c.stack.sharding, c.cpu_ram)
+    return cfg.assign(micro_batch=[c.fitted.max_micro_batch for c in configs],
+                      cpu_ram=[c.fitted.cpu_ram for c in configs],
+                      ram_need=[host.ram_needed_bytes(weights_gb * GB, c.per_node, c.stack.sharding, c.fitted.cpu_ram)
                                 for c in configs],
                       calibrated=[bool(c.timed and c.timed.calibrated) for c in configs],
-                      tight=[c.tight for c in configs],
-                      global_batch=[c.global_batch for c in configs],
+                      tight=[c.fitted.tight for c in configs],
+                      global_batch=[c.timed.global_batch if c.timed else 0 for c in configs],
                       **{f"train_hours_{q}": v for q, v in hours.items()})
 
 

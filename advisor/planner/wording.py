@@ -31,9 +31,9 @@ def _remedy(c: Candidate, request: PlanRequest) -> str:
         shares.append((request.deadline_hours - t.setup_hours) / scaling)
     share = max(min(shares), 0.0) if shares else 1.0
     tokens = request.train_tokens * share
-    gpus = f"{c.gpu_count * c.nodes}x {c.gpu_model}"
-    scope = (f"~{_tokens(tokens)} tokens would fit on {gpus} ({c.provider} {c.instance_type})" if tokens >= MILLION
-             else f"even the setup alone does not fit on {gpus}")
+    gpus = f"{c.offer.gpu_count * c.nodes}x {c.offer.gpu_model}"
+    scope = (f"~{_tokens(tokens)} tokens would fit on {gpus} ({c.offer.provider} {c.offer.instance_type})"
+             if tokens >= MILLION else f"even the setup alone does not fit on {gpus}")
     need = [f"the requested {_tokens(request.train_tokens)} tokens need ${k.usd_at_risk:,.2f}"]
     if request.deadline_hours is not None:
         need.append(f"{t.hours_at_risk:,.1f} h")
@@ -48,7 +48,8 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
     out = []
     if candidates and candidates[0].stack.precision.endswith("fp16") and "bf16" in str(spec.torch_dtype).replace(
             "bfloat16", "bf16"):
-        out.append(f"The top pick trains in fp16 ({candidates[0].gpu_model} has no bf16) a model released in bf16: "
+        out.append(f"The top pick trains in fp16 ({candidates[0].offer.gpu_model} has no bf16) a model released in "
+                   "bf16: "
                    "fp16's narrower range can overflow activations of bf16-trained models (loss scaling helps, "
                    "not always); prefer a bf16 card.")
     if not chosen.constraints_met and chosen.notice.startswith("No candidate meets"):
@@ -56,7 +57,7 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
             if r.reason.startswith(("over the budget", "misses the deadline")):
                 out.append(f"{r.count:,} options ruled out: {r.reason}.")
         if candidates:
-            out.append(f"The closest, {candidates[0].provider} {candidates[0].instance_type}: "
+            out.append(f"The closest, {candidates[0].offer.provider} {candidates[0].offer.instance_type}: "
                        + "; ".join(candidates[0].notes[-2:]) + ".")
     if len(off) and off["stale"].fillna(False).astype(bool).all():
         out.append("Every matching price is stale (undated, or older than the threshold): refresh "
@@ -64,7 +65,7 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
     if candidates and candidates[0].timing.global_batch != request.sequences_per_step:
         c = candidates[0]
         out.append(f"The top pick runs {c.timing.global_batch} sequences per step, not {request.sequences_per_step}: "
-                   f"{c.gpu_count * c.nodes} GPUs do not divide it.")
+                   f"{c.offer.gpu_count * c.nodes} GPUs do not divide it.")
     if candidates and candidates[0].fit.tight:
         out.append("The top pick is within the estimator's measured error band of its GPU memory limit (tight).")
     if request.spot and spot is None:
@@ -80,21 +81,21 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
                    f"weight ({'8' if st.precision == 'bf16' else '11'} significand bits) rounds away, so with learning "
                    "rates near 1e-5 many updates are lost; mixed precision (--precision amp-bf16) avoids it")
     if st.precision.endswith("fp16") and spec is not None and "bf" in str(spec.torch_dtype):
-        out.append(f"fp16: {cfg.gpu_model} has no bf16, and the model was released in bf16 (overflow risk; loss "
+        out.append(f"fp16: {cfg.gpu.name} has no bf16, and the model was released in bf16 (overflow risk; loss "
                    "scaling needed)")
     if st.optimizer in _configs.EIGHT_BIT and "optimizer" not in request.pins:
         out.append(_configs.ONLY_8BIT_NOTE)
     if t is not None and not t.calibrated and t.rank_quantile > 0.5 and RISKS_DEFAULT == request.risk:
         out.append(f"ranked by its p{t.rank_quantile * 100:.0f} hours and cost: the time model has no calibration "
                    "rows for this GPU class and method")
-    if cfg.tight:
+    if cfg.fitted.tight:
         out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band")
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
     if padding > 1.0005:
         out.append(f"padded batches of {t.micro_batch} rows compute {padding:.3f}× the kept tokens (the dataset's "
                    "lengths; --packed computes only the kept tokens)")
-    if cfg.global_batch != request.sequences_per_step:
-        out.append(f"runs {cfg.global_batch} sequences per step instead of {request.sequences_per_step} "
+    if t is not None and t.global_batch != request.sequences_per_step:
+        out.append(f"runs {t.global_batch} sequences per step instead of {request.sequences_per_step} "
                    f"({st.gpus} GPUs do not divide it)")
     return out
 

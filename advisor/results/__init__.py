@@ -34,6 +34,7 @@ from advisor.results.estimate import (
                                     ModelInfo,
                                     ObjectiveMemory,
                                     Reserved,
+                                    StepNumbers,
                                     Throughput,
 )
 from advisor.results.plan import (
@@ -49,5 +50,5 @@ from advisor.results.plan import (
 __all__ = ["Breakdown", "Candidate", "Component", "Cost", "FLAT", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
            "LengthHistogram", "MAX_HISTOGRAM_BINS", "MAX_HISTOGRAM_ROWS", "MemoryEstimate", "MemoryFit", "ModelInfo",
            "NAME_CHARS", "NEAR_TIE_NOTE", "ObjectiveMemory", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
-           "TEXT_CHARS", "Throughput", "Timing", "check_count", "check_gpu", "check_number", "check_text",
+           "StepNumbers", "TEXT_CHARS", "Throughput", "Timing", "check_count", "check_gpu", "check_number", "check_text",
            "check_workload"]

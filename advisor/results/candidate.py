@@ -1,9 +1,10 @@
 """One priced way to run the job: the offer it runs on, its memory fit, timing and cost, and the one
-flat view of them (`FLAT`, `Candidate.flat()`) that CSV and tables read."""
+flat view of them (`FLAT`, `Candidate.flat()`) that CSV reads. Every number has one spelling, its nested
+field (`c.cost.usd`); the flat keys are a projection, not attributes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -136,6 +137,16 @@ FLAT: dict[str, str | Callable[[Candidate], Any]] = {
 _SUB_MODELS = ("offer", "stack", "shape", "fit", "timing", "cost")
 
 
+def _flat_value(c: Candidate, how: str | Callable[[Candidate], Any]) -> Any:
+    """One flat key's value: the nested field its dotted path names, or what its function derives."""
+    if callable(how):
+        return how(c)
+    obj: Any = c
+    for part in how.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 class Candidate(BaseModel):
     """One priced way to run the job: an offer × node count × stack × shape, with its numbers."""
 
@@ -198,24 +209,6 @@ class Candidate(BaseModel):
                              f"GPU(s) per node × {self.nodes:,} node(s) = {gpus:,}; a candidate's memory, time and "
                              "launch files describe one run on all of its GPUs")
 
-    def __getattr__(self, name: str) -> Any:
-        how = FLAT.get(name)
-        if how is None or name in type(self).model_fields:
-            return super().__getattr__(name)  # type: ignore[misc]
-        if callable(how):
-            return how(self)
-        obj: Any = self
-        for part in how.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Candidate:
-        """As pydantic's, and flat keys (`price_date`, `provider`, ...) update the nested field they name."""
-        flat = {k: v for k, v in (update or {}).items() if k in FLAT and k not in type(self).model_fields}
-        if not flat:
-            return super().model_copy(update=update, deep=deep)
-        base = super().model_copy(update={k: v for k, v in (update or {}).items() if k not in flat}, deep=deep)
-        return type(self).model_validate({**{k: getattr(base, k) for k in type(self).model_fields}, **flat})
 
     def estimate_args(self) -> list[str]:
         """`gpu-advisor estimate MODEL` options that reproduce this candidate's memory and tokens/s."""
@@ -225,13 +218,16 @@ class Candidate(BaseModel):
         return args
 
     def flat(self) -> dict[str, Any]:
-        """The flat view (one value per column) for CSV, tables and schema-1 readers."""
-        return {"rank": self.rank, **{k: getattr(self, k) for k in FLAT}}
+        """The flat view (one value per column) for CSV and schema-1 readers: each key read from the nested
+        field FLAT names (or derived as it says)."""
+        return {"rank": self.rank, **{k: _flat_value(self, how) for k, how in FLAT.items()}}
 
     @model_validator(mode="before")
     @classmethod
     def _from_flat_keys(cls, data: Any) -> Any:
-        """Accept schema-1 (flat) candidates and flat overrides: flat keys win over nested ones."""
+        """Read a schema-1 candidate (flat keys) or a schema-2 one (nested, with flat copies, which win) into the
+        nested fields: the only place a flat key is read. Readers use the nested fields; `flat()` writes the
+        flat view."""
         if not isinstance(data, dict):
             return data
         if not any(k in data for k in FLAT if k not in cls.model_fields):

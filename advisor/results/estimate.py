@@ -154,4 +154,66 @@ class Throughput(BaseModel):
     assumptions: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
+class StepNumbers(BaseModel):
+    """The time model's numbers for one optimizer step (advisor.estimate.throughput.step_time, and
+    advisor.estimate.objectives.timing.step for DPO / GRPO): seconds by component, tokens/s, MFU and the held-out
+    band, totals over all GPUs. Frozen: a measured run (advisor.workload.measurements.apply) makes a new record
+    with its rate, band and basis. Field order is the order `Throughput.components` lists the seconds in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens_per_sec: float
+    mfu: float
+    internode_gbps: float = Field(description="inter-node network per node the step assumed (0: one node)")
+    step_seconds: float
+    compute_seconds: float = Field(description="the FLOP-bound part (matmuls + attention), what --mfu scales")
+    matmul_seconds: float
+    attention_seconds: float
+    elementwise_seconds: float
+    dequant_seconds: float
+    dora_seconds: float
+    dispatch_seconds: float
+    overhead_seconds: float = Field(description="host time not hidden behind GPU work")
+    optimizer_seconds: float
+    step_overhead_seconds: float
+    comm_seconds: float
+    comm_exposed_seconds: float = Field(description="communication not overlapped with compute")
+    offload_pcie_seconds: float = Field(description="CPU offload: host-device copies over PCIe")
+    offload_exposed_seconds: float = Field(description="CPU offload: copies and host optimizer not hidden")
+    cpu_optimizer_seconds: float = Field(description="CPU offload: the optimizer step on the host")
+    model_flops_per_token: float
+    executed_flops_per_token: float
+    kernel_efficiency: float
+    kernels_per_micro_batch: float
+    tokens_per_step: float
+    peak_flops_per_gpu: float
+    module_calls_per_micro_batch: float
+    sustained_fraction: float
+    mfu_cap: float = Field(description="the plausibility cap's MFU")
+    capped: bool = Field(description="the step was slowed to the plausibility cap")
+    tokens_per_sec_low: float | None = Field(None, description="p10 of held-out error (None: band not asked)")
+    tokens_per_sec_high: float | None = Field(None, description="p90 of held-out error")
+    interval_rows: int | None = Field(None, description="held-out calibration rows behind the band")
+    # DPO / GRPO (advisor/estimate/objectives/timing.py step); None for SFT
+    generation_seconds: float | None = Field(None, description="GRPO: generating completions")
+    sync_seconds: float | None = Field(None, description="GRPO with vLLM: pushing weights into vLLM")
+    nograd_seconds: float | None = Field(None, description="GRPO: old-policy and reference forward passes")
+    reference_seconds: float | None = Field(None, description="DPO: the reference model's forward passes")
+    train_seconds: float | None = Field(None, description="DPO / GRPO: the policy's forward and backward")
+    # a measured run (advisor/workload/measurements.py apply / adjust); None / 0 otherwise
+    predicted_tokens_per_sec: float | None = Field(None, description="a measured run: the time model's own rate")
+    band_basis: str | None = Field(None, description="a measured run: the run and how it was scaled")
+    memory_excess_bytes: int = Field(0, description="a measured run: bytes it needed above the estimate")
+
+    def components(self) -> dict[str, float]:
+        """Seconds by component and FLOPs per token, in field order (what `Throughput.components` holds)."""
+        return {k: float(v) for k, v in self.model_dump(exclude_none=True).items()
+                if k.endswith(("_seconds", "_per_token"))}
+
+    def generation_share(self) -> float:
+        """Share of the step spent generating and syncing weights into vLLM (GRPO; 0 otherwise)."""
+        gen = (self.generation_seconds or 0.0) + (self.sync_seconds or 0.0)
+        return gen / self.step_seconds if self.step_seconds > 0 else 0.0
+
+
 MemoryEstimate.model_rebuild()

@@ -178,7 +178,7 @@ class Plan(BaseModel):
         text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
                 f"{m.billed_m_tokens:,.0f}M tokens (price dated {dated}, {m.source.split(' ')[0]})")
         if self.candidates and self.constraints_met:
-            top = self.candidates[0].cost_usd
+            top = self.candidates[0].cost.usd
             if top <= m.usd:
                 text += f"; self-hosting saves {money(m.usd - top)} or more, but you run it"
             else:

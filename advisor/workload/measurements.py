@@ -48,7 +48,7 @@ from advisor.estimate.engine import Engine
 from advisor.estimate.throughput import band
 from advisor.model.catalog import check_model_name
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
-from advisor.results import check_gpu
+from advisor.results import StepNumbers, check_gpu
 from advisor.results.checks import _check_tree
 from advisor.stacks import Shape, Stack
 from advisor.text import plain
@@ -329,23 +329,24 @@ def best(found: Iterable[Measurement], shape: Shape) -> Measurement | None:
     return ranked[0] if ranked else None
 
 
-def apply(step: dict, m: Measurement, at_measured: dict, shape: Shape, model_band: tuple[float, float]) -> dict:
-    """A new step dict (Engine.step's keys) for the candidate at `shape` from measurement `m`:
+def apply(step: StepNumbers, m: Measurement, at_measured: StepNumbers, shape: Shape,
+          model_band: tuple[float, float]) -> StepNumbers:
+    """A new step record (Engine.step's) for the candidate at `shape` from measurement `m`:
     tokens/s = measured × predicted(shape) / predicted(measured shape) (`at_measured` is Engine.step
     at the measured shape, same stack and GPU), step seconds and MFU to match, the band of the module
-    docstring, and "band_basis" naming the run."""
-    ratio = step["tokens_per_sec"] / at_measured["tokens_per_sec"]
+    docstring, and `band_basis` naming the run."""
+    ratio = step.tokens_per_sec / at_measured.tokens_per_sec
     tps = m.tokens_per_sec * ratio
     w = min(1.0, distance(m, shape) / math.log(EXTRAPOLATION_HORIZON))
     s = m.step_seconds
     low = tps * s.median / s.p90 * model_band[0] ** w
     high = tps * s.median / s.p10 * model_band[1] ** w
-    out = dict(step)
-    out.update(tokens_per_sec=tps, step_seconds=step["tokens_per_step"] / tps, mfu=step["mfu"] * tps / step["tokens_per_sec"],
-               tokens_per_sec_low=low, tokens_per_sec_high=high, predicted_tokens_per_sec=step["tokens_per_sec"],
-               band_basis=m.label() + (f"; scaled from micro-batch {m.shape.micro_batch} x seq {m.shape.seq_len} x "
-                                       f"accumulation {m.shape.grad_accum} by the time model" if w else ""))
-    return out
+    return step.model_copy(update={
+        "tokens_per_sec": float(tps), "step_seconds": float(step.tokens_per_step / tps),
+        "mfu": float(step.mfu * tps / step.tokens_per_sec), "tokens_per_sec_low": float(low),
+        "tokens_per_sec_high": float(high), "predicted_tokens_per_sec": step.tokens_per_sec,
+        "band_basis": m.label() + (f"; scaled from micro-batch {m.shape.micro_batch} x seq {m.shape.seq_len} x "
+                                   f"accumulation {m.shape.grad_accum} by the time model" if w else "")})
 
 
 def ceiling(m: Measurement, engine, gpu) -> float:
@@ -401,10 +402,10 @@ def memory_excess(m: Measurement, estimate_at_measured) -> int:
     return 0
 
 
-def adjust(step: dict, request, engine, stack: Stack, shape: Shape, gpu, nodes: int,
-           predict: Callable[[Shape], dict]) -> dict:
+def adjust(step: StepNumbers, request, engine, stack: Stack, shape: Shape, gpu, nodes: int,
+           predict: Callable[[Shape], StepNumbers]) -> StepNumbers:
     """The planner's one call (advisor/planner/configs.py Evaluator.time): `step` replaced by the best
-    matching measurement's, with "memory_excess_bytes" for the fit; `step` itself when none matches.
+    matching measurement's, with `memory_excess_bytes` for the fit; `step` itself when none matches.
     `predict(shape)` is Engine.step for this config at another shape."""
     runs = for_request(request)
     for m in runs:  # every run of this model is judged once, whichever candidate it would time
@@ -417,9 +418,7 @@ def adjust(step: dict, request, engine, stack: Stack, shape: Shape, gpu, nodes: 
 
     low, high, _ = band(gpu, stack)
     out = apply(step, m, predict(m.shape.shape()), shape, (low, high))
-    excess = memory_excess(m, engine.memory(stack, m.shape.shape()))
-    out["memory_excess_bytes"] = float(excess)
-    return out
+    return out.model_copy(update={"memory_excess_bytes": int(memory_excess(m, engine.memory(stack, m.shape.shape())))})
 
 
 def for_request(request) -> list[Measurement]:
@@ -432,11 +431,11 @@ def for_request(request) -> list[Measurement]:
     return cached
 
 
-def measured_peak(peak: int, limit: int, tight: bool, step: dict, tight_fraction: float) -> tuple[int, bool]:
+def measured_peak(peak: int, limit: int, tight: bool, step: StepNumbers, tight_fraction: float) -> tuple[int, bool]:
     """(peak, tight) of a candidate: its estimated peak plus what the matching run needed above the
     estimate (`adjust`'s memory_excess_bytes); tight when that leaves less than the estimator's error
     band below the limit."""
-    excess = int(step.get("memory_excess_bytes", 0))
+    excess = step.memory_excess_bytes
     if excess <= 0:
         return peak, tight
     peak += excess
@@ -498,13 +497,13 @@ def compare(m: Measurement, engine=None) -> Calibration:
     if m.gpu_model != CPU:
         check_plausible(m, engine, get_gpu(m.gpu_model), f"measurement {plain(m.origin) or 'file'}")
         step = engine.step(m.stack, shape, get_gpu(m.gpu_model), nodes=m.nodes)
-    predicted = step["tokens_per_sec"] if step else None
-    band_ = (step["tokens_per_sec_low"], step["tokens_per_sec_high"]) if step else None
+    predicted = step.tokens_per_sec if step else None
+    band_ = (step.tokens_per_sec_low, step.tokens_per_sec_high) if step else None
     return Calibration(
         model=m.model, gpu_model=m.gpu_model, nodes=m.nodes, stack=m.stack.label(),
         shape=f"micro-batch {shape.micro_batch} x seq {shape.seq_len} x accumulation {shape.grad_accum}",
         measured_at=m.measured_at, steps=m.step_seconds.count, measured_tokens_per_sec=m.tokens_per_sec,
         estimated_tokens_per_sec=predicted, tokens_per_sec_ratio=m.tokens_per_sec / predicted if predicted else None,
         estimated_band=band_, within_band=band_[0] <= m.tokens_per_sec <= band_[1] if band_ else None,
-        measured_step_seconds=m.step_seconds, estimated_step_seconds=step["step_seconds"] if step else None,
+        measured_step_seconds=m.step_seconds, estimated_step_seconds=step.step_seconds if step else None,
         memory=checks, memory_safe=all(known) if known else None)

@@ -29,7 +29,7 @@ from advisor.estimate.objectives import generation, vllm
 from advisor.estimate.objectives.memory import rows_through_policy
 from advisor.estimate.objectives.spec import SFT
 from advisor.model.architecture import Architecture
-from advisor.results import Throughput
+from advisor.results import StepNumbers, Throughput
 from advisor.stacks import Shape, Stack
 from advisor.units import GB, TERA
 from pricing.gpus import GPU, get_gpu
@@ -160,9 +160,9 @@ def _sync_seconds(c: tm.Counts, stack: Stack, gpu, nodes: int, network_gbps: flo
 
 
 def step(arch: Architecture, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mfu: float | None = None,
-         network_gbps: float | None = None) -> dict[str, float]:
-    """The time model's numbers for one optimizer step of a DPO or GRPO stack (the keys Engine.step returns for
-    SFT, plus generation_seconds, sync_seconds, nograd_seconds, reference_seconds)."""
+         network_gbps: float | None = None) -> StepNumbers:
+    """The time model's numbers for one optimizer step of a DPO or GRPO stack (the record Engine.step returns for
+    SFT, with generation_seconds, sync_seconds, nograd_seconds, reference_seconds and train_seconds set)."""
     o = stack.objective
     base = stack.model_copy(update={"objective": SFT})
     c = tm.counts(arch, base)
@@ -174,7 +174,7 @@ def step(arch: Architecture, stack: Stack, shape: Shape, gpu, *, nodes: int = 1,
     train = tm.step_time(c, base, Shape(micro_batch=rows, seq_len=seq, grad_accum=ga, padded=True), gpu,
                          grad_accum=ga, nodes=nodes, gpus_per_node=max(1, stack.gpus // nodes), mfu=mfu,
                          network_gbps=network_gbps, with_band=False)
-    train_s = max(train["step_seconds"] - head_saving(c, base, rows, seq, scored, ga, gpu, mfu), 1e-9)
+    train_s = max(train.step_seconds - head_saving(c, base, rows, seq, scored, ga, gpu, mfu), 1e-9)
     extra = {"generation_seconds": 0.0, "sync_seconds": 0.0, "nograd_seconds": 0.0, "reference_seconds": 0.0}
     if o.kind == "dpo":
         if o.reference(stack.method) != "precomputed":
@@ -195,16 +195,15 @@ def step(arch: Architecture, stack: Stack, shape: Shape, gpu, *, nodes: int = 1,
     n = stack.gpus
     tokens = rows * seq * ga * n
     tps = tokens / step_s
-    model_fpt = train["model_flops_per_token"]
-    peak = train["peak_flops_per_gpu"]
+    model_fpt = train.model_flops_per_token
+    peak = train.peak_flops_per_gpu
     band = tm.band(gpu, stack)
     slow = train_s / band[0] + (step_s - train_s) / GENERATION_BAND[0]
     fast = train_s / band[1] + (step_s - train_s) / GENERATION_BAND[1]
-    out = dict(train)
-    out.update(extra, step_seconds=step_s, train_seconds=train_s, tokens_per_step=float(tokens),
-               tokens_per_sec=tps, mfu=tps * model_fpt / (n * peak), tokens_per_sec_low=tokens / slow,
-               tokens_per_sec_high=tokens / fast, interval_rows=0.0)
-    return {k: float(v) for k, v in out.items()}
+    return train.model_copy(update={
+        **{k: float(v) for k, v in extra.items()}, "step_seconds": float(step_s), "train_seconds": float(train_s),
+        "tokens_per_step": float(tokens), "tokens_per_sec": float(tps), "mfu": float(tps * model_fpt / (n * peak)),
+        "tokens_per_sec_low": float(tokens / slow), "tokens_per_sec_high": float(tokens / fast), "interval_rows": 0})
 
 
 def _generation_seconds(arch: Architecture, c: tm.Counts, stack: Stack, batch: int, seq: int, prompt: int,
@@ -227,15 +226,15 @@ def throughput(arch: Architecture, stack: Stack, shape: Shape, gpu, *, nodes: in
     r = step(arch, stack, shape, g, nodes=nodes, mfu=mfu, network_gbps=network_gbps)
     low, high, basis = tm.band(g, stack)
     return Throughput(
-        tokens_per_sec=r["tokens_per_sec"], mfu=r["mfu"], step_seconds=r["step_seconds"],
-        flops_per_token=r["model_flops_per_token"], grad_accum=shape.grad_accum or 1, nodes=nodes,
-        compute_seconds_per_step=r["compute_seconds"], comm_seconds_per_step=r["comm_exposed_seconds"],
-        tokens_per_sec_low=r["tokens_per_sec_low"], tokens_per_sec_high=r["tokens_per_sec_high"],
+        tokens_per_sec=r.tokens_per_sec, mfu=r.mfu, step_seconds=r.step_seconds,
+        flops_per_token=r.model_flops_per_token, grad_accum=shape.grad_accum or 1, nodes=nodes,
+        compute_seconds_per_step=r.compute_seconds, comm_seconds_per_step=r.comm_exposed_seconds,
+        tokens_per_sec_low=r.tokens_per_sec_low, tokens_per_sec_high=r.tokens_per_sec_high,
         interval_basis={"segment": tm.segment(g, stack), "rows": 0, "low_factor": round(low, 4),
                         "high_factor": round(high, 4),
                         "basis": f"{basis}; {'generation' if stack.objective.kind == 'grpo' else 'reference forward'} "
                                  f"share widened to {GENERATION_BAND[0]:g}-{GENERATION_BAND[1]:g}x (uncalibrated)"},
-        components={k: v for k, v in r.items() if k.endswith("_seconds") or k.endswith("_per_token")},
+        components=r.components(),
         assumptions={"objective": stack.objective.label(stack.method),
                      "tokens": "tokens through the policy: rows (DPO 2 per pair) × row length",
                      "generation": "every completion to max_completion_length; vLLM decode per step = max(weights + "
