@@ -67,6 +67,14 @@ def emit(text: str | Callable[[], str], out: Path | None) -> None:
     click.echo(f"wrote {plain(out)}", err=True)
 
 
+def next_step(command: str, why: str = "", fmt: str = "table", out: Path | None = None) -> None:
+    """A command's last line: the natural next step as the exact command to type ('next: ...', on stderr, so a
+    file or pipe holds only the output). Left out where JSON or CSV goes to standard output (a script reads it)."""
+    if fmt in ("json", "csv") and out is None:
+        return
+    click.echo(f"next: {command}" + (f"  ({why})" if why else ""), err=True)
+
+
 @contextlib.contextmanager
 def _rendering_for_file():
     global _TO_FILE

@@ -23,6 +23,7 @@ from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
 from reports import charts
 from reports.card import decision_card
+from reports.claims import counts, counts_sentence, pareto_basis, pareto_points, small_workload, versus
 from reports.price_age import is_stale, price_age_days
 
 TOP_ROWS = 10
@@ -132,7 +133,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
             assumed.append(f"{label} {_frac(found[1], found[0])}")
     if assumed:
         parts.append(("It assumes " + ", ".join(assumed) + "; ", False))
-    parts.append((f"peak memory is {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} usable per GPU, "
+    parts.append((f"peak memory is {gb(c.peak_memory_bytes)} per GPU against a limit of {gb(c.fit.limit_bytes)} "
+                  f"({gb(c.gpu_memory_bytes)} usable less headroom), "
                   f"and the price ({money(c.price_hour)}/h) is from {c.price_source}, {c.price_date}. ", False))
     if c.notes:
         parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
@@ -143,11 +145,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
                       f"{money(sp.cost.on_demand_usd)} for the same instance on demand. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
-        saving = plan.saving_vs_baseline_usd
-        share = f" ({pct(saving / b.cost_usd)})" if b.cost_usd > 0 else ""
-        parts.append((f"Against the naive baseline ({b.provider} {b.instance_type}, {stack(b)}: "
-                      f"{money(b.cost_usd)}, {duration(b.hours)}) it ", False))
-        parts.append((f"saves {money(saving)}{share}" if saving >= 0 else f"costs {money(-saving)} more", True))
+        parts.append((f"Against the naive baseline ({stack(b)}), ", False))
+        parts.append((versus(c, b, "the baseline"), True))
         parts.append((".", False))
     elif b is not None:
         parts.append(("No candidate meets the constraints, so no saving against the naive baseline is claimed.", False))
@@ -164,7 +163,7 @@ def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = 
 
 
 CANDIDATE_HEADERS = ["#", "Cost", "Wall time", "$ per hour", "Instance", "GPUs", "Stack", "Band p10–p90",
-                     "Memory per GPU (peak / usable)", "Batch (micro × accum × seq)", "Price date", "Notes"]
+                     "Memory per GPU (peak / limit)", "Batch (micro × accum × seq)", "Price date", "Notes"]
 CANDIDATE_NUMERIC = ("#", "Cost", "Wall time", "$ per hour", "Price date")
 
 
@@ -182,7 +181,7 @@ def candidate_table(plan: Plan) -> dict:
         misses = any(n.startswith("misses") for n in c.notes)
         rows.append([str(c.rank), money(c.cost_usd) + (" ✗" if misses else ""), duration(c.hours),
                      money(c.price_hour), where, gpus(c), stack(c), band,
-                     f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}" + (" (tight)" if c.fit.tight else ""),
+                     f"{gb(c.peak_memory_bytes)} / {gb(c.fit.limit_bytes)}" + (" (tight)" if c.fit.tight else ""),
                      f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}", c.price_date + (" ⚠" if stale else ""),
                      "; ".join(c.notes)])
         flags.append(stale)
@@ -237,15 +236,29 @@ def memory_table(plan: Plan) -> dict:
         m = c.memory
         parts = [gb(getattr(m, k)) for k in charts.COMPONENTS] if m else ["n/a"] * len(charts.COMPONENTS)
         rows.append([tag, f"{c.provider} {c.instance_type}", stack(c), *parts, gb(c.peak_memory_bytes),
-                     gb(c.gpu_memory_bytes), "yes" if c.peak_memory_bytes <= c.gpu_memory_bytes else "no"])
+                     gb(c.gpu_memory_bytes), gb(c.fit.limit_bytes),
+                     "yes" if c.peak_memory_bytes <= c.fit.limit_bytes else "no"])
     return table(["", "Instance", "Stack", "Weights", "Gradients", "Optimizer", "Activations", "Overhead",
-                  "Peak", "Usable", "Fits"], rows)
+                  "Peak", "Usable", "Limit (usable less headroom)", "Fits"], rows)
 
 
 def pareto_table(plan: Plan) -> dict:
-    rows = [[str(c.rank), f"{c.provider} {c.instance_type}", gpus(c), stack(c), pricing(c),
-             duration(c.hours), money(c.cost_usd)] for c in sorted(plan.pareto, key=lambda c: c.hours)]
-    return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Wall time", "Cost"], rows)
+    """The front as the terminal lists it (reports.claims.pareto_points): the same points, order and figures."""
+    rows = [[str(c.rank) if c in plan.candidates else "", f"{c.provider} {c.instance_type}", gpus(c), stack(c),
+             pricing(c), figures] for c, figures in pareto_points(plan)]
+    return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Cost / wall time"], rows)
+
+
+SHORT_HEADERS = ["#", "Cost", "Wall time", "GPUs", "Instance", "Stack"]
+
+
+def short_table(plan: Plan) -> dict:
+    """The first table a reader sees: what to compare (cost, time), on what, how; the full one is below it."""
+    rows = [[str(c.rank), money(c.cost_usd) + (" ✗" if any(n.startswith("misses") for n in c.notes) else ""),
+             duration(c.hours), gpus(c), f"{c.provider} {c.instance_type}", stack(c)]
+            for c in plan.candidates[:TOP_ROWS]]
+    return table(SHORT_HEADERS, rows, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
+                 ("#", "Cost", "Wall time"))
 
 
 def lengths_table(plan: Plan) -> dict | None:
@@ -269,7 +282,11 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "model": plan.model,
         "generated_at": plan.generated_at or "unknown time",
         "has_candidates": top is not None,
-        "n_candidates": int(plan.assumptions.get("candidates_meeting_constraints") or len(plan.candidates)),
+        "n_candidates": counts(plan)["meeting"],
+        "counts": counts_sentence(plan),
+        "small_workload": small_workload(plan),
+        "short": short_table(plan),
+        "pareto_basis": pareto_basis(plan),
         "notice": plan.notice,
         "warnings": plan.warnings,
         "answer": answer_parts(plan),
@@ -286,7 +303,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "best_provider": best_provider,
         "rejected": table(["Reason", "Options ruled out", "Example"],
                           [[r.reason, f"{r.count:,}", r.example] for r in rejected]),
-        "rejected_total": sum(r.count for r in rejected),
+        "rejected_before": len(counts(plan)["ruled_out"]),
         "workload": table(["Setting", "Value"], [[k, value(v, k)] for k, v in plan.workload.items()]),
         "assumptions": table(["Assumption", "Value"], [[k, value(v, k)] for k, v in plan.assumptions.items()]),
         "prices": prices,
