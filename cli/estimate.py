@@ -7,6 +7,7 @@ half a second; formatting is plain text.
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
@@ -25,7 +26,7 @@ from advisor.units import GB, GiB, MiB, count, gb
 from cli.objective_options import objective_options
 from cli.objective_view import objective_lines, objective_markdown, per_card
 from cli.options import FIELDS, choice, stack_options
-from cli.output import emit, output_options
+from cli.output import emit, next_step, output_options
 from pricing.gpus import get_gpu
 
 
@@ -137,6 +138,10 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     else:
         cards = per_card(spec, stack, shape, COMMON_GPUS, headroom) if objective.vllm == "colocate" and not gpu else None
         emit(render_table(est, headroom, cards=cards), out)
+    if model is not None:
+        next_step(f"gpu-advisor plan --model {shlex.quote(model)} --methods {stack.method} --tokens 100M"
+                  + (f" --gpu {shlex.quote(gpu)}" if gpu else ""),
+                  "instances and stacks ranked by the whole run's cost; --tokens is your data's size", fmt, out)
 
 
 def _rows(est) -> list[tuple[str, int, str]]:

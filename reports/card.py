@@ -80,7 +80,7 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
             out.append(f"Thin calibration: the time band rests on {rows.group(1)} published measurement(s) "
                        f"({t.band_basis}).")
     if c.fit.tight:
-        out.append(f"Tight memory: {gb(c.peak_memory_bytes)} of {gb(c.gpu_memory_bytes)} per GPU is within the "
+        out.append(f"Tight memory: {gb(c.peak_memory_bytes)} per GPU against a limit of {gb(c.fit.limit_bytes)} is within the "
                    "estimator's error of the limit; it may run out of memory. Run `launch.sh --benchmark` first.")
     age = _age_days(c, plan)
     if age is None:  # no date, or the planner's "date unknown"

@@ -191,9 +191,10 @@ class Tokenizer:
         return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
-def load_tokenizer(ref: str) -> Tokenizer:
+def load_tokenizer(ref: str, model: str | None = None) -> Tokenizer:
     """A local folder (tokenizer.json, with tokenizer_config.json's chat template when present), a
-    tokenizer.json file, or a Hub id (HF_TOKEN for gated repos; the local cache when offline)."""
+    tokenizer.json file, or a Hub id (HF_TOKEN for gated repos; the local cache when offline). `model`: the
+    --model the ref came from (no --tokenizer given), named in the message when it cannot be loaded."""
     text = str(ref).strip()
     p = Path(text).expanduser()
     if p.is_file():
@@ -205,7 +206,7 @@ def load_tokenizer(ref: str) -> Tokenizer:
 
     if not HUB_ID.match(text) or text.endswith(".json"):
         raise BadInput(f"--tokenizer {plain(text)}: no such file or folder.")
-    return _auto(text, text, local=False)
+    return _auto(text, text, local=False, model=model)
 
 
 def _tokenizers_file(p: Path):
@@ -216,7 +217,7 @@ def _tokenizers_file(p: Path):
         raise BadInput(f"--tokenizer {plain(p)}: not a tokenizers JSON file ({_first(exc)}).") from None
 
 
-def _auto(name: str, where, local: bool) -> Tokenizer:
+def _auto(name: str, where, local: bool, model: str | None = None) -> Tokenizer:
     try:
         from transformers import AutoTokenizer
     except ImportError:
@@ -228,6 +229,12 @@ def _auto(name: str, where, local: bool) -> Tokenizer:
     try:
         tok = _from_pretrained(AutoTokenizer, str(where), local)
     except Exception as exc:  # noqa: BLE001 - offline, gated, missing files: one line naming what is missing
+        if model is not None and not local:  # the user gave a model, not --tokenizer: name what they gave
+            gated = "" if settings.present("HF_TOKEN") else " (set HF_TOKEN first if the repo is gated)"
+            raise BadInput(f"--model {plain(model)}: its tokenizer ({plain(name)}) is not in the local Hugging Face "
+                           f"cache and the Hub cannot be reached or refuses it; download it once while online "
+                           f"(run this command again, or `huggingface-cli download {plain(name)}`){gated}, or give "
+                           "a local tokenizer folder or tokenizer.json with --tokenizer.") from None
         hint = ("the folder holds no usable tokenizer.json / tokenizer_config.json" if local else
                 "not in the local Hugging Face cache and the Hub cannot be reached or refuses it"
                 + ("" if settings.present("HF_TOKEN") else " (set HF_TOKEN for a gated repo)"))
