@@ -18,8 +18,8 @@ from advisor.estimate.engine import Engine, usable_limit
 from advisor.estimate.objectives.spec import objective_of, pop_objective
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
-from advisor.planner.configs import precision_for
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.planner.configs import precision_for
 from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
 from advisor.units import GB, GiB, MiB, count, gb

@@ -139,3 +139,12 @@ def test_report_leads_with_the_decision_then_a_short_table_and_collapses_the_pri
     header = re.search(r'aria-label="Top candidates".*?<thead>(.*?)</thead>', html, re.S).group(1)
     assert len(re.findall("<th", header)) <= 6
     assert re.search(r'<details id="prices-used"><summary>Prices used', html)
+
+
+def test_readme_says_how_long_the_tests_take_what_they_install_and_how_to_get_cpu_torch():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "1.7 GB" in readme and "minutes of pytest" in readme
+    assert "--index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "python3 -m pip install -e '.[test]' && python3 -m pytest" in readme  # the two commands unchanged
