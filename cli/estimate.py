@@ -271,9 +271,9 @@ def fits_line(est, headroom: float = 0.10) -> str:
 def render_markdown(est) -> str:
     m, b = est.model, est.breakdown
     lines = [
-        md(stack_note(est.stack)),
-        "",
         f"### {md(m.name)}: {md(est.stack.label())}, micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
+        "",
+        md(stack_note(est.stack)),
         "",
         f"{m.params_total:,} parameters ({m.params_trainable:,} trainable). Source: {md(m.source)}",
         "",

@@ -176,7 +176,7 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
         table.add_column(Text(heads[i]), justify="right" if i in align else "left", overflow="fold",
                          min_width=least[i] if held else None)
     for r in cells:  # folded here, at separators, so rich never breaks a name mid-word
-        table.add_row(*(Text(fold_at_separators(r[i], least[i]) if held and i not in align else r[i]) for i in keep))
+        table.add_row(*(Text(fold_at_separators(r[i], least[i]) if held and width is not None and i not in align else r[i]) for i in keep))
     buf = io.StringIO()
     total = width if width is not None else sum(natural[i] for i in keep) + gap * len(keep)
     console = Console(file=buf, width=total, force_terminal=colour, color_system="auto" if colour else None,

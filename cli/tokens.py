@@ -103,8 +103,9 @@ def tokens(dataset: str, model, tokenizer, text_field, messages_field, seq_len, 
     else:
         emit(render_rows(["what", "figure"], summary_rows(result), fmt), out)
     s = result.stats
-    next_step(f"gpu-advisor plan --model {shlex.quote(model or 'MODEL')} --tokens {round(s.kept_tokens)} "
-              f"--seq-len {s.seq_len}", "rank instances for training on these tokens", fmt, out)
+    if model:  # the exact command needs the model (a --tokenizer alone does not name one)
+        next_step(f"gpu-advisor plan --model {shlex.quote(model)} --tokens {round(s.kept_tokens)} "
+                  f"--seq-len {s.seq_len}", "rank instances for training on these tokens", fmt, out)
 
 
 def write_histogram(result, path: str) -> None:

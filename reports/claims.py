@@ -89,13 +89,13 @@ def counts(plan: Plan) -> dict:
             "ruled_out": before}
 
 
-def counts_sentence(plan: Plan) -> str:
+def counts_sentence(plan: Plan, shown: int | None = None) -> str:
     """'626 options scored, 626 meet the constraints; the table shows the best 10, ranked by ...'."""
     n = counts(plan)
     text = f"{n['scored']:,} options scored (offer × stack pairs that fit), {n['meeting']:,} meet the constraints"
     for r in n["missing"]:
         text += f", {r.count:,} {r.reason}"
-    return text + f"; shown: {n['shown']:,}, ranked by {ranking_basis(plan)}"
+    return text + f"; shown: {n['shown'] if shown is None else shown:,}, ranked by {ranking_basis(plan)}"
 
 
 def pareto_points(plan: Plan) -> list[tuple[Candidate, str]]:

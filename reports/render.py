@@ -283,7 +283,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "generated_at": plan.generated_at or "unknown time",
         "has_candidates": top is not None,
         "n_candidates": counts(plan)["meeting"],
-        "counts": counts_sentence(plan),
+        "counts": counts_sentence(plan, shown=min(TOP_ROWS, len(plan.candidates))),
         "small_workload": small_workload(plan),
         "short": short_table(plan),
         "pareto_basis": pareto_basis(plan),

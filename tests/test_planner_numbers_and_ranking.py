@@ -279,4 +279,4 @@ def test_cli_estimate_uses_the_headroom_it_is_given(capsys):
     code, out, err = gpu_advisor(capsys, "estimate", "meta-llama/Llama-3.1-8B", "--method", "lora", "--headroom", "0.5")
     assert code == 0, err
     assert "50% headroom" in out and "10% headroom" not in out
-    assert "H100 80GB" in out.split("not on:")[1]  # 44 GB does not fit half of an H100
+    assert "H100 80 GB" in out.split("not on:")[1]  # 44 GB does not fit half of an H100
