@@ -48,6 +48,17 @@ def count(n: float) -> str:
     return str(n)
 
 
+def tokens(n: float) -> str:
+    """A token count as people say it, never rounded to nothing: 13_028 -> '13.0k', 100_000_000 -> '100M',
+    1_000_000_000 -> '1.0B', 850 -> '850'."""
+    n = int(round(n))
+    for div, unit in ((10**9, "B"), (10**6, "M"), (10**3, "k")):
+        if abs(n) >= div:
+            v = n / div
+            return f"{v:,.{1 if abs(v) < 100 else 0}f}{unit}"
+    return f"{n:,}"
+
+
 def gb(n: float, digits: int = 1) -> str:
     """Bytes as GB (10^9), with the unit."""
     return f"{n / GB:,.{digits}f} GB"

@@ -7,6 +7,7 @@ half a second; formatting is plain text.
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
@@ -18,13 +19,14 @@ from advisor.estimate.objectives.spec import objective_of, pop_objective
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.planner.configs import precision_for
 from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
 from advisor.units import GB, GiB, MiB, count, gb
 from cli.objective_options import objective_options
 from cli.objective_view import objective_lines, objective_markdown, per_card
 from cli.options import FIELDS, choice, stack_options
-from cli.output import emit, output_options
+from cli.output import emit, next_step, output_options
 from pricing.gpus import get_gpu
 
 
@@ -106,8 +108,12 @@ def _objective(fields: dict, gpu: str | None, seq_len: int, seq_given: bool):
 def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, lengths,
              expandable_segments, fmt, out, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
-    if (model is None) == (params is None):
-        raise BadInput("estimate: give a MODEL (catalog name, Hub id or config.json path) or --params N, not both.")
+    if model is None and params is None:
+        raise BadInput("estimate: no model given; name one (catalog name, Hub id or config.json path), e.g. "
+                       "`gpu-advisor estimate meta-llama/Llama-3.1-8B`, or give only a size: --params 8B.")
+    if model is not None and params is not None:
+        raise BadInput(f"estimate: you gave both MODEL {plain(model)[:80]} and --params {plain(params)[:20]}; "
+                       "keep one of them.")
     spec = synthetic_spec(parse_param_count(params)) if params else load_model(model)
     source = click.get_current_context().get_parameter_source("seq_len")
     objective, seq_len = _objective(pop_objective(stack_kw), gpu, seq_len,
@@ -132,6 +138,10 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     else:
         cards = per_card(spec, stack, shape, COMMON_GPUS, headroom) if objective.vllm == "colocate" and not gpu else None
         emit(render_table(est, headroom, cards=cards), out)
+    if model is not None:
+        next_step(f"gpu-advisor plan --model {shlex.quote(model)} --methods {stack.method} --tokens 100M"
+                  + (f" --gpu {shlex.quote(gpu)}" if gpu else ""),
+                  "instances and stacks ranked by the whole run's cost; --tokens is your data's size", fmt, out)
 
 
 def _rows(est) -> list[tuple[str, int, str]]:
@@ -159,6 +169,7 @@ def _rows(est) -> list[tuple[str, int, str]]:
 def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
     m, b = est.model, est.breakdown
     lines = [
+        stack_note(est.stack),
         f"{plain(m.name)}  ({plain(m.family)}; {count(m.params_total)} params, {count(m.params_trainable)} trainable)",
         f"stack: {est.stack.label()}  ·  micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
         "",
@@ -186,7 +197,7 @@ def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
         f = est.fit
         verdict = "fits" if f.fits else "does NOT fit"
         lines.append(
-            f"{f.gpu} ({gb(f.usable_bytes, 2)} usable, {f.headroom_fraction:.0%} headroom): {verdict}; "
+            f"{get_gpu(f.gpu).memory_words(f.headroom_fraction)}: {verdict}; "
             f"largest micro-batch at seq {est.shape.seq_len}: {_limit(f.max_micro_batch)}; "
             f"longest seq at micro-batch {est.shape.micro_batch}: {_limit(f.max_seq_len)}"
         )
@@ -209,6 +220,30 @@ def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def plan_precision(stack) -> str:
+    """The precision `plan` picks for this method and sharding (the recommendation policy, advisor.planner.configs)."""
+    return precision_for(stack.method, stack.sharding, bf16=stack.precision not in ("fp16", "amp-fp16"))
+
+
+def stack_note(stack) -> str:
+    """The first line: the stack this estimate assumed and, where its precision is not what `plan` would pick
+    for the same method (the recommendation policy), how they differ and the flag that gives plan's figure."""
+    said = f"Assumed stack: {stack.label()}"
+    policy = plan_precision(stack)
+    if stack.precision == policy:
+        return said + f" (what plan picks for {stack.method}: {PRECISION_WORDS.get(policy, policy)})."
+    return (said + f". plan would pick --precision {policy} for {stack.method} ({PRECISION_WORDS.get(policy, policy)}) "
+            f"where this is {PRECISION_WORDS.get(stack.precision, stack.precision)}; add --precision {policy} "
+            "for plan's figure.")
+
+
+PRECISION_WORDS = {
+    "amp-bf16": "fp32 master weights, bf16 autocast", "amp-fp16": "fp32 master weights, fp16 autocast",
+    "bf16": "pure bf16 weights and optimizer states", "fp16": "pure fp16 weights and optimizer states",
+    "fp32": "fp32 throughout",
+}
+
+
 def _limit(n: int) -> str:
     """A fit limit as people read it: 0 means nothing fits, not a size of zero."""
     return "none (even 1 does not fit)" if n <= 0 else f"{n:,}"
@@ -224,7 +259,7 @@ def fits_line(est, headroom: float = 0.10) -> str:
     yes, no, emulated = [], [], False
     for name in COMMON_GPUS:
         gpu = get_gpu(name)
-        label = f"{name} {gpu.memory_gb:g}GB"
+        label = f"{name} {gpu.memory_gb:g} GB"
         if "bf16" in est.stack.precision and not gpu.supports_bf16:
             label, emulated = label + "*", True
         (yes if est.device_total <= usable_limit(gpu, headroom) else no).append(label)
@@ -238,6 +273,8 @@ def render_markdown(est) -> str:
     m, b = est.model, est.breakdown
     lines = [
         f"### {md(m.name)}: {md(est.stack.label())}, micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
+        "",
+        md(stack_note(est.stack)),
         "",
         f"{m.params_total:,} parameters ({m.params_trainable:,} trainable). Source: {md(m.source)}",
         "",
@@ -257,8 +294,8 @@ def render_markdown(est) -> str:
                       f"{r.shows / GB:.2f} GB {'on the card checked' if r.card_bytes else 'on a larger card'}."]
     if est.fit:
         f = est.fit
-        lines += ["", f"**{md(f.gpu)}** ({gb(f.usable_bytes, 2)} usable): {'fits' if f.fits else 'does not fit'} "
-                      f"with {f.headroom_fraction:.0%} headroom; max micro-batch {_limit(f.max_micro_batch)}, "
+        lines += ["", f"**{md(get_gpu(f.gpu).memory_words(f.headroom_fraction))}**: "
+                      f"{'fits' if f.fits else 'does not fit'}; max micro-batch {_limit(f.max_micro_batch)}, "
                       f"max sequence {_limit(f.max_seq_len)}."]
         if f.suggestions:
             lines += ["", "What makes it fit (one change each):",

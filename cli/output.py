@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -65,6 +66,14 @@ def emit(text: str | Callable[[], str], out: Path | None) -> None:
             text = text()
     atomic_write(out, text + "\n")
     click.echo(f"wrote {plain(out)}", err=True)
+
+
+def next_step(command: str, why: str = "", fmt: str = "table", out: Path | None = None) -> None:
+    """A command's last line: the natural next step as the exact command to type ('next: ...', on stderr, so a
+    file or pipe holds only the output). Left out where JSON or CSV goes to standard output (a script reads it)."""
+    if fmt in ("json", "csv") and out is None:
+        return
+    click.echo(f"next: {command}" + (f"  ({why})" if why else ""), err=True)
 
 
 @contextlib.contextmanager
@@ -166,14 +175,43 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
     for i in keep:
         table.add_column(Text(heads[i]), justify="right" if i in align else "left", overflow="fold",
                          min_width=least[i] if held else None)
-    for r in cells:
-        table.add_row(*(Text(r[i]) for i in keep))
+    for r in cells:  # folded here, at separators, so rich never breaks a name mid-word
+        table.add_row(*(Text(fold_at_separators(r[i], least[i]) if held and width is not None and i not in align else r[i]) for i in keep))
     buf = io.StringIO()
     total = width if width is not None else sum(natural[i] for i in keep) + gap * len(keep)
     console = Console(file=buf, width=total, force_terminal=colour, color_system="auto" if colour else None,
                       no_color=not colour, highlight=False, emoji=False, markup=False, soft_wrap=False)
     console.print(table)
     return "\n".join(line.rstrip() for line in buf.getvalue().rstrip("\n").splitlines())
+
+
+SEPARATORS = "-_/ "
+_PIECES = re.compile(r"[^-_/ ]*[-_/ ]+|[^-_/ ]+$")
+
+
+def fold_at_separators(text: str, width: int) -> str:
+    """`text` as lines of at most `width` cells, broken after a separator (`-`, `_`, `/`, space) so that
+    `2x-H100-149-14343` folds as `2x-H100-149-` / `14343`, never `2x-H100-149-14` / `343`; a piece
+    longer than the width on its own (no separator in it) is the only thing cut."""
+    from rich.cells import cell_len
+
+    if width <= 0 or cell_len(text) <= width:
+        return text
+    lines: list[str] = []
+    line = ""
+    for piece in _PIECES.findall(text):
+        if cell_len((line + piece).rstrip(" ")) <= width:
+            line += piece
+            continue
+        if line.strip():
+            lines.append(line.rstrip(" "))
+        line = piece.lstrip(" ")
+        while cell_len(line.rstrip(" ")) > width:
+            lines.append(line[:width])
+            line = line[width:]
+    if line.strip():
+        lines.append(line.rstrip(" "))
+    return "\n".join(lines)
 
 
 def csv_text(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

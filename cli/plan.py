@@ -21,8 +21,9 @@ from advisor.units import GB, money
 from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
-from cli.output import OUTPUT_FORMATS, emit, output_options, render_rows, render_table, terminal_width
+from cli.output import OUTPUT_FORMATS, emit, next_step, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
+from reports import claims
 from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
 
 
@@ -197,8 +198,9 @@ def _summary(plan) -> list[str]:
                      f"and cost {money(c.cost.usd_at_risk)}.")
     unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
-                 f"global batch {w['global_batch']} {unit}; {plan.assumptions.get('candidates_scored', 0):,} "
-                 "candidates scored.")
+                 f"global batch {w['global_batch']} {unit}.")
+    lines.append(claims.counts_sentence(plan) + ".")
+    lines += [f"Warning: {x}" for x in claims.small_workload(plan)]
 
     objective = _objective_line(plan)
     if objective:
@@ -208,12 +210,11 @@ def _summary(plan) -> list[str]:
     if plan.baseline is not None:
         b = plan.baseline
         method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"
-        line = (f"Naive baseline ({method} on the cheapest instance where it fits): {b.offer.provider} "
-                f"{b.offer.instance_type}, {b.timing.hours:,.1f} h, {money(b.cost.usd)}")
-        saving = plan.saving_vs_baseline_usd
-        if saving is not None:
-            line += (f"; the top pick saves {money(saving)}" if saving >= 0 else
-                     f"; the top pick costs {money(-saving)} more (ranked on its risk-adjusted cost, or a safer fit)")
+        line = f"Naive baseline: {method} on the cheapest instance where it fits"
+        if plan.saving_vs_baseline_usd is not None and plan.candidates:
+            line += "; the top pick " + claims.versus(plan.candidates[0], b, "the baseline", subject="").strip()
+        else:
+            line += f": {b.offer.provider} {b.offer.instance_type}, {money(b.cost.usd)}, {b.timing.hours:,.1f} h"
         lines.append(line + ".")
     s = plan.spot_alternative
     if s is not None:
@@ -229,12 +230,15 @@ def _summary(plan) -> list[str]:
         lines.append("Measured: " + "; ".join(f"#{c.rank} {c.timing.tokens_per_sec:,.0f} tokens/s, "
                                                f"{c.timing.band_basis}" for c in measured[:6]) + ".")
     if plan.pareto:
-        lines.append("Pareto front (cost vs time): " + "; ".join(
-            f"{money(c.cost.usd)} / {c.timing.hours:,.1f} h ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} "
-            f"{c.offer.provider})"
-            for c in plan.pareto[:6]))
-    if plan.rejected:
-        lines.append("Rejected: " + "; ".join(f"{r.count:,} × {r.reason}" for r in plan.rejected[:6]))
+        lines.append(f"Pareto front ({len(plan.pareto)} options no other beats on both cost and time; cost / hours "
+                     f"{claims.pareto_basis(plan)}, fastest first): " + "; ".join(
+                         f"{figures} ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} {c.offer.provider})"
+                         for c, figures in claims.pareto_points(plan)))
+    ruled_out = claims.counts(plan)["ruled_out"]
+    if ruled_out:
+        lines.append("Ruled out before scoring (options per reason): " + "; ".join(
+            f"{r.reason}: {r.count:,}" for r in ruled_out[:6]) + (f"; {len(ruled_out) - 6} more reasons (--format "
+                                                                  "json or --report lists all)" if len(ruled_out) > 6 else ""))
     return lines
 
 
@@ -326,7 +330,9 @@ def _flat_columns():
 @source_options
 @output_options(*OUTPUT_FORMATS, out=True, out_help="write the plan in --format to FILE (whole, atomically) instead of "
                                             "standard output, e.g. -o plan.json --format json for report and launch")
-@click.option("--report", type=click.Path(dir_okay=False), default=None, help="also write an HTML/Markdown report")
+@click.option("--report", type=click.Path(dir_okay=False), default=None,
+              help="also write an HTML/Markdown report, and the plan it names as REPORT.plan.json beside it "
+                   "(unless -o saves the plan as JSON)")
 def plan(fmt: str, out: Path | None, report: str | None, **options) -> None:
     """Rank cloud instances × technique stacks by the cost (or time) of the whole fine-tuning run.
 
@@ -339,9 +345,24 @@ def plan(fmt: str, out: Path | None, report: str | None, **options) -> None:
     options["command"] = command_line(options, fmt=fmt)
     result = build_plan(**options)
     emit(lambda: render(result, fmt), out)
+    saved = out if out is not None and fmt == "json" else None
     if report:
-        for path in reports.write(result, Path(report)):
-            click.echo(f"wrote {path}", err=True)
+        if saved is None:  # the report names a plan file and `launch --from` it: leave one beside the report
+            saved = plan_file_for(Path(report))
+            emit(lambda: render(result, "json"), saved)
+        for path in reports.write(result, Path(report), plan_file=str(saved)):
+            click.echo(f"wrote {plain(path)}", err=True)
     if not result.constraints_met:
         click.echo(f"error: {plain(result.notice)}", err=True)
         raise SystemExit(3)
+    if saved is not None:
+        next_step(f"gpu-advisor launch --from {shlex.quote(str(saved))} --rank 1 --out launch/",
+                  "the training bundle for the #1", fmt, out)
+    else:
+        next_step(f"{options['command']} --report report.html",
+                  "a report to share, with the plan saved as report.plan.json for launch --from", fmt, out)
+
+
+def plan_file_for(report: Path) -> Path:
+    """Where `plan --report R.html` saves the plan its report names: R.plan.json beside it."""
+    return report.with_name(report.stem + ".plan.json")

@@ -6,6 +6,8 @@ A thin layer over advisor/workload/dataset_tokens.py (reading, tokenizing, sampl
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from advisor.text import plain
@@ -17,7 +19,7 @@ from advisor.workload.dataset_tokens import (
     terminal_progress,
     tokenizer_ref,
 )
-from cli.output import emit, output_options, render_rows
+from cli.output import emit, next_step, output_options, render_rows
 from pricing.files import atomic_write
 from reports import charts
 
@@ -27,7 +29,7 @@ def count(dataset: str, *, model: str | None, tokenizer: str | None, text_field:
           sample: int | None = None, exact: bool = False, padding_up_to: int = 0):
     """The DatasetCount, with a progress bar on a terminal."""
     existing(dataset)  # a missing file is named before a tokenizer is fetched
-    tok = load_tokenizer(tokenizer_ref(model, tokenizer))
+    tok = load_tokenizer(tokenizer_ref(model, tokenizer), model=None if tokenizer else model)
     bar, update = terminal_progress(f"tokenizing {plain(dataset)[-40:]}")
     kwargs = dict(text_field=text_field, messages_field=messages_field, seq_len=seq_len, micro_batch=micro_batch,
                   group_by_length=group_by_length, sample=None if exact else (sample or DEFAULT_SAMPLE),
@@ -101,8 +103,12 @@ def tokens(dataset: str, model, tokenizer, text_field, messages_field, seq_len, 
         write_histogram(result, histogram)
     if fmt == "json":
         emit(result.model_dump_json(indent=2), out)
-        return
-    emit(render_rows(["what", "figure"], summary_rows(result), fmt), out)
+    else:
+        emit(render_rows(["what", "figure"], summary_rows(result), fmt), out)
+    s = result.stats
+    if model:  # the exact command needs the model (a --tokenizer alone does not name one)
+        next_step(f"gpu-advisor plan --model {shlex.quote(model)} --tokens {round(s.kept_tokens)} "
+                  f"--seq-len {s.seq_len}", "rank instances for training on these tokens", fmt, out)
 
 
 def write_histogram(result, path: str) -> None:

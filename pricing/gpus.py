@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from pricing.units import GiB
+from pricing.units import GB, GiB
 
 DATA = Path(__file__).parent / "data" / "gpus.csv"
 
@@ -58,6 +58,14 @@ class GPU:
     @property
     def usable_bytes(self) -> int:
         return int(self.usable_gib * GiB)
+
+    def memory_words(self, headroom: float) -> str:
+        """The one memory vocabulary (every command, table, report and bundle): the card's capacity as sold
+        (GB), what torch reports usable (GB), and the limit a run may use after `headroom` (GB):
+        'A10G: 24 GB card, 23.7 GB usable, limit 21.3 GB with 10% headroom'."""
+        limit = int(self.usable_bytes * (1 - headroom))
+        return (f"{self.name}: {self.memory_gb:g} GB card, {self.usable_bytes / GB:.1f} GB usable, limit "
+                f"{limit / GB:.1f} GB with {headroom:.0%} headroom")
 
     def peak_tflops(self, precision: str) -> float:
         """Dense tensor-core peak for the compute dtype of `precision`."""

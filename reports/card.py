@@ -13,7 +13,8 @@ import re
 
 from advisor.launch.caveats import caveats
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
-from advisor.units import duration, gb, money, pct
+from advisor.units import duration, gb, money
+from reports.claims import versus
 from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -44,15 +45,6 @@ def time_band(c: Candidate) -> str:
     return f"p10–p90: {duration(t.hours_low)} – {duration(t.hours_high)}"
 
 
-def _vs(c: Candidate, other: Candidate, name: str) -> str:
-    diff = other.cost.usd - c.cost.usd
-    share = f" ({pct(abs(diff) / c.cost.usd)})" if c.cost.usd > 0 else ""
-    money_part = (f"costs {money(diff)} more{share}" if diff > 0.005 else
-                  f"costs {money(-diff)} less{share}" if diff < -0.005 else "costs the same")
-    return (f"{name} ({other.offer.provider} {other.offer.instance_type}) {money_part} and takes "
-            f"{duration(other.timing.hours)}")
-
-
 def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
@@ -63,10 +55,10 @@ def why(plan: Plan) -> str:
     if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
         parts[0] = tie[0][0].upper() + tie[0][1:] if plan.constraints_met else f"{parts[0]}, {tie[0]}"
     if len(plan.candidates) > 1:
-        parts.append(_vs(c, plan.candidates[1], "the runner-up"))
+        parts.append(versus(c, plan.candidates[1], "the runner-up"))
     b = plan.baseline
     if b is not None and plan.constraints_met and plan.saving_vs_baseline_usd is not None:
-        parts.append(_vs(c, b, "the naive baseline"))
+        parts.append(versus(c, b, "the naive baseline"))
     return "; ".join(parts) + "."
 
 
@@ -88,7 +80,7 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
             out.append(f"Thin calibration: the time band rests on {rows.group(1)} published measurement(s) "
                        f"({t.band_basis}).")
     if c.fit.tight:
-        out.append(f"Tight memory: {gb(c.fit.peak_bytes)} of {gb(c.fit.usable_bytes)} per GPU is within the "
+        out.append(f"Tight memory: {gb(c.fit.peak_bytes)} per GPU against a limit of {gb(c.fit.limit_bytes)} is within the "
                    "estimator's error of the limit; it may run out of memory. Run `launch.sh --benchmark` first.")
     age = _age_days(c, plan)
     if age is None:  # no date, or the planner's "date unknown"

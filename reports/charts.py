@@ -110,6 +110,20 @@ def memory_chart(plan: Plan, top: int = 5) -> str | None:
         return _svg(fig)
 
 
+# An axis goes to log scale when its values span more than SPAN× or one point is more than OUTLIER× the
+# median (one 8× B300 row at $42 among $4-$6 rows would squash the rest into the bottom eighth); the label says so.
+SPAN = 20
+OUTLIER = 4
+
+
+def log_scaled(values: list[float]) -> bool:
+    if not values or min(values) <= 0:
+        return False
+    ordered = sorted(values)
+    median = ordered[len(ordered) // 2]
+    return max(values) / min(values) > SPAN or max(values) > OUTLIER * median
+
+
 def cost_time_chart(plan: Plan) -> str | None:
     """Cost (USD) against wall time (hours) for every candidate, Pareto front joined,
     top pick and baseline marked. None when there are no candidates."""
@@ -137,15 +151,19 @@ def cost_time_chart(plan: Plan) -> str | None:
         if plan.baseline is not None:
             ax.scatter([plan.baseline.timing.hours], [plan.baseline.cost.usd], marker="X", s=90,
                        color="#000000", zorder=5, label="naive baseline")
-        for axis, values, fmt in ((ax.xaxis, [c.timing.hours for c in points], "{:,g} h"),
-                                  (ax.yaxis, [c.cost.usd for c in points], "${:,g}")):
-            if min(values) > 0 and max(values) / min(values) > 20:  # spans decades: log scale
+        labels = {}
+        for axis, values, fmt, label in ((ax.xaxis, [c.timing.hours for c in points], "{:,g} h", "wall time (hours)"),
+                                         (ax.yaxis, [c.cost.usd for c in points], "${:,g}", "cost (USD)")):
+            labels[axis] = label
+            if log_scaled(values):
                 (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
                 axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
                 axis.set_minor_formatter(NullFormatter())
+                labels[axis] = label + ", log scale: " + ("spans decades" if max(values) / min(values) > SPAN
+                                                         else f"outlier at {fmt.format(float(f'{max(values):.3g}'))}")
             axis.set_major_formatter(FuncFormatter(lambda v, _pos, f=fmt: f.format(float(f"{v:.3g}"))))
-        ax.set_xlabel("wall time (hours)")
-        ax.set_ylabel("cost (USD)")
+        ax.set_xlabel(labels[ax.xaxis])
+        ax.set_ylabel(labels[ax.yaxis])
         ax.set_title("Cost against wall time")
         ax.grid(True, linewidth=0.3, alpha=0.5)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)

@@ -23,6 +23,7 @@ from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
 from reports import charts
 from reports.card import decision_card
+from reports.claims import counts, counts_sentence, pareto_basis, pareto_points, small_workload, versus
 from reports.price_age import is_stale, price_age_days
 
 TOP_ROWS = 10
@@ -132,9 +133,9 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
             assumed.append(f"{label} {_frac(found[1], found[0])}")
     if assumed:
         parts.append(("It assumes " + ", ".join(assumed) + "; ", False))
-    parts.append((f"peak memory is {gb(c.fit.peak_bytes)} of {gb(c.fit.usable_bytes)} usable per GPU, "
-                  f"and the price ({money(c.cost.price_hour)}/h) is from {c.offer.source}, {c.offer.price_date}. ",
-                  False))
+    parts.append((f"peak memory is {gb(c.fit.peak_bytes)} per GPU against a limit of {gb(c.fit.limit_bytes)} "
+                  f"({gb(c.fit.usable_bytes)} usable less headroom), "
+                  f"and the price ({money(c.cost.price_hour)}/h) is from {c.offer.source}, {c.offer.price_date}. ", False))
     if c.notes:
         parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
     sp = plan.spot_alternative
@@ -145,11 +146,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
                       f"{money(sp.cost.on_demand_usd)} for the same instance on demand. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
-        saving = plan.saving_vs_baseline_usd
-        share = f" ({pct(saving / b.cost.usd)})" if b.cost.usd > 0 else ""
-        parts.append((f"Against the naive baseline ({b.offer.provider} {b.offer.instance_type}, {stack(b)}: "
-                      f"{money(b.cost.usd)}, {duration(b.timing.hours)}) it ", False))
-        parts.append((f"saves {money(saving)}{share}" if saving >= 0 else f"costs {money(-saving)} more", True))
+        parts.append((f"Against the naive baseline ({stack(b)}), ", False))
+        parts.append((versus(c, b, "the baseline"), True))
         parts.append((".", False))
     elif b is not None:
         parts.append(("No candidate meets the constraints, so no saving against the naive baseline is claimed.", False))
@@ -166,7 +164,7 @@ def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = 
 
 
 CANDIDATE_HEADERS = ["#", "Cost", "Wall time", "$ per hour", "Instance", "GPUs", "Stack", "Band p10–p90",
-                     "Memory per GPU (peak / usable)", "Batch (micro × accum × seq)", "Price date", "Notes"]
+                     "Memory per GPU (peak / limit)", "Batch (micro × accum × seq)", "Price date", "Notes"]
 CANDIDATE_NUMERIC = ("#", "Cost", "Wall time", "$ per hour", "Price date")
 
 
@@ -184,9 +182,8 @@ def candidate_table(plan: Plan) -> dict:
         misses = any(n.startswith("misses") for n in c.notes)
         rows.append([str(c.rank), money(c.cost.usd) + (" ✗" if misses else ""), duration(c.timing.hours),
                      money(c.cost.price_hour), where, gpus(c), stack(c), band,
-                     f"{gb(c.fit.peak_bytes)} / {gb(c.fit.usable_bytes)}" + (" (tight)" if c.fit.tight else ""),
-                     f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}",
-                     c.offer.price_date + (" ⚠" if stale else ""),
+                     f"{gb(c.fit.peak_bytes)} / {gb(c.fit.limit_bytes)}" + (" (tight)" if c.fit.tight else ""),
+                     f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
                      "; ".join(c.notes)])
         flags.append(stale)
     return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
@@ -242,15 +239,29 @@ def memory_table(plan: Plan) -> dict:
         m = c.memory
         parts = [gb(getattr(m, k)) for k in charts.COMPONENTS] if m else ["n/a"] * len(charts.COMPONENTS)
         rows.append([tag, f"{c.offer.provider} {c.offer.instance_type}", stack(c), *parts, gb(c.fit.peak_bytes),
-                     gb(c.fit.usable_bytes), "yes" if c.fit.peak_bytes <= c.fit.usable_bytes else "no"])
+                     gb(c.fit.usable_bytes), gb(c.fit.limit_bytes),
+                     "yes" if c.fit.peak_bytes <= c.fit.limit_bytes else "no"])
     return table(["", "Instance", "Stack", "Weights", "Gradients", "Optimizer", "Activations", "Overhead",
-                  "Peak", "Usable", "Fits"], rows)
+                  "Peak", "Usable", "Limit (usable less headroom)", "Fits"], rows)
 
 
 def pareto_table(plan: Plan) -> dict:
-    rows = [[str(c.rank), f"{c.offer.provider} {c.offer.instance_type}", gpus(c), stack(c), pricing(c),
-             duration(c.timing.hours), money(c.cost.usd)] for c in sorted(plan.pareto, key=lambda c: c.timing.hours)]
-    return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Wall time", "Cost"], rows)
+    """The front as the terminal lists it (reports.claims.pareto_points): the same points, order and figures."""
+    rows = [[str(c.rank) if c in plan.candidates else "", f"{c.offer.provider} {c.offer.instance_type}", gpus(c), stack(c),
+             pricing(c), figures] for c, figures in pareto_points(plan)]
+    return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Cost / wall time"], rows)
+
+
+SHORT_HEADERS = ["#", "Cost", "Wall time", "GPUs", "Instance", "Stack"]
+
+
+def short_table(plan: Plan) -> dict:
+    """The first table a reader sees: what to compare (cost, time), on what, how; the full one is below it."""
+    rows = [[str(c.rank), money(c.cost.usd) + (" ✗" if any(n.startswith("misses") for n in c.notes) else ""),
+             duration(c.timing.hours), gpus(c), f"{c.offer.provider} {c.offer.instance_type}", stack(c)]
+            for c in plan.candidates[:TOP_ROWS]]
+    return table(SHORT_HEADERS, rows, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
+                 ("#", "Cost", "Wall time"))
 
 
 def lengths_table(plan: Plan) -> dict | None:
@@ -274,7 +285,11 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "model": plan.model,
         "generated_at": plan.generated_at or "unknown time",
         "has_candidates": top is not None,
-        "n_candidates": int(plan.assumptions.get("candidates_meeting_constraints") or len(plan.candidates)),
+        "n_candidates": counts(plan)["meeting"],
+        "counts": counts_sentence(plan, shown=min(TOP_ROWS, len(plan.candidates))),
+        "small_workload": small_workload(plan),
+        "short": short_table(plan),
+        "pareto_basis": pareto_basis(plan),
         "notice": plan.notice,
         "warnings": plan.warnings,
         "answer": answer_parts(plan),
@@ -291,7 +306,7 @@ def build_context(plan: Plan, plan_file: str = "plan.json") -> dict:
         "best_provider": best_provider,
         "rejected": table(["Reason", "Options ruled out", "Example"],
                           [[r.reason, f"{r.count:,}", r.example] for r in rejected]),
-        "rejected_total": sum(r.count for r in rejected),
+        "rejected_before": len(counts(plan)["ruled_out"]),
         "workload": table(["Setting", "Value"], [[k, value(v, k)] for k, v in plan.workload.items()]),
         "assumptions": table(["Assumption", "Value"], [[k, value(v, k)] for k, v in plan.assumptions.items()]),
         "prices": prices,

@@ -160,7 +160,7 @@ def test_too_small_gpu_is_rejected_with_the_memory_it_needs():
     p = run(a10g, methods=("full",))
     assert p.candidates == [] and "Nothing fits" in p.notice
     reason = p.rejected[0].reason
-    assert reason.startswith("A10G 22 GiB: full fine-tuning needs") and " GB per GPU" in reason
+    assert reason.startswith("A10G 24 GB: full fine-tuning needs") and " GB per GPU" in reason
     assert p.rejected[0].count > 0 and "g5.xlarge" in p.rejected[0].example
 
 

@@ -51,7 +51,7 @@ def test_table_is_ranked_and_summarised(sheet):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     assert lines[0].startswith("#") and lines[1].startswith("1 ") and lines[2].startswith("2 ")
-    assert "Pareto front" in r.output and "Rejected" in r.output
+    assert "Pareto front" in r.output and "Ruled out before scoring" in r.output
 
 
 def test_csv_for_spreadsheets(sheet):

@@ -283,4 +283,4 @@ def test_cli_estimate_uses_the_headroom_it_is_given(capsys):
                                  "--loss", "standard")
     assert code == 0, err
     assert "50% headroom" in out and "10% headroom" not in out
-    assert "H100 80GB" in out.split("not on:")[1]  # 44 GB does not fit half of an H100
+    assert "H100 80 GB" in out.split("not on:")[1]  # 44 GB does not fit half of an H100

@@ -163,7 +163,7 @@ def test_estimate_says_none_fits_and_uses_one_memory_unit(capsys):
     assert code == 0
     assert "largest micro-batch at seq 2048: none (even 1 does not fit)" in out
     assert out.count("GiB") == 1  # said once, for nvidia-smi users; everything else in GB
-    assert "RTX4090 (25.76 GB usable" in out
+    assert "RTX4090: 24 GB card, 25.8 GB usable, limit 23.2 GB with 10% headroom" in out
 
 
 def test_enum_options_take_any_case(capsys, monkeypatch, sheet, tmp_path):

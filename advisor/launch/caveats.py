@@ -93,7 +93,8 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
     if dist == "DEEPSPEED" and c.stack.half_weights and c.stack.is_full:
         notes.append(
             f"DeepSpeed's {c.stack.precision} mode keeps fp32 master weights and fp32 Adam states "
-            "(12 B per trainable parameter, ZeRO paper); check the estimate assumed that.")
+            "(12 B per trainable parameter, ZeRO paper); the plan's memory estimate counts them, as "
+            f"`gpu-advisor estimate --precision {c.stack.precision} --sharding {c.stack.sharding}` does.")
     if cpu_adam(c):
         # map_pytorch_optim_to_deepspeed sets adamw_mode only for torch AdamW and 32-bit bitsandbytes AdamW
         mode = ("as AdamW (decoupled weight decay)" if c.stack.optimizer in ("adamw", "adamw-fp32")

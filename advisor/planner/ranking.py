@@ -96,7 +96,7 @@ def prefer_in_near_ties(ranked, key, hours, prefs: dict, sort: str, window: int)
             if hours[pick] * FASTER <= hours[beaten]:
                 reasons.append(f"faster ({hours[pick]:.1f} h against {hours[beaten]:.1f} h)")
             why[int(pick)] = (f"{NEAR_TIE_NOTE} (within 5% or $1 of a cheaper option) for being "
-                              + ", ".join(reasons or ["as good"]))
+                              + ", ".join(reasons or ["equal on every tie-breaker and quicker"]))
         out.append(pick)
         head.remove(pick)
     return np.concatenate([np.asarray(out + head, dtype=int), tail]).astype(int), why

@@ -16,7 +16,8 @@ from advisor.planner import costing, host, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
-from advisor.units import GB, GiB, gb
+from advisor.units import GB, gb
+from pricing.gpus import get_gpu
 
 
 @dataclass
@@ -118,7 +119,7 @@ def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: 
             continue
         best = min(rows, key=need1.__getitem__)  # the first of the leanest
         provider, kind = first_offer[(g, pn)]
-        where = f"{g} {column['usable'][best] / GiB:.0f} GiB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")
+        where = f"{g} {get_gpu(g).memory_gb:g} GB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")  # the card as sold
         rejections.add(f"{where}: {meth} fine-tuning needs {gb(need1[best])} per GPU even at micro-batch 1 "
                        f"(limit {gb(column['limit'][best])} with {request.headroom:.0%} headroom)", count,
                        f"{provider} {kind} · {configs[column['row'][best]].stack.label()}")

@@ -12,7 +12,7 @@ from advisor.results.candidate import Candidate
 from advisor.results.checks import TEXT_CHARS, _check_tree, check_text, check_workload
 from advisor.results.estimate import ModelInfo
 from advisor.results.plan_refs import VIEWS, to_refs
-from advisor.units import money
+from advisor.units import MILLION, money, tokens
 from pricing.managed import ManagedAlternative
 
 # 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat copies); 3: nested only, each
@@ -176,7 +176,7 @@ class Plan(BaseModel):
         price = money(m.usd) + (f"-{money(m.usd_high)}" if m.usd_high is not None else "")
         dated = m.observed_at or "date unknown"
         text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
-                f"{m.billed_m_tokens:,.0f}M tokens (price dated {dated}, {m.source.split(' ')[0]})")
+                f"{tokens(m.billed_m_tokens * MILLION)} tokens (price dated {dated}, {m.source.split(' ')[0]})")
         if self.candidates and self.constraints_met:
             top = self.candidates[0].cost.usd
             if top <= m.usd:

@@ -240,10 +240,11 @@ def native_errors(what: str):
             held.close()
 
 
-def load_tokenizer(ref: str) -> Tokenizer:
+def load_tokenizer(ref: str, model: str | None = None) -> Tokenizer:
     """A local folder (tokenizer.json, with tokenizer_config.json's chat template when present), a
     tokenizer.json file, or a Hub id (HF_TOKEN for gated repos; the local cache when offline). Local
-    files are read like every input: regular files only, sizes and JSON nesting bounded."""
+    files are read like every input: regular files only, sizes and JSON nesting bounded. `model`: the --model
+    the ref came from (no --tokenizer given), named in the message when it cannot be loaded."""
     text = str(ref).strip()
     p = Path(text).expanduser()
     what = f"--tokenizer {plain(text)}"
@@ -261,7 +262,7 @@ def load_tokenizer(ref: str) -> Tokenizer:
         if os.path.lexists(p / "tokenizer.json"):
             _tokenizers_file(p / "tokenizer.json", f"{what}: tokenizer.json")  # its rules, checked by us first
         return _auto(text, p, local=True)
-    return _auto(text, text, local=False)
+    return _auto(text, text, local=False, model=model)
 
 
 def _read(p: Path, what: str) -> bytes:
@@ -291,7 +292,7 @@ def _tokenizers_file(p: Path, what: str):
         raise BadInput(f"{what}: not a tokenizers JSON file ({_first(exc)}).") from None
 
 
-def _auto(name: str, where, local: bool) -> Tokenizer:
+def _auto(name: str, where, local: bool, model: str | None = None) -> Tokenizer:
     try:
         from transformers import AutoTokenizer
     except ImportError:
@@ -306,6 +307,13 @@ def _auto(name: str, where, local: bool) -> Tokenizer:
     except BadInput:
         raise
     except Exception as exc:  # noqa: BLE001 - offline, gated, missing files: one line naming what is missing
+        if model is not None and not local:  # the user gave a model, not --tokenizer: name what they gave
+            gated = "" if settings.present("HF_TOKEN") else " (set HF_TOKEN first if the repo is gated)"
+            raise BadInput(redact(
+                f"--model {plain(model)}: its tokenizer ({plain(name)}) is not in the local Hugging Face cache and "
+                f"the Hub cannot be reached or refuses it; download it once while online (run this command again, "
+                f"or `huggingface-cli download {plain(name)}`){gated}, or give a local tokenizer folder or "
+                f"tokenizer.json with --tokenizer ({_first(exc)}).")) from None
         hint = ("the folder holds no usable tokenizer.json / tokenizer_config.json" if local else
                 "not in the local Hugging Face cache and the Hub cannot be reached or refuses it"
                 + ("" if settings.present("HF_TOKEN") else " (set HF_TOKEN for a gated repo)"))

@@ -1,0 +1,122 @@
+"""What the output says about itself, worded once: the ranking basis, a saving, the counts, the Pareto front.
+
+The terminal table (cli/plan.py), the report (reports/render.py) and the decision card (reports/card.py) all
+call these, so "ranked by ...", "$X less (Y%)", "N options scored" and the front's points cannot disagree
+between them. Every figure is read from the plan: the ranking basis is the one the plan states
+(`assumptions["ranking"]` where the planner records it, else the quantile each candidate was ranked at,
+`timing.risk_quantile`, and the near-tie notes it carries), never a constant of this module.
+"""
+
+from __future__ import annotations
+
+from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
+from advisor.units import duration, money
+
+# A difference smaller than this is "the same" (a cent); below DOLLAR no percentage is stated, because
+# a share of a few cents (a tiny dataset's $0.07 against $0.17) reads as a big claim about nothing.
+CENT = 0.005
+DOLLAR = 1.0
+# Rejection reasons counted after scoring (constraints): the rest are counted before, per reason.
+AFTER_SCORING = ("over the budget", "misses the deadline")
+
+
+def _quantile(q: float) -> str:
+    return f"p{round(q * 100)}"
+
+
+def ranking_basis(plan: Plan) -> str:
+    """'cost at p50 (p80 where the time model is uncalibrated); near-ties (marked) ...' as the plan states it."""
+    by = "time" if plan.assumptions.get("sort") == "time" else "cost"
+    stated = plan.assumptions.get("ranking")
+    if isinstance(stated, str) and stated.strip():
+        return stated.strip()
+    if isinstance(stated, dict) and stated.get("quantile"):
+        text = f"{by} at {stated['quantile']}"
+        tie = stated.get("near_tie_pct")
+        if tie:
+            text += f"; near-ties within {float(tie):g}%"
+            breakers = stated.get("tie_breakers")
+            if isinstance(breakers, (list, tuple)) and breakers:
+                text += " settled by " + ", then ".join(str(b) for b in breakers)
+            text += " (marked)"
+        return text
+    risk = str(plan.assumptions.get("risk") or "p50")
+    quantiles = {_quantile(c.timing.risk_quantile) for c in plan.candidates}
+    others = sorted(quantiles - {risk})
+    text = f"{by} at {risk}" + (f" ({', '.join(others)} where the time model is uncalibrated)" if others else "")
+    if any(n.startswith(NEAR_TIE_NOTE) for c in plan.candidates for n in c.notes):
+        text += "; a row marked 'preferred in a near-tie' is ranked above a slightly cheaper one"
+    return text
+
+
+def ranked_cost(c: Candidate) -> float:
+    """The cost the candidate was ranked (and the front computed) on: its cost at its ranking quantile."""
+    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
+
+
+def ranked_hours(c: Candidate) -> float:
+    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
+
+
+def difference(pick_usd: float, other_usd: float) -> str:
+    """The one way a saving is stated: '$2.30 less (41%)' / '$0.74 more (19%)' / 'the same', the share
+    always of the other (named) row's cost; no share when that cost is under a dollar."""
+    diff = other_usd - pick_usd
+    if abs(diff) < CENT:
+        return "the same"
+    share = f" ({abs(diff) / other_usd:.0%})" if other_usd >= DOLLAR else ""
+    return f"{money(abs(diff))} {'less' if diff > 0 else 'more'}{share}"
+
+
+def versus(pick: Candidate, other: Candidate, name: str, subject: str = "it") -> str:
+    """'it costs $2.30 less (41%) than the naive baseline (aws g5.xlarge: $5.60, 3.1 h)'."""
+    said = difference(pick.cost.usd, other.cost.usd)
+    what = f"{name} ({other.offer.provider} {other.offer.instance_type}: {money(other.cost.usd)}, {duration(other.timing.hours)})"
+    if said == "the same":
+        return f"{subject} costs the same as {what}"
+    return f"{subject} costs {said} than {what}"
+
+
+def counts(plan: Plan) -> dict:
+    """Scored, meeting the constraints, missing them (after scoring) and ruled out before scoring, per reason.
+    scored = meeting + missing whenever one constraint is set (an option can miss both budget and deadline)."""
+    scored = int(plan.assumptions.get("candidates_scored") or len(plan.candidates))
+    meeting = plan.assumptions.get("candidates_meeting_constraints")
+    meeting = int(meeting) if meeting is not None else (scored if plan.constraints_met else 0)
+    after = [r for r in plan.rejected if r.reason.startswith(AFTER_SCORING)]
+    before = sorted((r for r in plan.rejected if not r.reason.startswith(AFTER_SCORING)), key=lambda r: -r.count)
+    return {"scored": scored, "meeting": meeting, "shown": len(plan.candidates), "missing": after,
+            "ruled_out": before}
+
+
+def counts_sentence(plan: Plan, shown: int | None = None) -> str:
+    """'626 options scored, 626 meet the constraints; the table shows the best 10, ranked by ...'."""
+    n = counts(plan)
+    text = f"{n['scored']:,} options scored (offer × stack pairs that fit), {n['meeting']:,} meet the constraints"
+    for r in n["missing"]:
+        text += f", {r.count:,} {r.reason}"
+    return text + f"; shown: {n['shown'] if shown is None else shown:,}, ranked by {ranking_basis(plan)}"
+
+
+def pareto_points(plan: Plan) -> list[tuple[Candidate, str]]:
+    """The front, fastest first, each with the figures it was computed on ('$2,160.80 / 4.7 h')."""
+    return [(c, f"{money(ranked_cost(c))} / {ranked_hours(c):,.1f} h")
+            for c in sorted(plan.pareto, key=lambda c: (ranked_hours(c), ranked_cost(c)))]
+
+
+def pareto_basis(plan: Plan) -> str:
+    """What the front's figures are: the ranking quantile's (a row's table figure is p50 where they differ)."""
+    if any(abs(ranked_cost(c) - c.cost.usd) > CENT for c in plan.pareto):
+        return "at each option's ranking quantile (the figures it was ranked on)"
+    return "as in the table"
+
+
+def small_workload(plan: Plan) -> list[str]:
+    """Warnings about the workload's size against one optimizer step (the planner's own are in plan.warnings)."""
+    w = plan.workload
+    tokens, batch = w.get("tokens") or w.get("train_tokens"), w.get("global_batch_tokens")
+    if isinstance(tokens, int) and isinstance(batch, int) and 0 < tokens < batch:
+        return [f"The data ({tokens:,} tokens per epoch) is smaller than one global batch ({batch:,} tokens): "
+                f"the run is a single partial optimizer step. Lower --global-batch (or --global-batch-tokens) "
+                f"or add data."]
+    return []
