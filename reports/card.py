@@ -14,6 +14,7 @@ import re
 from advisor.launch.caveats import caveats
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.units import duration, gb, money, pct
+from pricing.geo import countries
 from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -23,7 +24,27 @@ FEW_CALIBRATION_ROWS = 3
 def where(c: Candidate) -> str:
     tier = "spot" if c.spot else "on-demand"
     nodes = f"{c.nodes} × " if c.nodes > 1 else ""
-    return f"{c.provider} · {nodes}{c.instance_type} · {c.region} · {tier}"
+    return f"{c.provider} · {nodes}{c.instance_type} · {c.region} · host in {country(c)} · {tier}"
+
+
+def country(c: Candidate) -> str:
+    """The host's country, by name and ISO code, or 'an unknown country' (pricing/geo.py)."""
+    code = c.offer.country
+    name = countries().get(code, ("", ""))[0]
+    return f"{name} ({code})" if name else "an unknown country"
+
+
+def usd(c: Candidate) -> float:
+    """The cost the ranking used (plan.ranking's quantile), the figure the table shows."""
+    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
+
+
+def hours(c: Candidate) -> float:
+    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
+
+
+def quantile(plan: Plan) -> str:
+    return str(plan.ranking.get("quantile") or plan.assumptions.get("risk") or "p50")
 
 
 def hardware(c: Candidate) -> str:
@@ -45,18 +66,18 @@ def time_band(c: Candidate) -> str:
 
 
 def _vs(c: Candidate, other: Candidate, name: str) -> str:
-    diff = other.cost_usd - c.cost_usd
-    share = f" ({pct(abs(diff) / c.cost_usd)})" if c.cost_usd > 0 else ""
+    diff = usd(other) - usd(c)
+    share = f" ({pct(abs(diff) / usd(c))})" if usd(c) > 0 else ""
     money_part = (f"costs {money(diff)} more{share}" if diff > 0.005 else
                   f"costs {money(-diff)} less{share}" if diff < -0.005 else "costs the same")
-    return f"{name} ({other.provider} {other.instance_type}) {money_part} and takes {duration(other.hours)}"
+    return f"{name} ({other.provider} {other.instance_type}) {money_part} and takes {duration(hours(other))}"
 
 
 def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
     by_time = plan.assumptions.get("sort") == "time"
-    parts = [("Fastest" if by_time else "Cheapest") + " option that fits" if plan.constraints_met
+    parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {quantile(plan)}" if plan.constraints_met
              else "Closest to the constraints"]
     tie = [n for n in c.notes if n.startswith(NEAR_TIE_NOTE)]
     if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
@@ -79,8 +100,8 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
     t = c.timing
     if not t.calibrated:
         out.append(f"Uncalibrated hardware: the time model has no published measurements for this GPU class and "
-                   f"method ({t.band_basis or 'no segment'}); it is ranked at its slow end, and hours and cost may "
-                   "be further off than the band.")
+                   f"method ({t.band_basis or 'no segment'}); its band is wider, and hours and cost may be further "
+                   "off than it.")
     else:
         rows = re.search(r"(\d+) held-out", t.band_basis)
         if rows and int(rows.group(1)) < FEW_CALIBRATION_ROWS:
@@ -99,6 +120,11 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
                      else "is marked stale by its sheet (an old catalog generation)")
         out.append(f"Stale price: {money(c.price_hour)}/h from {c.price_source} ({c.price_date}) {why_stale}; "
                    "check it with the provider before you buy.")
+    out += [f"The band crosses a constraint: {n.removeprefix('band crosses ')}." for n in c.notes
+            if n.startswith("band crosses")]
+    if not c.offer.host_known:
+        out.append("Host unknown: the price source lists no host RAM or vCPUs, so the loading check could not run; "
+                   "check the host before renting.")
     moe = plan.model.params_active < plan.model.params_total
     out += [f"Launch caveat: {note}" for note in caveats(c, plan.model.family, moe)]
     return out
@@ -132,8 +158,8 @@ def decision_card(plan: Plan) -> dict:
         "headline": "Best option" if met else (plan.notice or "No candidate meets the constraints"),
         "lede": "" if met else "Nearest option, which does not meet them:",
         "figures": [
-            {"label": "Cost", "value": money(c.cost_usd), "detail": cost_band(c)},
-            {"label": "Wall time", "value": duration(c.hours), "detail": time_band(c)},
+            {"label": f"Cost ({quantile(plan)})", "value": money(usd(c)), "detail": cost_band(c)},
+            {"label": f"Wall time ({quantile(plan)})", "value": duration(hours(c)), "detail": time_band(c)},
             {"label": "Hardware", "value": hardware(c), "detail": where(c)},
         ],
         "stack": f"{c.label or c.stack.label()} · micro-batch {c.micro_batch} × accumulation {c.grad_accum} at "

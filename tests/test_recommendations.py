@@ -71,7 +71,7 @@ def test_default_8b_lora_top_pick_is_on_demand_and_dated_only_by_an_observation(
         row = rows.loc[(c.provider, c.offer.region, c.offer.instance_type)]
         assert (row.price_check, c.price_date, c.price_stale) == ("confirmed", row.checked_at[:10], False), c.offer
     assert lora_8b.baseline is not None and not lora_8b.baseline.spot
-    assert lora_8b.saving_vs_baseline_usd == pytest.approx(lora_8b.baseline.cost_usd - top.cost_usd)
+    assert lora_8b.saving_vs_baseline_usd == pytest.approx(lora_8b.baseline.cost.usd_at_risk - top.cost.usd_at_risk)
 
 
 def test_a_dated_fresh_h100_beats_the_undated_marketplace_headline(tmp_path):
@@ -97,8 +97,8 @@ def test_with_spot_the_alternative_is_beside_the_on_demand_pick_and_saves_agains
     assert s.spot and s.cost.on_demand_usd > s.cost_usd
     assert s.timing.interruption_hours > 0
     # the plan's saving still compares on-demand with the on-demand baseline
-    assert lora_8b_spot.saving_vs_baseline_usd == pytest.approx(lora_8b_spot.baseline.cost_usd
-                                                                 - lora_8b_spot.candidates[0].cost_usd)
+    assert lora_8b_spot.saving_vs_baseline_usd == pytest.approx(lora_8b_spot.baseline.cost.usd_at_risk
+                                                                 - lora_8b_spot.candidates[0].cost.usd_at_risk)
 
 
 def test_the_plan_prices_a_managed_service_beside_the_self_hosted_pick(lora_8b):
