@@ -64,7 +64,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
             check_choice("--regions", region_names, off["region"].unique())
         keep = off["region"].str.lower().isin([r.lower() for r in region_names]).to_numpy()
         if countries or continents:
-            keep |= geo.matches(off["region"].astype(str), countries, continents)
+            keep = keep | geo.matches(off["region"].astype(str), countries, continents)
         rejections.add(f"--regions {','.join(request.regions)}: host elsewhere or in an unknown country",
                        int((~keep).sum()))
         off = off[keep]
