@@ -23,7 +23,6 @@ from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import OUTPUT_FORMATS, emit, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
-from pricing.geo import countries
 from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
 
 
@@ -42,7 +41,7 @@ def plan_options(f):
                      help="GRPO: prompts per epoch (each --num-generations completions of prompt + completion tokens)"),
         click.option("--epochs", type=float, default=None, help="epochs [1]"),
         click.option("--seq-len", type=click.IntRange(min=1), default=None, help="sequence length [2048]"),
-        click.option("--global-batch", type=click.IntRange(min=1), default=None, help="sequences per optimizer step [64]"),
+        click.option("--global-batch", type=click.IntRange(min=1), default=None, help="sequences per optimizer step [64; long context: 2^19 tokens]"),
         click.option("--global-batch-tokens", default=None, help="tokens per optimizer step (instead of --global-batch)"),
         click.option("--methods", default=None, help="comma list of full,lora,qlora [all]"),
         click.option("--budget", type=float, default=None, help="maximum cost in USD"),
@@ -56,7 +55,7 @@ def plan_options(f):
         click.option("--gpu", default=None, help="one GPU model or a comma list, e.g. H100,A100-80GB"),
         click.option("--spot/--no-spot", default=None,
                      help="also price spot capacity: the best spot option is shown beside the on-demand ranking, "
-                          "its saving against the same instance on demand [--no-spot]"),
+                          "its saving against the on-demand #1 [--no-spot]"),
         click.option("--allow-stale", is_flag=True, default=None,
                      help="rank stale prices (undated, or older than GPU_ADVISOR_STALE_DAYS) even "
                           "when fresh offers exist"),
@@ -79,8 +78,8 @@ def plan_options(f):
                           "naming the row)"),
         click.option("--sort", type=choice(["cost", "time"]), default=None, help="rank by [cost] or time"),
         click.option("--risk", type=choice(["p50", "p80", "p90"]), default=None,
-                     help="rank by hours and cost at this quantile of the time model's held-out error: p80 for "
-                          "budgets you must not overrun [p50]"),
+                     help="the one quantile of the time model's held-out error every row is ranked, shown and "
+                          "checked against --budget/--deadline at [p80]"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
                      help="rank every stack variant, not just each offer's best"),
@@ -281,7 +280,7 @@ def spot_line(plan, s) -> str:
     allowance and the spot price's date."""
     q = quantile(plan)
     what = (f"On spot: {s.provider} {s.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
-            + f", {at_risk_hours(s):,.1f} h and {money(at_risk_usd(s))} at {q} (including {s.timing.interruption_hours:,.1f} h "
+            + f", {at_risk_hours(s):,.1f} h and {money(at_risk_usd(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
             f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.price_date})")
     top = plan.candidates[0] if plan.candidates else None
     if top is None or top.spot:
@@ -295,7 +294,7 @@ def spot_line(plan, s) -> str:
 
 
 def place(c) -> str:
-    name = countries().get(c.offer.country, ("", ""))[0]
+    name = c.offer.country_name
     return f"{name} ({c.offer.country})" if name else c.offer.country
 
 

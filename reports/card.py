@@ -14,7 +14,6 @@ import re
 from advisor.launch.caveats import caveats
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.units import duration, gb, money, pct
-from pricing.geo import countries
 from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -29,9 +28,8 @@ def where(c: Candidate) -> str:
 
 def country(c: Candidate) -> str:
     """The host's country, by name and ISO code, or 'an unknown country' (pricing/geo.py)."""
-    code = c.offer.country
-    name = countries().get(code, ("", ""))[0]
-    return f"{name} ({code})" if name else "an unknown country"
+    code, name = c.offer.country, c.offer.country_name
+    return f"{name} ({code})" if name and code else "an unknown country"
 
 
 def usd(c: Candidate) -> float:

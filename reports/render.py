@@ -22,7 +22,7 @@ from advisor.text import md, plain
 from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
 from reports import charts
-from reports.card import decision_card
+from reports.card import decision_card, hours as ranked_hours, quantile, usd as ranked_usd
 from reports.price_age import is_stale, price_age_days
 
 TOP_ROWS = 10
@@ -109,8 +109,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         (f"{c.provider} {c.instance_type}", True),
         (f" ({gpus(c)}, {pricing(c)}, {c.region}) with ", False), (stack(c), True),
         (f", micro-batch {c.micro_batch} × grad-accum {c.grad_accum} at {c.seq_len:,} tokens. "
-         "It should cost about ", False), (money(c.cost_usd), True), (" and take ", False),
-        (duration(c.hours), True), (" wall time", False),
+         f"At {quantile(plan)} (the figure the ranking used) it should cost about ", False),
+        (money(ranked_usd(c)), True), (" and take ", False), (duration(ranked_hours(c)), True), (" wall time", False),
     ]
     t = c.timing
     if t.hours_low is not None and t.hours_high is not None:
@@ -138,15 +138,16 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
     sp = plan.spot_alternative
     if sp is not None:
-        parts.append((f"On spot capacity, {sp.provider} {sp.instance_type} would cost about {money(sp.cost_usd)} "
-                      f"and take {duration(sp.hours)} with expected interruptions, against "
-                      f"{money(sp.cost.on_demand_usd)} for the same instance on demand. ", False))
+        parts.append((f"On spot capacity, {sp.provider} {sp.instance_type} would cost about {money(ranked_usd(sp))} "
+                      f"and take {duration(ranked_hours(sp))} with {duration(sp.timing.interruption_hours)} of expected "
+                      f"interruptions (spot price dated {sp.price_date}), against {money(ranked_usd(c))} for the "
+                      "on-demand #1. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
         saving = plan.saving_vs_baseline_usd
-        share = f" ({pct(saving / b.cost_usd)})" if b.cost_usd > 0 else ""
+        share = f" ({pct(saving / ranked_usd(b))})" if ranked_usd(b) > 0 else ""
         parts.append((f"Against the naive baseline ({b.provider} {b.instance_type}, {stack(b)}: "
-                      f"{money(b.cost_usd)}, {duration(b.hours)}) it ", False))
+                      f"{money(ranked_usd(b))}, {duration(ranked_hours(b))}) it ", False))
         parts.append((f"saves {money(saving)}{share}" if saving >= 0 else f"costs {money(-saving)} more", True))
         parts.append((".", False))
     elif b is not None:
@@ -180,7 +181,8 @@ def candidate_table(plan: Plan) -> dict:
         where = (f"{c.provider} {c.instance_type} · {c.region}" + (f" (+{len(c.offer.also_in)} more)"
                  if c.offer.also_in else "") + f" · {pricing(c)}")
         misses = any(n.startswith("misses") for n in c.notes)
-        rows.append([str(c.rank), money(c.cost_usd) + (" ✗" if misses else ""), duration(c.hours),
+        rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_usd(c)) + (" ✗" if misses else ""),
+                     duration(ranked_hours(c)),
                      money(c.price_hour), where, gpus(c), stack(c), band,
                      f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}" + (" (tight)" if c.fit.tight else ""),
                      f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}", c.price_date + (" ⚠" if stale else ""),

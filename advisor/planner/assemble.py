@@ -211,7 +211,8 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
                  stale=bool(stale) if isinstance(stale, (bool, np.bool_)) else False,
                  interconnect=str(o.get("interconnect") or ""), notes=str(o.get("notes") or ""),
                  also_in=list(dict.fromkeys((list(also) if isinstance(also, (list, tuple)) else []) + also_regions)),
-                 also_named=also_named, country=geo.country_of(str(o["region"])), host_known=known,
+                 also_named=also_named, country=geo.country_of(str(o["region"])),
+                 country_name=geo.countries().get(geo.country_of(str(o["region"])), ("", ""))[0], host_known=known,
                  ram_gb=float(ram) if known else None, vcpus=int(cpus) if known else None)
 
 

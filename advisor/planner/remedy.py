@@ -107,11 +107,11 @@ def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
         out.append(f"even the setup alone does not fit on {where}")
     need = []
     if request.deadline_hours is not None and total > request.deadline_hours:
-        need.append(f"--deadline {math.ceil(total)}h")
+        need.append((f"--deadline {math.ceil(total)}h", "a later deadline"))
     if request.budget is not None and _usd(c) > request.budget:
-        need.append(f"--budget {math.ceil(_usd(c))}")
+        need.append((f"--budget {math.ceil(_usd(c))}", "a larger budget"))
     if need:
-        out.append(f"{' '.join(need)} (a later deadline or larger budget) for the requested "
+        out.append(f"{' '.join(f for f, _ in need)} ({' and '.join(w for _, w in need)}) for the requested "
                    f"{_tokens(request.train_tokens)} tokens on {where}: {_hours(c):,.1f} h, {money(_usd(c))}")
     return out
 

@@ -37,11 +37,12 @@ class Offer(BaseModel):
     also_named: list[str] = Field(default_factory=list, description="the same offer (provider, GPU, count, price, "
                                                                     "network) under other instance names")
     country: str = Field("", description="ISO 3166 code of the host's country ('' unknown; pricing/geo.py)")
+    country_name: str = Field("", description="the country's name ('' unknown)")
     host_known: bool = Field(True, description="the source lists the host's RAM and vCPUs")
     ram_gb: float | None = Field(None, description="host RAM per node (GB), where listed")
     vcpus: int | None = Field(None, description="host vCPUs per node, where listed")
 
-    @field_validator("provider", "region", "instance_type", "price_date", "interconnect", "country")
+    @field_validator("provider", "region", "instance_type", "price_date", "interconnect", "country", "country_name")
     @classmethod
     def _name(cls, v: str, info) -> str:
         return check_text(v, info.field_name)
