@@ -286,7 +286,7 @@ def spot_line(plan, s) -> str:
     if top is None or top.spot:
         return what + "."
     diff = at_risk_usd(top) - at_risk_usd(s)
-    share = f" ({diff / at_risk_usd(top):.0%})" if at_risk_usd(top) > 0 else ""
+    share = f" ({abs(diff) / at_risk_usd(top):.0%})" if at_risk_usd(top) > 0 else ""
     verdict = (f"saves {money(diff)}{share}" if diff > 0.005 else f"costs {money(-diff)} more{share}" if diff < -0.005
                else "costs the same")
     return (what + f": {verdict} against the on-demand #1 ({top.provider} {top.instance_type}, "
