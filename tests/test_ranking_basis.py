@@ -250,17 +250,17 @@ def test_a_bad_region_code_is_one_line_and_exit_2(code):
 def test_an_unknown_host_is_labelled_and_loses_a_near_tie_to_a_known_one():
     from cli.plan import render
 
-    sheet = pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 2.00, ram=float("nan"), vcpus=float("nan")),
+    sheet = pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 2.00, ram=float("nan")),
                           offer("beta", "1x-H100b", "H100", 1, 2.03)])
     p = plan("meta-llama/Llama-3.1-8B", offers=sheet, tokens=50e6, methods=("lora",))
     known, unknown = p.candidates[:2]
     assert (known.provider, unknown.provider) == ("beta", "acme") and known.tie_rule == "known host"
-    assert not unknown.offer.host_known and any("host RAM/vCPUs unknown" in n for n in unknown.notes)
+    assert not unknown.offer.host_known and any("host RAM unknown" in n for n in unknown.notes)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COLUMNS", "100000")
         assert "HOST?" in render(p, "table")
     alone = plan("meta-llama/Llama-3.1-8B", offers=sheet.iloc[:1], tokens=50e6, methods=("lora",))
-    assert any("host RAM/vCPUs unknown" in w for w in alone.warnings)  # #1 says so
+    assert any("host RAM unknown" in w for w in alone.warnings)  # #1 says so
 
 
 def test_a_marketplace_median_confirms_prices_but_is_never_an_offer():

@@ -203,7 +203,8 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
     spot_price = o.get("spot_price_hour")
     also = o.get("also_in")
     ram, cpus = o.get("ram_gb"), o.get("vcpus")
-    known = all(isinstance(x, (int, float, np.number)) and x == x for x in (ram, cpus))
+    known = isinstance(ram, (int, float, np.number)) and ram == ram  # host RAM listed (what loading needs)
+    cpus_known = isinstance(cpus, (int, float, np.number)) and cpus == cpus
     return Offer(provider=str(o["provider"]), region=str(o["region"]), instance_type=str(o["instance_type"]),
                  gpu_model=str(o["gpu_model"]), gpu_count=int(o["gpu_count"]), price_hour=float(o["price_hour"]),
                  spot_price_hour=None if spot_price is None or spot_price != spot_price else float(spot_price),
@@ -213,7 +214,7 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
                  also_in=list(dict.fromkeys((list(also) if isinstance(also, (list, tuple)) else []) + also_regions)),
                  also_named=also_named, country=geo.country_of(str(o["region"])),
                  country_name=geo.countries().get(geo.country_of(str(o["region"])), ("", ""))[0], host_known=known,
-                 ram_gb=float(ram) if known else None, vcpus=int(cpus) if known else None)
+                 ram_gb=float(ram) if known else None, vcpus=int(cpus) if cpus_known else None)
 
 
 def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_notes=(),

@@ -54,6 +54,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     names = {g: canonical_name(str(g)) for g in off["gpu_model"].unique()}  # once per distinct label
     off["gpu_model"] = off["gpu_model"].map({g: c or str(g) for g, c in names.items()})
 
+    sold = off["gpu_model"].unique()  # --gpu names are checked against every sheet row, before other filters
     if request.providers:
         providers = [p.lower() for p in request.providers]
         check_choice("--providers", providers, off["provider"].unique())
@@ -75,7 +76,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
         off = off[~peer]
     if request.gpus:
         want = [get_gpu(g).name for g in request.gpus]
-        check_choice("--gpu", want, off["gpu_model"].unique())
+        check_choice("--gpu", want, sold)
         off = off[off["gpu_model"].isin(want)]
     known = off["gpu_model"].isin({c for c in names.values() if c})
     for g, n in off.loc[~known, "gpu_model"].value_counts().items():

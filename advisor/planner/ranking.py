@@ -8,7 +8,7 @@ matters more than a few percent, and spot prices that look like placeholders kep
 - Near-ties are relative only: within NEAR_TIE_PCT percent of the cheapest remaining candidate (or the
   fastest, with --sort time), the tie-breakers pick, in TIE_BREAKERS order: the requested global batch
   kept exactly; fewer GPUs and nodes; clear of the memory limit (not tight); a calibrated time model; a
-  non-marketplace seller; a known host (RAM and vCPUs listed); a dated price before an undated one;
+  non-marketplace seller; a known host (its RAM listed); a dated price before an undated one;
   then bf16 and unquantized base weights. A candidate promoted over a cheaper one says which rule did it
   (a mark in the table, its note, and `Why #1`). Since each pick is within NEAR_TIE_PCT of the cheapest
   candidate still unplaced, no row is more than NEAR_TIE_PCT dearer than any row below it.
@@ -77,14 +77,12 @@ def preferences(sc, fitting, priced, request):
         fitting["gpu_count"].to_numpy(np.int64) * fitting["nodes"].to_numpy(np.int64))[ci]
     nodes = fitting["nodes"].to_numpy(np.int64)[ci]
     ram = pd.to_numeric(priced["ram_gb"], errors="coerce").to_numpy(float)
-    cpus = pd.to_numeric(priced["vcpus"], errors="coerce").to_numpy(float) if "vcpus" in priced else np.full(
-        len(priced), np.nan)
     return {"requested global batch kept": fitting["global_batch"].to_numpy(np.int64)[ci] != request.sequences_per_step,
             "fewer GPUs and nodes": gpus * 1024 + nodes,
             "clear of the memory limit": fitting["tight"].to_numpy(bool)[ci],
             "calibrated": ~fitting["calibrated"].to_numpy(bool)[ci],
             "non-marketplace": marketplace(priced)[oi],
-            "known host": (np.isnan(ram) | np.isnan(cpus))[oi],
+            "known host": np.isnan(ram)[oi],
             "dated price": undated(priced)[oi],
             "bf16": ~fitting["bf16"].to_numpy(bool)[ci],
             "unquantized": (fitting["method"] == "qlora").to_numpy(bool)[ci]}
@@ -109,7 +107,7 @@ def _why_words(name: str, pick: int, beaten: int, prefs: dict, gpus, nodes) -> s
     return {"requested global batch kept": "keeps the requested global batch exactly",
             "clear of the memory limit": "clear of the memory limit (the cheaper one is tight)",
             "calibrated": "a calibrated time model", "non-marketplace": "not a marketplace host",
-            "known host": "a known host (RAM and vCPUs listed)", "dated price": "a dated price",
+            "known host": "a known host (its RAM listed)", "dated price": "a dated price",
             "bf16": "bf16", "unquantized": "unquantized base weights"}.get(name, name)
 
 

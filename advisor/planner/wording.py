@@ -107,7 +107,7 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
     return out
 
 
-HOST_UNKNOWN_NOTE = "host RAM/vCPUs unknown"
+HOST_UNKNOWN_NOTE = "host RAM unknown"
 
 
 def crossings(c: Candidate, request: PlanRequest) -> list[str]:

@@ -38,7 +38,7 @@ class Offer(BaseModel):
                                                                     "network) under other instance names")
     country: str = Field("", description="ISO 3166 code of the host's country ('' unknown; pricing/geo.py)")
     country_name: str = Field("", description="the country's name ('' unknown)")
-    host_known: bool = Field(True, description="the source lists the host's RAM and vCPUs")
+    host_known: bool = Field(True, description="the source lists the host's RAM (what loading the model needs)")
     ram_gb: float | None = Field(None, description="host RAM per node (GB), where listed")
     vcpus: int | None = Field(None, description="host vCPUs per node, where listed")
 
