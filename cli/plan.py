@@ -146,11 +146,11 @@ def command_line(options: dict, **extra) -> str:
 # Table columns, most important first; `_DROP` says which leave first when the terminal is narrow.
 # "cost" and "hours" are the figures the ranking used (plan.ranking["quantile"], --risk), the p10-p90 band beside
 # them; the header names the quantile (`_titles`).
-HEADER = ["#", "cost", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
+HEADER = ["#", "cost", "cost band", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
           "GB peak/limit", "$/M tok", "price source, date"]
-_RIGHT = {"cost", "hours", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
+_RIGHT = {"cost", "cost band", "hours", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
 TIE_MARK = "*"  # a row ranked above a cheaper (or faster) one by a near-tie rule
-_DROP = ["$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
+_DROP = ["cost band", "$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
 
 def _columns(plan) -> list[str]:
@@ -162,7 +162,7 @@ def _columns(plan) -> list[str]:
         extra.append("on-demand")
     if plan.spot_alternative is not None and any(c.cost.spot_usd is not None for c in plan.candidates):
         extra.append("spot")
-    return cols[:4] + extra + cols[4:]
+    return cols[:5] + extra + cols[5:]
 
 
 def quantile(plan) -> str:
@@ -172,7 +172,7 @@ def quantile(plan) -> str:
 
 def _titles(plan, columns: list[str]) -> list[str]:
     q = quantile(plan)
-    return [{"cost": f"cost {q} (p10-p90)", "hours": f"hours {q} (p10-p90)"}.get(h, h) for h in columns]
+    return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}"}.get(h, h) for h in columns]
 
 
 def at_risk_usd(c) -> float:
@@ -183,17 +183,16 @@ def at_risk_hours(c) -> float:
     return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
 
 
-def _money_band(value: float, low: float | None, high: float | None) -> str:
-    if low is None or high is None:
-        return money(value)
-    return f"{money(value)} ({money(low)}-{money(high)})"
+def _money_band(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"{money(low)}-{money(high)}"
 
 
 def _cells(c) -> dict[str, str]:
     """One candidate's table cells by column (numbers from the planner, formatted here only)."""
     return {
         "#": str(c.rank) + (TIE_MARK if c.tie_rule else ""),
-        "cost": _money_band(at_risk_usd(c), c.cost.usd_low, c.cost.usd_high),
+        "cost": money(at_risk_usd(c)),
+        "cost band": _money_band(c.cost.usd_low, c.cost.usd_high),
         "hours": _band(at_risk_hours(c), c.timing.hours_low, c.timing.hours_high),
         "$/h": money(c.cost.price_hour), "on-demand": money(c.cost_on_demand_usd), "spot": money(c.cost_spot_usd),
         "GPUs": f"{c.gpu_count * c.nodes}× {c.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),

@@ -156,8 +156,8 @@ def decision_card(plan: Plan) -> dict:
         "headline": "Best option" if met else (plan.notice or "No candidate meets the constraints"),
         "lede": "" if met else "Nearest option, which does not meet them:",
         "figures": [
-            {"label": f"Cost ({quantile(plan)})", "value": money(usd(c)), "detail": cost_band(c)},
-            {"label": f"Wall time ({quantile(plan)})", "value": duration(hours(c)), "detail": time_band(c)},
+            {"label": "Cost", "value": money(usd(c)), "detail": f"at {quantile(plan)} · {cost_band(c)}"},
+            {"label": "Wall time", "value": duration(hours(c)), "detail": f"at {quantile(plan)} · {time_band(c)}"},
             {"label": "Hardware", "value": hardware(c), "detail": where(c)},
         ],
         "stack": f"{c.label or c.stack.label()} · micro-batch {c.micro_batch} × accumulation {c.grad_accum} at "

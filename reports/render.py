@@ -182,13 +182,18 @@ def candidate_table(plan: Plan) -> dict:
                  if c.offer.also_in else "") + f" · {pricing(c)}")
         misses = any(n.startswith("misses") for n in c.notes)
         rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_usd(c)) + (" ✗" if misses else ""),
-                     duration(ranked_hours(c)),
+                     _hours_cell(ranked_hours(c)),
                      money(c.price_hour), where, gpus(c), stack(c), band,
                      f"{gb(c.peak_memory_bytes)} / {gb(c.gpu_memory_bytes)}" + (" (tight)" if c.fit.tight else ""),
                      f"{c.micro_batch} × {c.grad_accum} × {c.seq_len:,}", c.price_date + (" ⚠" if stale else ""),
                      "; ".join(c.notes)])
         flags.append(stale)
     return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
+
+
+def _hours_cell(h: float) -> str:
+    """Wall time in a table cell that never wraps: hours alone (the card says days)."""
+    return duration(h) if h < 48 else f"{h:,.1f} h"
 
 
 def launch_caveats(plan: Plan) -> list[dict]:

@@ -156,7 +156,8 @@ def test_every_candidate_is_ranked_at_one_quantile_and_an_uncalibrated_one_says_
     assert lora_plan.ranking["quantile"] == "p80"
     for c in every(lora_plan):
         assert c.timing.risk_quantile == 0.8 and c.timing.hours_at_risk > c.timing.hours
-        assert _cells(c)["cost"].startswith(f"${c.cost.usd_at_risk:,.2f}")
+        assert _cells(c)["cost"] == f"${c.cost.usd_at_risk:,.2f}"
+        assert _cells(c)["hours"].startswith(f"{c.timing.hours_at_risk:,.1f} (")
         if not c.timing.calibrated:
             assert any(n.startswith("uncalibrated") for n in c.notes)
     p50 = plan(MODEL, offers=SHEET, tokens=20e6, methods=("lora",), risk="p50")

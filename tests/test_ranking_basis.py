@@ -82,10 +82,12 @@ def test_the_table_shows_the_ranked_figure_with_its_band_and_names_the_quantile(
         mp.setenv("COLUMNS", "100000")
         text = render(default_8b, "table")
     head = text.splitlines()[0]
-    assert "cost p80 (p10-p90)" in head and "hours p80 (p10-p90)" in head
+    assert "cost p80" in head and "p10-p90" in head and "hours p80" in head
     c = default_8b.candidates[0]
-    first = text.splitlines()[1]
-    assert f"${c.cost.usd_at_risk:,.2f} (${c.cost.usd_low:,.2f}-${c.cost.usd_high:,.2f})" in first
+    first = text.splitlines()[1].split()
+    assert first[1:4] == [f"${c.cost.usd_at_risk:,.2f}", f"${c.cost.usd_low:,.2f}-${c.cost.usd_high:,.2f}",
+                          f"{c.timing.hours_at_risk:,.1f}"]
+    assert first[4] == f"({c.timing.hours_low:,.1f}-{c.timing.hours_high:,.1f})"
     assert "Ranked at p80" in text and "fewer GPUs and nodes" in text
 
 
