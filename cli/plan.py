@@ -42,17 +42,21 @@ def plan_options(f):
                      help="GRPO: prompts per epoch (each --num-generations completions of prompt + completion tokens)"),
         click.option("--epochs", type=float, default=None, help="epochs [1]"),
         click.option("--seq-len", type=click.IntRange(min=1), default=None, help="sequence length [2048]"),
-        click.option("--global-batch", type=click.IntRange(min=1), default=None, help="sequences per optimizer step [64]"),
+        click.option("--global-batch", type=click.IntRange(min=1), default=None, help="sequences per optimizer step [64; long context: 2^19 tokens]"),
         click.option("--global-batch-tokens", default=None, help="tokens per optimizer step (instead of --global-batch)"),
         click.option("--methods", default=None, help="comma list of full,lora,qlora [all]"),
         click.option("--budget", type=float, default=None, help="maximum cost in USD"),
         click.option("--deadline", default=None, help="maximum wall time: 36, 36h, 2d"),
         click.option("--providers", default=None, help="comma list, e.g. aws,gcp,lambda"),
-        click.option("--regions", default=None, help="comma list, e.g. us-east-1,us-central1"),
+        click.option("--regions", default=None,
+                     help="where the host may be: ISO country or continent codes (DE, US, EU, NA, AS) or region "
+                          "names (us-east-1), comma list"),
+        click.option("--no-marketplace", is_flag=True, default=None,
+                     help="leave out marketplace and community hosts (vast, Hyperbolic, RunPod Community, ...)"),
         click.option("--gpu", default=None, help="one GPU model or a comma list, e.g. H100,A100-80GB"),
         click.option("--spot/--no-spot", default=None,
                      help="also price spot capacity: the best spot option is shown beside the on-demand ranking, "
-                          "its saving against the same instance on demand [--no-spot]"),
+                          "its saving against the on-demand #1 [--no-spot]"),
         click.option("--allow-stale", is_flag=True, default=None,
                      help="rank stale prices (undated, or older than GPU_ADVISOR_STALE_DAYS) even "
                           "when fresh offers exist"),
@@ -75,8 +79,8 @@ def plan_options(f):
                           "naming the row)"),
         click.option("--sort", type=choice(["cost", "time"]), default=None, help="rank by [cost] or time"),
         click.option("--risk", type=choice(["p50", "p80", "p90"]), default=None,
-                     help="rank by hours and cost at this quantile of the time model's held-out error: p80 for "
-                          "budgets you must not overrun [p50]"),
+                     help="the one quantile of the time model's held-out error every row is ranked, shown and "
+                          "checked against --budget/--deadline at [p80]"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
                      help="rank every stack variant, not just each offer's best"),
@@ -141,10 +145,13 @@ def command_line(options: dict, **extra) -> str:
 # --------------------------------------------------------------------------- formatting
 
 # Table columns, most important first; `_DROP` says which leave first when the terminal is narrow.
-HEADER = ["#", "cost", "hours p10-p90", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
+# "cost" and "hours" are the figures the ranking used (plan.ranking["quantile"], --risk), the p10-p90 band beside
+# them; the header names the quantile (`_titles`).
+HEADER = ["#", "cost", "cost band", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
           "GB peak/limit", "$/M tok", "price source, date"]
-_RIGHT = {"cost", "hours p10-p90", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
-_DROP = ["$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
+_RIGHT = {"cost", "cost band", "hours", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
+TIE_MARK = "*"  # a row ranked above a cheaper (or faster) one by a near-tie rule
+_DROP = ["cost band", "$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
 
 def _columns(plan) -> list[str]:
@@ -156,19 +163,44 @@ def _columns(plan) -> list[str]:
         extra.append("on-demand")
     if plan.spot_alternative is not None and any(c.cost.spot_usd is not None for c in plan.candidates):
         extra.append("spot")
-    return cols[:4] + extra + cols[4:]
+    return cols[:5] + extra + cols[5:]
+
+
+def quantile(plan) -> str:
+    """The quantile every row was ranked and is shown at (plan.ranking; older plan files: assumptions)."""
+    return str(plan.ranking.get("quantile") or plan.assumptions.get("risk") or "p50")
+
+
+def _titles(plan, columns: list[str]) -> list[str]:
+    q = quantile(plan)
+    return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}"}.get(h, h) for h in columns]
+
+
+def at_risk_usd(c) -> float:
+    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
+
+
+def at_risk_hours(c) -> float:
+    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
+
+
+def _money_band(low: float | None, high: float | None) -> str:
+    return "n/a" if low is None or high is None else f"{money(low)}-{money(high)}"
 
 
 def _cells(c) -> dict[str, str]:
     """One candidate's table cells by column (numbers from the planner, formatted here only)."""
     return {
-        "#": str(c.rank), "cost": money(c.cost.usd),
-        "hours p10-p90": _band(c.timing.hours, c.timing.hours_low, c.timing.hours_high),
+        "#": str(c.rank) + (TIE_MARK if c.tie_rule else ""),
+        "cost": money(at_risk_usd(c)),
+        "cost band": _money_band(c.cost.usd_low, c.cost.usd_high),
+        "hours": _band(at_risk_hours(c), c.timing.hours_low, c.timing.hours_high),
         "$/h": money(c.cost.price_hour), "on-demand": money(c.cost.on_demand_usd), "spot": money(c.cost.spot_usd),
         "GPUs": f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
         "instance": f"{c.offer.provider} {c.offer.instance_type}"
         + (f" (+{len(c.offer.also_named)} names)" if c.offer.also_named else "")
-        + (" (spot)" if c.cost.spot else "") + (" TIGHT" if c.fit.tight else ""),
+        + (" (spot)" if c.cost.spot else "") + (" TIGHT" if c.fit.tight else "")
+        + (" HOST?" if not c.offer.host_known else ""),
         "region": c.offer.region + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
         "stack": c.label, "mb×acc": f"{c.shape.micro_batch}×{c.shape.grad_accum}",
         "GB peak/limit": f"{c.fit.peak_bytes / GB:.1f}" + (f"/{c.fit.limit_bytes / GB:.1f}" if c.fit.limit_bytes else ""),
@@ -192,10 +224,10 @@ def _summary(plan) -> list[str]:
     if plan.notice:
         lines.append(f"Note: {plan.notice}")
     w = plan.workload
-    if plan.candidates and plan.assumptions.get("risk", "p50") != "p50":
-        c = plan.candidates[0]
-        lines.append(f"Ranked at {plan.assumptions['risk']}: the top pick may take {c.timing.hours_at_risk:,.1f} h "
-                     f"and cost {money(c.cost.usd_at_risk)}.")
+    r = plan.ranking
+    if plan.candidates and r:
+        lines.append(f"Ranked at {quantile(plan)} (cost and hours columns; --risk), band p10-p90 beside; near-ties "
+                     f"within {r.get('near_tie_pct', 0):g}% go to: {', '.join(r.get('tie_breakers', []))}.")
     unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
                  f"global batch {w['global_batch']} {unit}.")
@@ -207,6 +239,14 @@ def _summary(plan) -> list[str]:
         lines.append(objective)
     if plan.candidates and any(n.startswith(NEAR_TIE_NOTE) for n in plan.candidates[0].notes):
         lines.append(f"Why #1: {why(plan)}")
+    marked = [c for c in plan.candidates if c.tie_rule]
+    if marked:
+        lines.append(f"{TIE_MARK} ranked above a cheaper row by a near-tie rule: " + "; ".join(
+            f"#{c.rank} {c.tie_rule}" for c in marked[:10]) + ".")
+    if plan.candidates and plan.candidates[0].offer.country:
+        c = plan.candidates[0]
+        lines.append(f"#1's host is in {place(c)} ({c.offer.provider} {c.offer.region}); --regions keeps the data in a country "
+                     "or continent.")
     if plan.baseline is not None:
         b = plan.baseline
         method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"
@@ -218,10 +258,7 @@ def _summary(plan) -> list[str]:
         lines.append(line + ".")
     s = plan.spot_alternative
     if s is not None:
-        lines.append(f"On spot: {s.offer.provider} {s.offer.instance_type}"
-                     + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
-                     + f", {s.timing.hours:,.1f} h (expected interruptions included), {money(s.cost.usd)} against "
-                       f"{money(s.cost.on_demand_usd)} for the same instance on demand.")
+        lines.append(spot_line(plan, s))
     if plan.managed_summary():
         lines.append(plan.managed_summary())
 
@@ -240,6 +277,29 @@ def _summary(plan) -> list[str]:
             f"{r.reason}: {r.count:,}" for r in ruled_out[:6]) + (f"; {len(ruled_out) - 6} more reasons (--format "
                                                                   "json or --report lists all)" if len(ruled_out) > 6 else ""))
     return lines
+
+
+def spot_line(plan, s) -> str:
+    """The spot alternative against the plan's on-demand #1, at the table's quantile, with its interruption
+    allowance and the spot price's date."""
+    q = quantile(plan)
+    what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
+            + f", {at_risk_hours(s):,.1f} h and {money(at_risk_usd(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
+            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.offer.price_date})")
+    top = plan.candidates[0] if plan.candidates else None
+    if top is None or top.cost.spot:
+        return what + "."
+    diff = at_risk_usd(top) - at_risk_usd(s)
+    share = f" ({abs(diff) / at_risk_usd(top):.0%})" if at_risk_usd(top) > 0 else ""
+    verdict = (f"saves {money(diff)}{share}" if diff > 0.005 else f"costs {money(-diff)} more{share}" if diff < -0.005
+               else "costs the same")
+    return (what + f": {verdict} against the on-demand #1 ({top.offer.provider} {top.offer.instance_type}, "
+            f"{money(at_risk_usd(top))}, {at_risk_hours(top):,.1f} h).")
+
+
+def place(c) -> str:
+    name = c.offer.country_name
+    return f"{name} ({c.offer.country})" if name else c.offer.country
 
 
 def _objective_line(plan) -> str:
@@ -275,12 +335,13 @@ def render(plan, fmt: str) -> str:
     columns = _columns(plan)
     rows = _rows(plan, columns)
     summary = _summary(plan)
+    titles = _titles(plan, columns)
     if not rows:  # nothing to rank: the summary says why (notice and rejections)
         return "\n".join(_wrap(plain(x)) for x in summary)
     if fmt == "md":
-        return render_rows(columns, rows, "md") + "\n\n" + "\n".join(f"- {md(x)}" for x in summary)
+        return render_rows(titles, rows, "md") + "\n\n" + "\n".join(f"- {md(x)}" for x in summary)
     left_out: list[str] = []
-    table = render_table(columns, rows, right=[i for i, h in enumerate(columns) if h in _RIGHT],
+    table = render_table(titles, rows, right=[i for i, h in enumerate(columns) if h in _RIGHT],
                          drop=[columns.index(h) for h in _DROP if h in columns], left_out=left_out)
     if left_out:
         summary.append(f"Columns left out to fit {terminal_width()} columns: {', '.join(left_out)} "

@@ -13,7 +13,7 @@ from cli.serve_query import option_names
 
 METHODS = [("", "all: full, LoRA, QLoRA"), ("lora", "LoRA"), ("qlora", "QLoRA"), ("full", "full fine-tuning"),
            ("lora,qlora", "LoRA or QLoRA")]
-RISKS = [("", "p50: the median"), ("p80", "p80: budgets you must not overrun"), ("p90", "p90")]
+RISKS = [("", "p80 (default): a figure the run stays under four times in five"), ("p50", "p50: the median"), ("p90", "p90")]
 SORTS = [("", "cost"), ("time", "time")]
 # (legend, [(name, label, kind, choices or min)])
 GROUPS = [

@@ -12,7 +12,8 @@ any tier) becomes an offer of its own:
   observation's product (or `<n>x<GPU>`), with a community or marketplace-median tier named in
   brackets since it is a different product from the seller's on-demand one; region is the
   observation's or 'unknown';
-* price_hour from the newest on-demand, community or marketplace-median observation, spot_price_hour
+* price_hour from the newest on-demand or community observation (a marketplace median is a statistic over
+  many hosts, not a rentable machine: it only confirms or disputes catalog rows), spot_price_hour
   from the newest spot one (per instance: a per-GPU price x gpu_count; a per-GPU rate card without a
   count prices one GPU); observed_at is that price's observed_at, source its citation;
 * vcpus and ram_gb as the source states them, else the same instance type's shape elsewhere in the
@@ -29,7 +30,9 @@ from pricing.gpus import get_gpu
 from pricing.instances import lookup
 from pricing.schema import COLUMNS, validate
 
-PRICED_TIERS = ("on-demand", "community", "marketplace-median")  # -> price_hour
+# -> price_hour. A marketplace median is a statistic over many hosts, not a machine one can rent at that price:
+# it confirms or disputes catalog rows (CHECKED_TIERS) but never becomes an offer of its own (issue 31).
+PRICED_TIERS = ("on-demand", "community")
 SPOT_TIERS = ("spot",)  # -> spot_price_hour
 CHECKED_TIERS = ("on-demand", "marketplace-median", "spot")  # tiers that compare with catalog rows
 HOST_UNKNOWN = "host vCPUs/RAM not stated by the source (unknown)"

@@ -24,7 +24,26 @@ FEW_CALIBRATION_ROWS = 3
 def where(c: Candidate) -> str:
     tier = "spot" if c.cost.spot else "on-demand"
     nodes = f"{c.nodes} × " if c.nodes > 1 else ""
-    return f"{c.offer.provider} · {nodes}{c.offer.instance_type} · {c.offer.region} · {tier}"
+    return f"{c.offer.provider} · {nodes}{c.offer.instance_type} · {c.offer.region} · host in {country(c)} · {tier}"
+
+
+def country(c: Candidate) -> str:
+    """The host's country, by name and ISO code, or 'an unknown country' (pricing/geo.py)."""
+    code, name = c.offer.country, c.offer.country_name
+    return f"{name} ({code})" if name and code else "an unknown country"
+
+
+def usd(c: Candidate) -> float:
+    """The cost the ranking used (plan.ranking's quantile), the figure the table shows."""
+    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
+
+
+def hours(c: Candidate) -> float:
+    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
+
+
+def quantile(plan: Plan) -> str:
+    return str(plan.ranking.get("quantile") or plan.assumptions.get("risk") or "p50")
 
 
 def hardware(c: Candidate) -> str:
@@ -49,7 +68,7 @@ def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
     by_time = plan.assumptions.get("sort") == "time"
-    parts = [("Fastest" if by_time else "Cheapest") + " option that fits" if plan.constraints_met
+    parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {quantile(plan)}" if plan.constraints_met
              else "Closest to the constraints"]
     tie = [n for n in c.notes if n.startswith(NEAR_TIE_NOTE)]
     if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
@@ -72,8 +91,8 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
     t = c.timing
     if not t.calibrated:
         out.append(f"Uncalibrated hardware: the time model has no published measurements for this GPU class and "
-                   f"method ({t.band_basis or 'no segment'}); it is ranked at its slow end, and hours and cost may "
-                   "be further off than the band.")
+                   f"method ({t.band_basis or 'no segment'}); its band is wider, and hours and cost may be further "
+                   "off than it.")
     else:
         rows = re.search(r"(\d+) held-out", t.band_basis)
         if rows and int(rows.group(1)) < FEW_CALIBRATION_ROWS:
@@ -90,8 +109,13 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
     elif is_stale(c, plan):
         why_stale = (f"is {age:,} day{'s' if age != 1 else ''} old" if age is not None and age > plan.stale_days
                      else "is marked stale by its sheet (an old catalog generation)")
-        out.append(f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) "
-                   f"{why_stale}; check it with the provider before you buy.")
+        out.append(f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) {why_stale}; "
+                   "check it with the provider before you buy.")
+    out += [f"The band crosses a constraint: {n.removeprefix('band crosses ')}." for n in c.notes
+            if n.startswith("band crosses")]
+    if not c.offer.host_known:
+        out.append("Host unknown: the price source lists no host RAM or vCPUs, so the loading check could not run; "
+                   "check the host before renting.")
     moe = plan.model.params_active < plan.model.params_total
     out += [f"Launch caveat: {note}" for note in caveats(c, plan.model.family, moe)]
     return out
@@ -125,8 +149,8 @@ def decision_card(plan: Plan) -> dict:
         "headline": "Best option" if met else (plan.notice or "No candidate meets the constraints"),
         "lede": "" if met else "Nearest option, which does not meet them:",
         "figures": [
-            {"label": "Cost", "value": money(c.cost.usd), "detail": cost_band(c)},
-            {"label": "Wall time", "value": duration(c.timing.hours), "detail": time_band(c)},
+            {"label": "Cost", "value": money(usd(c)), "detail": f"at {quantile(plan)} · {cost_band(c)}"},
+            {"label": "Wall time", "value": duration(hours(c)), "detail": f"at {quantile(plan)} · {time_band(c)}"},
             {"label": "Hardware", "value": hardware(c), "detail": where(c)},
         ],
         "stack": f"{c.label or c.stack.label()} · micro-batch {c.shape.micro_batch} × accumulation "

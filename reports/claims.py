@@ -27,7 +27,7 @@ def _quantile(q: float) -> str:
 def ranking_basis(plan: Plan) -> str:
     """'cost at p50 (p80 where the time model is uncalibrated); near-ties (marked) ...' as the plan states it."""
     by = "time" if plan.assumptions.get("sort") == "time" else "cost"
-    stated = plan.assumptions.get("ranking")
+    stated = plan.ranking or plan.assumptions.get("ranking")
     if isinstance(stated, str) and stated.strip():
         return stated.strip()
     if isinstance(stated, dict) and stated.get("quantile"):
@@ -70,8 +70,9 @@ def difference(pick_usd: float, other_usd: float) -> str:
 
 def versus(pick: Candidate, other: Candidate, name: str, subject: str = "it") -> str:
     """'it costs $2.30 less (41%) than the naive baseline (aws g5.xlarge: $5.60, 3.1 h)'."""
-    said = difference(pick.cost.usd, other.cost.usd)
-    what = f"{name} ({other.offer.provider} {other.offer.instance_type}: {money(other.cost.usd)}, {duration(other.timing.hours)})"
+    said = difference(ranked_cost(pick), ranked_cost(other))
+    what = (f"{name} ({other.offer.provider} {other.offer.instance_type}: {money(ranked_cost(other))}, "
+            f"{duration(ranked_hours(other))})")
     if said == "the same":
         return f"{subject} costs the same as {what}"
     return f"{subject} costs {said} than {what}"

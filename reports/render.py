@@ -22,8 +22,17 @@ from advisor.text import md, plain
 from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
 from reports import charts
-from reports.card import decision_card
-from reports.claims import counts, counts_sentence, pareto_basis, pareto_points, small_workload, versus
+from reports.card import decision_card, quantile
+from reports.claims import (
+    counts,
+    counts_sentence,
+    pareto_basis,
+    pareto_points,
+    ranked_cost as ranked_usd,
+    ranked_hours,
+    small_workload,
+    versus,
+)
 from reports.price_age import is_stale, price_age_days
 
 TOP_ROWS = 10
@@ -110,8 +119,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         (f"{c.offer.provider} {c.offer.instance_type}", True),
         (f" ({gpus(c)}, {pricing(c)}, {c.offer.region}) with ", False), (stack(c), True),
         (f", micro-batch {c.shape.micro_batch} × grad-accum {c.shape.grad_accum} at {c.shape.seq_len:,} tokens. "
-         "It should cost about ", False), (money(c.cost.usd), True), (" and take ", False),
-        (duration(c.timing.hours), True), (" wall time", False),
+         f"At {quantile(plan)} (the figure the ranking used) it should cost about ", False),
+        (money(ranked_usd(c)), True), (" and take ", False), (duration(ranked_hours(c)), True), (" wall time", False),
     ]
     t = c.timing
     if t.hours_low is not None and t.hours_high is not None:
@@ -140,10 +149,10 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
     sp = plan.spot_alternative
     if sp is not None:
-        parts.append((f"On spot capacity, {sp.offer.provider} {sp.offer.instance_type} would cost about "
-                      f"{money(sp.cost.usd)} "
-                      f"and take {duration(sp.timing.hours)} with expected interruptions, against "
-                      f"{money(sp.cost.on_demand_usd)} for the same instance on demand. ", False))
+        parts.append((f"On spot capacity, {sp.offer.provider} {sp.offer.instance_type} would cost about {money(ranked_usd(sp))} "
+                      f"and take {duration(ranked_hours(sp))} with {duration(sp.timing.interruption_hours)} of expected "
+                      f"interruptions (spot price dated {sp.offer.price_date}), against {money(ranked_usd(c))} for the "
+                      "on-demand #1. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
         parts.append((f"Against the naive baseline ({stack(b)}), ", False))
@@ -180,13 +189,19 @@ def candidate_table(plan: Plan) -> dict:
         where = (f"{c.offer.provider} {c.offer.instance_type} · {c.offer.region}" + (f" (+{len(c.offer.also_in)} more)"
                  if c.offer.also_in else "") + f" · {pricing(c)}")
         misses = any(n.startswith("misses") for n in c.notes)
-        rows.append([str(c.rank), money(c.cost.usd) + (" ✗" if misses else ""), duration(c.timing.hours),
+        rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_usd(c)) + (" ✗" if misses else ""),
+                     _hours_cell(ranked_hours(c)),
                      money(c.cost.price_hour), where, gpus(c), stack(c), band,
                      f"{gb(c.fit.peak_bytes)} / {gb(c.fit.limit_bytes)}" + (" (tight)" if c.fit.tight else ""),
                      f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
                      "; ".join(c.notes)])
         flags.append(stale)
     return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
+
+
+def _hours_cell(h: float) -> str:
+    """Wall time in a table cell that never wraps: hours alone (the card says days)."""
+    return duration(h) if h < 48 else f"{h:,.1f} h"
 
 
 def launch_caveats(plan: Plan) -> list[dict]:

@@ -39,7 +39,7 @@ def test_json_output_validates_and_keeps_the_contract(sheet):
                "--format", "json")
     assert r.exit_code == 0, r.output
     plan = Plan.model_validate_json(r.output)
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)
     assert {"candidates", "others", "pareto_refs", "baseline_ref", "rejected", "assumptions"} <= set(data)
     assert {c["offer"]["provider"] for c in data["candidates"]} == {"acme"}
     assert data["candidates"][0]["offer"]["source"] == "acme-list" and data["candidates"][0]["offer"]["price_date"] == "2026-11-20"
@@ -71,7 +71,7 @@ def test_plan_file_with_flags_overriding(tmp_path, sheet):
     f.write_text(f"model: meta-llama/Llama-3.1-8B\nexamples: 10000\navg_tokens: 500\nmethods: qlora\n"
                  f"prices: [{sheet}]\nproviders: acme\nspot: false\n")
     r = invoke("-f", str(f), "--format", "json", "--methods", "lora")
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)
     assert data["workload"]["tokens"] == 5_000_000
     assert {c["stack"]["method"] for c in data["candidates"]} == {"lora"}
     assert not any(c["cost"]["spot"] for c in data["candidates"])

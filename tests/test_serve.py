@@ -158,7 +158,7 @@ def test_plan_page_shows_the_cli_top_pick_and_cost_and_plan_json_is_the_cli_json
     top = cli["candidates"][0]
     page = served.get(f"/plan?{BASE}")
     assert page.status == 200, page.text[:500]
-    assert _card(page.text, "cost") == money(top["cost"]["usd"])
+    assert _card(page.text, "cost") == money(top["cost"]["usd_at_risk"])  # the ranked figure (plan.ranking)
     offer = top["offer"]
     assert f"{offer['provider']} · {offer['instance_type']} · {offer['region']}" in page.text
     for link in (f"/plan.json?{BASE}", f"/report.md?{BASE}", f"/bundle.zip?{BASE}&rank=1",

@@ -168,7 +168,7 @@ def test_the_form_submitted_in_the_browser_lands_on_the_plan_with_its_inputs_in_
     plan = json.loads(browser.served.get(f"/plan.json?{url.query}").text)
     from advisor.units import money
 
-    assert browser.evaluate("document.getElementById('card-cost').textContent") == money(plan["candidates"][0]["cost"]["usd"])
+    assert browser.evaluate("document.getElementById('card-cost').textContent") == money(plan["candidates"][0]["cost"]["usd_at_risk"])
 
 
 def test_a_hostile_query_value_is_shown_as_text_and_runs_no_script(browser):

@@ -12,13 +12,15 @@ from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
 from advisor.planner.objectives import placement
 from advisor.planner.ranking import offer_identity
+from advisor.planner.remedy import search as search_remedy
 from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection, misses
-from advisor.planner.wording import _disagreeing, _notes, _remedy, _warnings
+from advisor.planner.wording import HOST_UNKNOWN_NOTE, _disagreeing, _notes, _warnings, crossings
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
 from advisor.stacks import Stack
-from advisor.units import BILLION, MILLION
+from advisor.units import BILLION, MILLION, gb
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
+from pricing import geo
 from pricing.cache import stale_days
 from pricing.managed import alternatives
 
@@ -55,8 +57,15 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
             extra.append(ranking.SPOT_SUSPECT_NOTE)
         names, regions = others.get(int(r["offer_row"]), ([], []))
         c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
+        c.tie_rule = chosen.rule.get(int(i), "")
+        if not c.offer.host_known:
+            need = float(chosen.fitting["ram_need"].iat[int(r["cfg_row"])])
+            c.notes.append(f"{HOST_UNKNOWN_NOTE}: this run needs about {gb(need)} of host RAM per node to load and "
+                           "feed it (advisor/planner/host.py); check the host before renting")
         if not chosen.constraints_met:
             c.notes.extend(misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request))
+        else:
+            c.notes.extend(crossings(c, request))
         return c
 
     candidates = [candidate(i) for i in chosen.ranked[:request.top]]  # rank k + 1: their place in `position`
@@ -65,9 +74,9 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     best_provider = {c.offer.provider: c for c in (candidate(i) for i in chosen.best["provider"])}
     baseline = candidate(chosen.baseline[0]) if len(chosen.baseline) else None
     spot = candidate(chosen.spot[0]) if len(chosen.spot) else None
-    saving = (baseline.cost.usd - candidates[0].cost.usd) if (baseline and candidates and chosen.constraints_met) \
-        else None
-    remedy = _remedy(candidates[0], request) if candidates and not chosen.constraints_met else ""
+    saving = (baseline.cost.usd_at_risk - candidates[0].cost.usd_at_risk) if (
+        baseline and candidates and chosen.constraints_met) else None  # at the ranking quantile
+    remedy = search_remedy(request, candidates[0], None)[0] if candidates and not chosen.constraints_met else ""
 
     warnings = list(getattr(offers, "attrs", {}).get("problems", []))[:20]
     warnings += _disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
@@ -84,7 +93,14 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
                 warnings=warnings, command=request.command, stale_days=stale_days(),
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
+                ranking=ranking_basis(request),
                 managed_alternatives=_managed(spec, counts, top_stack.method, request))
+
+
+def ranking_basis(request: PlanRequest) -> dict:
+    """What the ranking used, for every reader of the plan (table header, report, web page)."""
+    return {"quantile": request.risk, "sort": request.sort, "near_tie_pct": ranking.NEAR_TIE_PCT,
+            "tie_breakers": list(ranking.TIE_BREAKERS), "band": "p10-p90"}
 
 
 def _managed(spec, counts, method: str, request: PlanRequest) -> list:
@@ -187,6 +203,9 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
     stale = o.get("stale", False)
     spot_price = o.get("spot_price_hour")
     also = o.get("also_in")
+    ram, cpus = o.get("ram_gb"), o.get("vcpus")
+    known = isinstance(ram, (int, float, np.number)) and ram == ram  # host RAM listed (what loading needs)
+    cpus_known = isinstance(cpus, (int, float, np.number)) and cpus == cpus
     return Offer(provider=str(o["provider"]), region=str(o["region"]), instance_type=str(o["instance_type"]),
                  gpu_model=str(o["gpu_model"]), gpu_count=int(o["gpu_count"]), price_hour=float(o["price_hour"]),
                  spot_price_hour=None if spot_price is None or spot_price != spot_price else float(spot_price),
@@ -194,7 +213,9 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
                  stale=bool(stale) if isinstance(stale, (bool, np.bool_)) else False,
                  interconnect=str(o.get("interconnect") or ""), notes=str(o.get("notes") or ""),
                  also_in=list(dict.fromkeys((list(also) if isinstance(also, (list, tuple)) else []) + also_regions)),
-                 also_named=also_named)
+                 also_named=also_named, country=geo.country_of(str(o["region"])),
+                 country_name=geo.countries().get(geo.country_of(str(o["region"])), ("", ""))[0], host_known=known,
+                 ram_gb=float(ram) if known else None, vcpus=int(cpus) if cpus_known else None)
 
 
 def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_notes=(),

@@ -187,7 +187,7 @@ class StepTime:
     grad_accum: int
     global_batch: int
     train_hours: dict  # "p10" | "p50" | "p90" | "rank" -> training hours
-    rank_quantile: float  # 0.5 for a calibrated segment at --risk p50, 0.8 uncalibrated, else --risk's
+    rank_quantile: float  # --risk's quantile, the same for every candidate
     calibrated: bool  # the segment (GPU class x method) has held-out calibration rows
 
 
@@ -230,9 +230,6 @@ class Config:
 def _shape(micro_batch: int, seq_len: int, grad_accum: int | None, padded: bool) -> Shape:
     """One shared (frozen) Shape per distinct value: thousands of configs run the same few."""
     return Shape(micro_batch=micro_batch, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
-
-
-UNCALIBRATED_QUANTILE = 0.8  # a segment without calibration rows ranks by its pessimistic end (DESIGN.md)
 
 
 def is_calibrated(gpu, stack: Stack) -> bool:
@@ -401,7 +398,7 @@ class Evaluator:
         computed = req.train_tokens * req.padding_factor(mb)  # padded batches compute their padding too
         p50 = math.ceil(computed / t.tokens_per_step) * t.step_seconds / 3600
         calibrated = t.band_basis is not None or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
-        q = RISKS[req.risk] if RISKS[req.risk] > 0.5 else (0.5 if calibrated else UNCALIBRATED_QUANTILE)
+        q = RISKS[req.risk]  # one ranking quantile for every candidate (DESIGN.md "Recommendation policy")
         hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9), "p90": p50 / _factor(t, cfg, 0.1),
                  "rank": p50 / _factor(t, cfg, 1 - q) if q > 0.5 else p50}
         cfg.timed = StepTime(step=t, micro_batch=mb, grad_accum=accum, global_batch=global_batch, train_hours=hours,

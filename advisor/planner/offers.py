@@ -17,7 +17,7 @@ from advisor.planner.costing import offer_billing
 from advisor.planner.ranking import marketplace
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest, check_choice
-from pricing import load_offers
+from pricing import geo, load_offers
 from pricing.cache import stale_days
 from pricing.fabrics import cluster_gbps, providers
 from pricing.gpus import canonical_name, get_gpu
@@ -54,16 +54,29 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     names = {g: canonical_name(str(g)) for g in off["gpu_model"].unique()}  # once per distinct label
     off["gpu_model"] = off["gpu_model"].map({g: c or str(g) for g, c in names.items()})
 
+    sold = off["gpu_model"].unique()  # --gpu names are checked against every sheet row, before other filters
     if request.providers:
         providers = [p.lower() for p in request.providers]
         check_choice("--providers", providers, off["provider"].unique())
         off = off[off["provider"].str.lower().isin(providers)]
-    if request.regions:
-        check_choice("--regions", request.regions, off["region"].unique())
-        off = off[off["region"].str.lower().isin([r.lower() for r in request.regions])]
+    if request.regions:  # country / continent codes (pricing.geo), or the providers' own region names
+        countries, continents, region_names = geo.parse_codes(request.regions)
+        if region_names:
+            check_choice("--regions", region_names, off["region"].unique())
+        keep = off["region"].str.lower().isin([r.lower() for r in region_names]).to_numpy()
+        if countries or continents:
+            keep = keep | geo.matches(off["region"].astype(str), countries, continents)
+        rejections.add(f"--regions {','.join(request.regions)}: host elsewhere or in an unknown country",
+                       int((~keep).sum()))
+        off = off[keep]
+    if request.no_marketplace:
+        peer = marketplace(off)
+        rejections.add("--no-marketplace: a marketplace or community host", int(peer.sum()),
+                       _examples(off.loc[peer]))
+        off = off[~peer]
     if request.gpus:
         want = [get_gpu(g).name for g in request.gpus]
-        check_choice("--gpu", want, off["gpu_model"].unique())
+        check_choice("--gpu", want, sold)
         off = off[off["gpu_model"].isin(want)]
     known = off["gpu_model"].isin({c for c in names.values() if c})
     for g, n in off.loc[~known, "gpu_model"].value_counts().items():

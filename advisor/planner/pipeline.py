@@ -8,7 +8,7 @@ from typing import Any
 
 from advisor.estimate.engine import Engine
 from advisor.model.spec import ModelSpec
-from advisor.planner import configs as _configs, offers as _offers
+from advisor.planner import configs as _configs, offers as _offers, remedy
 from advisor.planner.assemble import _lora_probe, assemble
 from advisor.planner.configs import Config, Evaluator
 from advisor.planner.rejections import Rejections
@@ -21,10 +21,13 @@ from advisor.units import BYTES_16BIT, BYTES_FP32, GB
 SETTLE_ROUNDS = 20
 
 
-def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None, **fields: Any) -> Plan:
+def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None, search_remedies: bool = True,
+         **fields: Any) -> Plan:
     """Rank every offer × nodes × stack for the request (or for `model` with the request's fields
     as keyword arguments). `offers`: a price DataFrame instead of the loaded sheets; `estimator`:
-    a stand-in memory function (model, stack, shape) -> MemoryEstimate."""
+    a stand-in memory function (model, stack, shape) -> MemoryEstimate. When no candidate meets the
+    budget or deadline, the remedy re-plans once per limit the user could lift (advisor.planner.remedy;
+    `search_remedies=False`: only the closest candidate's figures)."""
     if not isinstance(request, PlanRequest):
         request = PlanRequest(model=request, **fields)
     spec = request.spec()
@@ -61,7 +64,18 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
     reject_nofit(cfg, configs, off, priced_counts, request, rejections)
 
     chosen = _settled_selection(cfg, configs, priced, request, rejections, evaluator, request_weights_gb)
-    return assemble(chosen, configs, priced, request, engine, counts, offers, off)
+    result = assemble(chosen, configs, priced, request, engine, counts, offers, off)
+    if search_remedies and result.remedy and result.candidates:
+        loaded = offers
+
+        def replan(relaxed: PlanRequest) -> Plan:
+            return plan(relaxed, offers=loaded, estimator=estimator, search_remedies=False)
+
+        text, runs = remedy.search(request, result.candidates[0], replan)
+        result.warnings = [text if w == result.remedy else w for w in result.warnings]
+        result.remedy = text
+        result.assumptions["remedy_plans"] = runs
+    return result
 
 
 def _check_pins(engine: Engine, request: PlanRequest) -> None:

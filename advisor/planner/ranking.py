@@ -1,13 +1,17 @@
 """Ranking rules a senior engineer signs: one row per distinct offer, near-ties settled by what
-matters more than a few dollars, and spot prices that look like placeholders kept off the headline.
+matters more than a few percent, and spot prices that look like placeholders kept off the headline.
 
 - One offer, one row: the same provider, GPU, GPU count, price and network under several instance
   names (or regions) is one offer; only its best stack and method is ranked (per node count).
-- Near-ties: within NEAR_TIE_SHARE or NEAR_TIE_USD of the cheapest remaining candidate (or the
-  fastest, with --sort time), prefer a fit clear of the memory limit (not tight: outside the estimator's
-  error band), a calibrated time model, a card with bf16, unquantized base weights (LoRA over QLoRA: NF4
-  changes the model being tuned) and a non-marketplace seller, in that order, then a clearly faster run;
-  the promoted candidate says why.
+- Every candidate is ranked at one quantile of the time model's held-out error (--risk, default p80):
+  the figure the table's cost and hours columns show.
+- Near-ties are relative only: within NEAR_TIE_PCT percent of the cheapest remaining candidate (or the
+  fastest, with --sort time), the tie-breakers pick, in TIE_BREAKERS order: the requested global batch
+  kept exactly; fewer GPUs and nodes; clear of the memory limit (not tight); a calibrated time model; a
+  non-marketplace seller; a known host (its RAM listed); a dated price before an undated one;
+  then bf16 and unquantized base weights. A candidate promoted over a cheaper one says which rule did it
+  (a mark in the table, its note, and `Why #1`). Since each pick is within NEAR_TIE_PCT of the cheapest
+  candidate still unplaced, no row is more than NEAR_TIE_PCT dearer than any row below it.
 - Spot sanity: a spot price that is a fixed fraction of on-demand across many instance types of one
   provider (a catalog placeholder, not a market price), or a row noted `spot_suspect`, is suspect.
 """
@@ -18,9 +22,10 @@ from advisor.planner.costing import offer_billing
 from advisor.results import NEAR_TIE_NOTE
 from pricing.schema import mentions
 
-NEAR_TIE_SHARE = 0.05  # DESIGN.md "Recommendation policy": a near-tie is within 5 % ...
-NEAR_TIE_USD = 1.0  # ... or within $1
-FASTER = 1.25  # "clearly faster": hours buckets of 25 %
+NEAR_TIE_PCT = 3.0  # DESIGN.md "Recommendation policy": a near-tie is within 3 % (relative only)
+# The tie-breakers, in order (docs/plans.md "How the table ranks"); each names a preference where True is worse.
+TIE_BREAKERS = ("requested global batch kept", "fewer GPUs and nodes", "clear of the memory limit", "calibrated",
+                "non-marketplace", "known host", "dated price", "bf16", "unquantized")
 # Sellers that list third-party hosts at prices their suppliers set: vast.ai (hosts rented from individuals);
 # Hyperbolic's GPU Marketplace ("Suppliers set their own price", https://docs.hyperbolic.xyz/docs/gpu-marketplace-pricing).
 MARKETPLACES = ("vast", "hyperbolic")
@@ -61,45 +66,85 @@ def marketplace(priced):
 
 
 def preferences(sc, fitting, priced, request):
-    """Per candidate, the categorical preferences a near-tie is settled by (True is worse), in order: a
-    tight fit (an OOM risk no dollar saving in a near-tie is worth), an uncalibrated time model, no bf16,
-    4-bit base weights, a marketplace seller."""
+    """Per candidate, the tie-breakers (TIE_BREAKERS order) as sort keys, lower is better: the requested
+    global batch not kept, the GPU count (then nodes), a tight fit, an uncalibrated time model, a
+    marketplace seller, an unknown host, an undated price, no bf16, 4-bit base weights."""
+    import numpy as np
+    import pandas as pd
+
     ci, oi = sc["cfg_row"].to_numpy(), sc["offer_row"].to_numpy()
-    return {"clear of the memory limit": fitting["tight"].to_numpy(bool)[ci],
-            "calibrated": ~fitting["calibrated"].to_numpy(bool)[ci], "bf16": ~fitting["bf16"].to_numpy(bool)[ci],
-            "unquantized": (fitting["method"] == "qlora").to_numpy(bool)[ci],
-            "non-marketplace": marketplace(priced)[oi]}
+    gpus = fitting["gpus"].to_numpy(np.int64)[ci] if "gpus" in fitting else (
+        fitting["gpu_count"].to_numpy(np.int64) * fitting["nodes"].to_numpy(np.int64))[ci]
+    nodes = fitting["nodes"].to_numpy(np.int64)[ci]
+    ram = pd.to_numeric(priced["ram_gb"], errors="coerce").to_numpy(float)
+    return {"requested global batch kept": fitting["global_batch"].to_numpy(np.int64)[ci] != request.sequences_per_step,
+            "fewer GPUs and nodes": gpus * 1024 + nodes,
+            "clear of the memory limit": fitting["tight"].to_numpy(bool)[ci],
+            "calibrated": ~fitting["calibrated"].to_numpy(bool)[ci],
+            "non-marketplace": marketplace(priced)[oi],
+            "known host": np.isnan(ram)[oi],
+            "dated price": undated(priced)[oi],
+            "bf16": ~fitting["bf16"].to_numpy(bool)[ci],
+            "unquantized": (fitting["method"] == "qlora").to_numpy(bool)[ci]}
 
 
-def prefer_in_near_ties(ranked, key, hours, prefs: dict, sort: str, window: int):
-    """Re-order the first `window` positions: repeatedly take, among the candidates within a near-tie
-    (NEAR_TIE_SHARE or NEAR_TIE_USD) of the best remaining key, those the categorical preferences
-    favour; among them, within NEAR_TIE_SHARE of their best key, a clearly faster one (FASTER), then
-    the best key. Returns (ranked, why by position)."""
-    import math
+def undated(priced):
+    """Mask of offer rows whose price has no observation date."""
+    import numpy as np
 
+    if "price_date" not in priced:
+        return np.ones(len(priced), bool)
+    dates = priced["price_date"].astype(str).to_numpy()
+    return ~np.char.startswith(dates.astype("U"), "20")
+
+
+def _why_words(name: str, pick: int, beaten: int, prefs: dict, gpus, nodes) -> str:
+    """The tie rule in words, with the two candidates' values where they say more than the name."""
+    if name == "fewer GPUs and nodes":
+        def say(j):
+            return f"{gpus[j]} GPU{'s' if gpus[j] != 1 else ''}" + (f" on {nodes[j]} nodes" if nodes[j] > 1 else "")
+        return f"fewer GPUs and nodes ({say(pick)} against {say(beaten)})"
+    return {"requested global batch kept": "keeps the requested global batch exactly",
+            "clear of the memory limit": "clear of the memory limit (the cheaper one is tight)",
+            "calibrated": "a calibrated time model", "non-marketplace": "not a marketplace host",
+            "known host": "a known host (its RAM listed)", "dated price": "a dated price",
+            "bf16": "bf16", "unquantized": "unquantized base weights"}.get(name, name)
+
+
+# A tie rule never promotes a row that takes this many times the wall time of the cheaper row it passes:
+# at a 3 % price difference nobody trades 4.5 h for 16 h to rent fewer GPUs or a safer host.
+SLOWER_LIMIT = 2.0
+
+
+def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=None, what: str = "cheaper",
+                        hours=None):
+    """Re-order the first `window` positions: repeatedly take, among the candidates within NEAR_TIE_PCT
+    of the best remaining key (and, given `hours`, under SLOWER_LIMIT times its wall time), the one the
+    tie-breakers (in `prefs` order) favour, then the best key.
+    Returns (ranked, why by position, rule by position): `why` says which rule promoted a candidate
+    over a cheaper (or faster) one, `rule` names it (the table's mark)."""
     import numpy as np
 
     names = list(prefs)
     head, tail = list(ranked[:window * 4]), ranked[window * 4:]
-    out, why = [], {}
+    out, why, rule = [], {}, {}
+    share = NEAR_TIE_PCT / 100
     while head and len(out) < window:
         best = key[head[0]]
-        tied = [j for j in head if key[j] <= best + max(NEAR_TIE_SHARE * best, NEAR_TIE_USD if sort == "cost" else 0)]
-        top = min(tuple(bool(prefs[n][j]) for n in names) for j in tied)
-        group = [j for j in tied if tuple(bool(prefs[n][j]) for n in names) == top]
-        near = [j for j in group if key[j] <= key[group[0]] * (1 + NEAR_TIE_SHARE)]
-        pick = min(near, key=lambda j: (math.floor(math.log(max(hours[j], 1e-9)) / math.log(FASTER)), key[j]))
-        if pick != head[0]:
+        tied = [j for j in head if key[j] <= best * (1 + share)
+                and (hours is None or j == head[0] or hours[j] < SLOWER_LIMIT * hours[head[0]])]
+        pick = min(tied, key=lambda j: (tuple(prefs[n][j] for n in names), key[j]))
+        if key[pick] > best:
             beaten = head[0]
-            reasons = [n for n in names if prefs[n][pick] < prefs[n][beaten]]
-            if hours[pick] * FASTER <= hours[beaten]:
-                reasons.append(f"faster ({hours[pick]:.1f} h against {hours[beaten]:.1f} h)")
-            why[int(pick)] = (f"{NEAR_TIE_NOTE} (within 5% or $1 of a cheaper option) for being "
-                              + ", ".join(reasons or ["equal on every tie-breaker and quicker"]))
+            name = next((n for n in names if prefs[n][pick] < prefs[n][beaten]), "as good")
+            words = _why_words(name, pick, beaten, prefs, gpus if gpus is not None else np.zeros(len(key), int),
+                               nodes if nodes is not None else np.ones(len(key), int))
+            why[int(pick)] = (f"{NEAR_TIE_NOTE} (within {NEAR_TIE_PCT:g}% of a {what} option, "
+                              f"{100 * (key[pick] / best - 1):.1f}% here) for: {words}")
+            rule[int(pick)] = name
         out.append(pick)
         head.remove(pick)
-    return np.concatenate([np.asarray(out + head, dtype=int), tail]).astype(int), why
+    return np.concatenate([np.asarray(out + head, dtype=int), tail]).astype(int), why, rule
 
 
 def spot_suspect(priced):

@@ -30,15 +30,23 @@ from advisor.model.spec import (
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain
 from advisor.workload.measurements import gather
+from pricing import geo
 from pricing.errors import PriceInputError
 from pricing.files import load_yaml, read_text
 
 RISKS = {"p50": 0.5, "p80": 0.8, "p90": 0.9}  # quantile of the run's duration the ranking uses
-DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given
+DEFAULT_RISK = "p80"  # a figure the run stays under four times in five (docs/plans.md "Ranking basis")
+DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given, up to LONG_CONTEXT tokens per row
+# Long context: the default global batch is set in tokens so a run keeps a sensible number of optimizer steps.
+# 2^19 = 524,288 tokens per step is Tulu 3's SFT batch (effective batch 128 × max length 4,096; Lambert et al.
+# 2024, "Tulu 3", arXiv:2411.15124, Table "SFT hyperparameters"); 64 sequences of 8,192 tokens is the same size,
+# so rows up to 8,192 tokens keep 64 sequences and longer rows take 2^19 / seq_len (at least 1).
+DEFAULT_GLOBAL_BATCH_TOKENS = 2**19
+MIN_OPTIMIZER_STEPS = 100  # fewer steps than this: the plan warns and names the flag that changes it
 MAX_TOP = 10_000  # candidates a plan lists
 # Fields that must be whole numbers, booleans or one of a few words in a plan file or a library call
 # (pydantic's lax mode would read 2.7 as an error but "yes" as True: a plan file says true/false).
-_BOOL_FIELDS = ("spot", "allow_stale", "distinct", "padded", "use_stored_measurements", "skip_bad_rows")
+_BOOL_FIELDS = ("spot", "allow_stale", "no_marketplace", "distinct", "padded", "use_stored_measurements", "skip_bad_rows")
 _INT_FIELDS = ("seq_len", "global_batch", "global_batch_tokens", "max_gpus", "max_nodes", "top")
 # Stack fields a plan may pin (cli/options.py offers the same set; tests check they agree)
 PIN_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "adapter_dtype", "dora", "modules_to_save",
@@ -98,6 +106,7 @@ class PlanRequest(BaseModel):
     gpus: tuple[str, ...] = ()
     spot: bool = Field(False, description="also price spot capacity, shown beside the on-demand ranking")
     allow_stale: bool = Field(False, description="rank stale prices even when a fresh offer exists")
+    no_marketplace: bool = Field(False, description="leave out marketplace and community hosts (peer-run machines)")
     max_gpus: int | None = Field(None, gt=0, le=MAX_GPUS)
     max_nodes: int = Field(1, gt=0, le=MAX_NODES)
     budget: float | None = None
@@ -106,8 +115,9 @@ class PlanRequest(BaseModel):
     mfu: float | None = None
     setup_hours: float | None = None
     sort: str = "cost"
-    risk: str = Field("p50", description="rank by the time model's median (p50) or a pessimistic quantile of its "
-                                         "held-out error (p80, p90): budget on what the run may take")
+    risk: str = Field(DEFAULT_RISK, description="the one quantile of the time model's held-out error every candidate "
+                                                "is ranked, shown and checked against --budget/--deadline at "
+                                                "(p50, p80, p90; docs/plans.md says why p80 is the default)")
     top: int = Field(10, gt=0, le=MAX_TOP)
     interruptions_per_hour: float | None = Field(None, description="spot interruptions per instance-hour")
     checkpoint_interval_hours: float | None = Field(None, description="hours between checkpoints (default: Young's optimum)")
@@ -194,6 +204,17 @@ class PlanRequest(BaseModel):
     @classmethod
     def _lists(cls, v: Any) -> tuple[str, ...]:
         return parse_list(v)
+
+    @field_validator("regions", mode="after")
+    @classmethod
+    def _regions(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """Two-letter codes must be ISO countries or continents; longer words are region names (checked
+        against the sheets when planning)."""
+        for code in v:
+            if len(code) <= 2 and code.upper() not in geo.CONTINENTS and code.upper() not in geo.countries():
+                raise BadInput(f"--regions: {code!r:.20} is neither an ISO 3166 country code (DE, US, JP) nor a "
+                               f"continent ({', '.join(geo.CONTINENTS)}).")
+        return v
 
     @field_validator("measured", mode="before")
     @classmethod
@@ -297,12 +318,20 @@ class PlanRequest(BaseModel):
 
     @property
     def sequences_per_step(self) -> int:
-        """The global batch in sequences (from --global-batch, else --global-batch-tokens, else 64)."""
+        """The global batch in sequences (from --global-batch, else --global-batch-tokens, else 64 sequences
+        or DEFAULT_GLOBAL_BATCH_TOKENS tokens, whichever is fewer sequences: long rows keep enough steps)."""
         if self.global_batch:
             return self.global_batch
         if self.global_batch_tokens:
             return max(1, round(self.global_batch_tokens / self.seq_len))
-        return DEFAULT_GLOBAL_BATCH
+        if not self.objective.is_sft:  # DPO/GRPO rows: TRL's own defaults count sequences (GRPO: groups)
+            return DEFAULT_GLOBAL_BATCH
+        return max(1, min(DEFAULT_GLOBAL_BATCH, DEFAULT_GLOBAL_BATCH_TOKENS // self.seq_len))
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps the whole run takes at the requested global batch."""
+        return max(1, math.ceil(self.train_tokens / (self.sequences_per_step * self.seq_len)))
 
     def spec(self) -> ModelSpec:
         if isinstance(self.model, ModelSpec):
@@ -330,7 +359,7 @@ _ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model", "
 SOURCE_FILE_KEYS = ("dataset", "text_field", "messages_field", "tokenizer", "from_config")
 FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "pairs", "prompts", *OPTION_FIELDS, "epochs", "seq_len",
              "global_batch", "global_batch_tokens",
-             "methods", "budget", "deadline", "providers", "regions", "gpu", "spot", "max_gpus", "max_nodes",
+             "methods", "budget", "deadline", "providers", "regions", "no_marketplace", "gpu", "spot", "max_gpus", "max_nodes",
              "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks", "allow_stale",
              "skip_bad_rows", "checkpoint_every", "padded", "risk", "measured", "no_measured", *PIN_FIELDS,
              *SOURCE_FILE_KEYS)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.planner import costing, host, ranking
-from advisor.planner.configs import TIGHT_FRACTION, Config
+from advisor.planner.configs import Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
 from advisor.units import GB, gb
@@ -37,9 +37,11 @@ class Selection:
     spot: object = ()  # the best spot candidate (with --spot), beside the on-demand ranking
     constraints_met: bool = True
     why: dict = None  # position -> why it was preferred within a near-tie
+    rule: dict = None  # position -> the tie rule that promoted it (ranking.TIE_BREAKERS)
 
     def __post_init__(self):
         self.why = self.why or {}
+        self.rule = self.rule or {}
 
     def shown(self, top: int):
         """Positions of every candidate the plan will show (checked exactly before it is built)."""
@@ -155,11 +157,11 @@ def _host_checks(sc, fitting, priced, asked, rejections: Rejections):
 def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections: Rejections) -> Selection:
     """Score every candidate and pick what the plan shows (vectorised over candidates).
 
-    The ranking, the Pareto front, the best-per lists and the baseline compare on-demand prices at
-    each candidate's ranking quantile (its p50 when its segment is calibrated, else its p80; --risk
-    for all); with --spot the cheapest plausible spot candidate meeting the constraints is kept
-    beside them. A tight candidate loses to an equal-cost safe one; within a near-tie the safe,
-    calibrated, bf16, unquantized, non-marketplace, then faster option wins (advisor.planner.ranking)."""
+    The ranking, the constraints, the Pareto front, the best-per lists and the baseline compare
+    on-demand prices at one quantile for every candidate (--risk); with --spot the cheapest plausible
+    spot candidate meeting the constraints is kept beside them. A candidate that changes the
+    requested global batch is dropped while one that keeps it exists. Near-ties (within
+    ranking.NEAR_TIE_PCT) are settled by ranking.TIE_BREAKERS, in order."""
     import numpy as np
 
     fitting = cfg[cfg["micro_batch"] > 0].reset_index(drop=True)
@@ -168,30 +170,29 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     cfg_row, offer_row = sc["cfg_row"].to_numpy(), sc["offer_row"].to_numpy()
     sc["row"] = fitting["row"].to_numpy()[cfg_row]
     asked = fitting["method"].isin(request.methods).to_numpy()[cfg_row]
-    host_ok = _host_checks(sc, fitting, priced, asked, rejections)
+    host_ok = _host_checks(sc, fitting, priced, asked, rejections) & _recipe(fitting, cfg_row, host_ok_asked=asked,
+                                                                            request=request, rejections=rejections)
     is_spot = priced["spot"].to_numpy(bool)[offer_row]
     usable = host_ok & asked
     sel = usable & ~is_spot
-    cost, hours = sc["cost_rank"].to_numpy(), sc["hours_rank"].to_numpy()
+    cost, hours = sc["cost_rank"].to_numpy(), sc["hours_rank"].to_numpy()  # one quantile for every row (--risk)
     tight = fitting["tight"].to_numpy(bool)[cfg_row]
     over = cost > request.budget if request.budget is not None else np.zeros(len(sc), bool)
     late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(sc), bool)
     if request.budget is not None:
-        rejections.add(f"over the budget of ${request.budget:,.0f}", int((over & sel).sum()))
+        rejections.add(f"over the budget of ${request.budget:,.0f} at {request.risk}", int((over & sel).sum()))
     if request.deadline_hours is not None:
-        rejections.add(f"misses the deadline of {request.deadline_hours:g} h", int((late & sel).sum()))
+        rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    # A tight candidate ranks as if it cost (or took) the estimator's error band more.
-    risk = 1 + TIGHT_FRACTION * tight
-    primary = (tie, hours * risk, cost * risk) if request.sort == "cost" else (tie, cost * risk, hours * risk)
+    primary = (tie, hours, cost) if request.sort == "cost" else (tie, cost, hours)
 
     notice, met = "", True
     if sel.any() and not meets.any():
         met = False
         what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
                             if v is not None)
-        notice = f"No candidate meets the {what}; showing the closest."
+        notice = f"No candidate meets the {what} at {request.risk}; showing the closest."
         pool = np.flatnonzero(sel)
         ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], _violation(cost, hours, request)[pool]))]
     else:
@@ -202,17 +203,22 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     if request.distinct and len(ranked):
         ranked = ranking.one_per_offer(ranked, identity, fitting, cfg_row)
     why: dict = {}
+    rule: dict = {}
     if met and len(ranked):
-        key = cost * risk if request.sort == "cost" else hours * risk
+        key = cost if request.sort == "cost" else hours
         prefs = ranking.preferences(sc, fitting, priced, request)
-        ranked, why = ranking.prefer_in_near_ties(ranked, key, hours, prefs, request.sort, max(request.top, 10))
+        gpus = fitting["gpus"].to_numpy()[cfg_row]
+        nodes = fitting["nodes"].to_numpy()[cfg_row]
+        ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
+                                                        "cheaper" if request.sort == "cost" else "faster",
+                                                        hours if request.sort == "cost" else None)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
         notice = ("Nothing fits: no offer can hold this job with the allowed settings"
                   + (f" (most options ruled out: {reasons[0].reason})." if reasons else ".")
                   if len(priced) else "No offer matches the filters.")
-    by_cost = pool[np.lexsort((tie[pool], hours[pool], tight[pool], cost[pool]))]  # the front itself: true costs
+    by_cost = pool[np.lexsort((tie[pool], tight[pool], hours[pool], cost[pool]))]  # the front: the ranked figures
     h = hours[by_cost]
     prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
     pareto = by_cost[h < prev]
@@ -227,7 +233,20 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     spot_best = (plausible if len(plausible) else spot_pool)[:1]
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
-                     spot=spot_best, constraints_met=met, why=why)
+                     spot=spot_best, constraints_met=met, why=why, rule=rule)
+
+
+def _recipe(fitting, cfg_row, host_ok_asked, request: PlanRequest, rejections: Rejections):
+    """Mask of candidates that keep the requested global batch exactly; when none can (no GPU count
+    that fits divides it), every candidate stays and says the batch it runs (wording._notes)."""
+    import numpy as np
+
+    exact = fitting["global_batch"].to_numpy()[cfg_row] == request.sequences_per_step
+    if not (exact & host_ok_asked).any():
+        return np.ones(len(exact), bool)
+    rejections.add(f"would change the requested global batch of {request.sequences_per_step} (the GPU count does not "
+                   "divide it) while runs that keep it exist", int((~exact & host_ok_asked).sum()))
+    return exact
 
 
 def _best_per(column, offer_row, order) -> list:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
-from advisor.planner.request import PlanRequest
+from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
 from advisor.planner.select import Selection
 from advisor.results import Candidate
-from advisor.units import BILLION, MILLION
+from advisor.units import BILLION, MILLION, money
 
 
 def _disagreeing(disagreements, candidates: list[Candidate]) -> list[str]:
@@ -17,27 +17,6 @@ def _disagreeing(disagreements, candidates: list[Candidate]) -> list[str]:
     shown = {(c.offer.provider, c.offer.region, c.offer.instance_type) for c in candidates}
     return [f"Price sources disagree: {d}." for d in disagreements
             if (d.provider, d.region, d.instance_type) in shown][:10]
-
-
-def _remedy(c: Candidate, request: PlanRequest) -> str:
-    """What would fit on the closest candidate: the largest token count that meets the budget and the
-    deadline (training hours scale with tokens; setup does not), and the budget the job needs."""
-    t, k = c.timing, c.cost
-    scaling = max(t.hours_at_risk - t.setup_hours, 1e-9)  # training, checkpoints, interruptions: ∝ tokens
-    shares = []
-    if request.budget is not None and k.usd_at_risk:
-        shares.append((request.budget / k.usd_at_risk * t.hours_at_risk - t.setup_hours) / scaling)
-    if request.deadline_hours is not None:
-        shares.append((request.deadline_hours - t.setup_hours) / scaling)
-    share = max(min(shares), 0.0) if shares else 1.0
-    tokens = request.train_tokens * share
-    gpus = f"{c.offer.gpu_count * c.nodes}x {c.offer.gpu_model}"
-    scope = (f"~{_tokens(tokens)} tokens would fit on {gpus} ({c.offer.provider} {c.offer.instance_type})"
-             if tokens >= MILLION else f"even the setup alone does not fit on {gpus}")
-    need = [f"the requested {_tokens(request.train_tokens)} tokens need ${k.usd_at_risk:,.2f}"]
-    if request.deadline_hours is not None:
-        need.append(f"{t.hours_at_risk:,.1f} h")
-    return f"Remedy: {scope}; " + " and ".join(need) + " there."
 
 
 def _tokens(n: float) -> str:
@@ -64,13 +43,43 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
                    "with `gpu-advisor prices refresh` or give your own sheet with --prices.")
     if candidates and candidates[0].timing.global_batch != request.sequences_per_step:
         c = candidates[0]
-        out.append(f"The top pick runs {c.timing.global_batch} sequences per step, not {request.sequences_per_step}: "
-                   f"{c.offer.gpu_count * c.nodes} GPUs do not divide it.")
+        out.append(f"The top pick runs a global batch of {c.timing.global_batch} sequences, not "
+                   f"{request.sequences_per_step}: no run that keeps it fits ({c.offer.gpu_count * c.nodes} GPUs do not "
+                   "divide it); --global-batch sets one they do.")
+    steps = request.optimizer_steps
+    if steps < MIN_OPTIMIZER_STEPS:
+        per = request.sequences_per_step * request.seq_len
+        out.append(f"Only {steps} optimizer steps: {_tokens(request.train_tokens)} tokens at {per:,} tokens per step "
+                   f"({request.sequences_per_step} × {request.seq_len:,}); fewer than {MIN_OPTIMIZER_STEPS} steps "
+                   "rarely trains well. Take smaller steps with --global-batch-tokens (e.g. "
+                   f"--global-batch-tokens {_tokens(max(request.seq_len, request.train_tokens / MIN_OPTIMIZER_STEPS))}) "
+                   "or --global-batch, or train on more tokens or --epochs.")
+    if candidates and chosen.constraints_met:
+        crossed = crossings(candidates[0], request)
+        if crossed:
+            out.append(f"The top pick meets the constraints at {request.risk}, but its " + "; its ".join(crossed) + ".")
+    for c in candidates[:3]:
+        if not c.offer.host_known:
+            out.append(f"#{c.rank} ({c.offer.provider} {c.offer.instance_type}): {HOST_UNKNOWN_NOTE} — the source lists no host "
+                       "RAM or vCPUs, so the loading check could not run; check the host before renting.")
+        old = _disputed(c.offer.notes)
+        if old is not None:
+            out.append(f"#{c.rank} ({c.offer.provider} {c.offer.instance_type}): the catalog's ${old:,.2f}/h is disputed by a dated "
+                       f"observation; priced at {money(c.offer.price_hour)}/h ({c.offer.price_date}, "
+                       f"{c.offer.source[:60]}).")
     if candidates and candidates[0].fit.tight:
         out.append("The top pick is within the estimator's measured error band of its GPU memory limit (tight).")
     if request.spot and spot is None:
         out.append("--spot: no spot price among the matching offers.")
     return out
+
+
+def _disputed(notes: str) -> float | None:
+    """The catalog price a dated observation disputed (pricing.crosscheck notes `price_disputed:<old>`)."""
+    import re
+
+    m = re.search(r"price_disputed:([0-9.]+)", notes or "")
+    return float(m.group(1)) if m else None
 
 
 def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
@@ -85,9 +94,8 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
                    "scaling needed)")
     if st.optimizer in _configs.EIGHT_BIT and "optimizer" not in request.pins:
         out.append(_configs.ONLY_8BIT_NOTE)
-    if t is not None and not t.calibrated and t.rank_quantile > 0.5 and RISKS_DEFAULT == request.risk:
-        out.append(f"ranked by its p{t.rank_quantile * 100:.0f} hours and cost: the time model has no calibration "
-                   "rows for this GPU class and method")
+    if t is not None and not t.calibrated:
+        out.append("uncalibrated: the time model has no held-out rows for this GPU class and method (a wider band)")
     if cfg.fitted.tight:
         out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band")
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
@@ -95,9 +103,23 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
         out.append(f"padded batches of {t.micro_batch} rows compute {padding:.3f}× the kept tokens (the dataset's "
                    "lengths; --packed computes only the kept tokens)")
     if t is not None and t.global_batch != request.sequences_per_step:
-        out.append(f"runs {t.global_batch} sequences per step instead of {request.sequences_per_step} "
-                   f"({st.gpus} GPUs do not divide it)")
+        out.append(f"runs a global batch of {t.global_batch} sequences instead of {request.sequences_per_step} "
+                   f"({st.gpus} GPUs do not divide it; no run that keeps it fits)")
     return out
 
 
-RISKS_DEFAULT = "p50"
+HOST_UNKNOWN_NOTE = "host RAM unknown"
+
+
+def crossings(c: Candidate, request: PlanRequest) -> list[str]:
+    """A row that meets --budget / --deadline at the ranking quantile but whose p90 crosses it: say so."""
+    out = []
+    if request.budget is not None and c.cost.usd_high is not None and c.cost.usd_high > request.budget:
+        out.append(f"band crosses the budget: {money(c.cost.usd_high)} at p90 against ${request.budget:,.0f} "
+                   f"(met at {request.risk}: {money(c.cost.usd_at_risk or c.cost.usd)})")
+    if request.deadline_hours is not None and c.timing.hours_high is not None and \
+            c.timing.hours_high > request.deadline_hours:
+        out.append(f"band crosses the deadline: {c.timing.hours_high:,.1f} h at p90 against "
+                   f"{request.deadline_hours:g} h (met at {request.risk}: "
+                   f"{c.timing.hours_at_risk or c.timing.hours:,.1f} h)")
+    return out

@@ -37,8 +37,13 @@ class Offer(BaseModel):
     also_in: list[str] = Field(default_factory=list, description="other regions with this identical offer")
     also_named: list[str] = Field(default_factory=list, description="the same offer (provider, GPU, count, price, "
                                                                     "network) under other instance names")
+    country: str = Field("", description="ISO 3166 code of the host's country ('' unknown; pricing/geo.py)")
+    country_name: str = Field("", description="the country's name ('' unknown)")
+    host_known: bool = Field(True, description="the source lists the host's RAM (what loading the model needs)")
+    ram_gb: float | None = Field(None, description="host RAM per node (GB), where listed")
+    vcpus: int | None = Field(None, description="host vCPUs per node, where listed")
 
-    @field_validator("provider", "region", "instance_type", "price_date", "interconnect")
+    @field_validator("provider", "region", "instance_type", "price_date", "interconnect", "country", "country_name")
     @classmethod
     def _name(cls, v: str, info) -> str:
         return check_text(v, info.field_name)
@@ -93,8 +98,7 @@ class Timing(BaseModel):
                                                       "held-out error (faster)")
     hours_high: float | None = Field(None, description="... at its p10 (slower): the band to budget with")
     hours_at_risk: float | None = Field(None, description="wall hours at the ranking quantile (ranking key)")
-    risk_quantile: float = Field(0.5, description="the quantile the ranking used: --risk, or 0.8 for an "
-                                                  "uncalibrated segment at the default p50")
+    risk_quantile: float = Field(0.5, description="the quantile the ranking used (--risk), the same for every row")
     calibrated: bool = Field(True, description="the time model has held-out calibration rows for this segment")
     band_basis: str = Field("", description="the calibration segment and rows behind the band")
     global_batch: int = Field(0, description="sequences per optimizer step as run (micro-batch × accumulation × GPUs)")
@@ -162,6 +166,8 @@ class Candidate(BaseModel):
     cost: Cost
     label: str = Field("", description="stack label as tables show it (with the node count)")
     notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words")
+    tie_rule: str = Field("", description="the near-tie rule that ranked it above a cheaper (or faster) row "
+                                          "(advisor/planner/ranking.py TIE_BREAKERS); '' when its figure did")
 
     @field_validator("label")
     @classmethod

@@ -103,6 +103,10 @@ class Plan(BaseModel):
                                                      "(the CLI exits 3)")
     remedy: str = Field("", description="when nothing meets the budget/deadline: what scope would, and what the "
                                         "requested job needs")
+    ranking: dict[str, str | float | list[str]] = Field(
+        default_factory=dict, description="the ranking basis: quantile every row is ranked, shown and constrained at "
+                                          "(--risk), sort, near_tie_pct and tie_breakers in order (advisor/planner/"
+                                          "ranking.py)")
     managed_alternatives: list[ManagedAlternative] = Field(
         default_factory=list, description="per-token fine-tuning services that list this model and method, "
                                           "priced for the same tokens x epochs (pricing/managed.py)")
@@ -178,7 +182,8 @@ class Plan(BaseModel):
         text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
                 f"{tokens(m.billed_m_tokens * MILLION)} tokens (price dated {dated}, {m.source.split(' ')[0]})")
         if self.candidates and self.constraints_met:
-            top = self.candidates[0].cost.usd
+            c0 = self.candidates[0]  # at the ranking quantile, the figure the table shows
+            top = c0.cost.usd_at_risk if c0.cost.usd_at_risk is not None else c0.cost.usd
             if top <= m.usd:
                 text += f"; self-hosting saves {money(m.usd - top)} or more, but you run it"
             else:
@@ -200,7 +205,7 @@ class Plan(BaseModel):
     @model_validator(mode="after")
     def _text_and_numbers(self) -> Plan:
         """The plan's own text and numbers (candidates, offers and the model check themselves)."""
-        for name in ("workload", "assumptions", "warnings"):
+        for name in ("workload", "assumptions", "warnings", "ranking"):
             _check_tree(getattr(self, name), name)
         check_workload(self.workload)
         for name in ("command", "generated_at", "notice", "remedy"):

@@ -1,0 +1,120 @@
+"""Remedies that search: when no candidate meets --budget / --deadline, re-plan once per limit the user
+could lift and say, with the exact flags, which of them meet it and for what, at the table's quantile.
+
+The limits tried (at most REMEDY_MAX_PLANS re-plans, each counted in the plan's assumptions as
+`remedy_plans`): more nodes (--max-nodes 8, or double the current limit) and no --max-gpus; any
+provider, region, GPU and seller (without --providers / --regions / --gpu / --no-marketplace); spot
+capacity (--spot); every method (--methods full,lora,qlora). Without a re-plan, from the closest
+candidate: the tokens that would fit (--tokens), and the deadline or budget it needs (--deadline /
+--budget). A re-plan runs without its own remedy search (no recursion).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from advisor.model.spec import MAX_NODES
+from advisor.planner.request import PlanRequest
+from advisor.results import Candidate, Plan
+from advisor.stacks import METHODS
+from advisor.units import BILLION, MILLION, money
+
+REMEDY_MAX_PLANS = 5  # re-plans one remedy search may run (counted, never timed)
+WIDER_NODES = 8  # the first node limit tried when the request allows fewer
+
+
+def levers(request: PlanRequest) -> list[tuple[str, dict]]:
+    """(flags, PlanRequest fields to change) for every limit the user set that a re-plan could lift."""
+    out: list[tuple[str, dict]] = []
+    nodes = WIDER_NODES if request.max_nodes < WIDER_NODES else min(MAX_NODES, request.max_nodes * 2)
+    if nodes > request.max_nodes:
+        out.append((f"--max-nodes {nodes}" + (" without --max-gpus" if request.max_gpus else ""),
+                    {"max_nodes": nodes, "max_gpus": None}))
+    elif request.max_gpus is not None:
+        out.append(("without --max-gpus", {"max_gpus": None}))
+    scoped = [f for f, v in (("--providers", request.providers), ("--regions", request.regions),
+                             ("--gpu", request.gpus), ("--no-marketplace", request.no_marketplace)) if v]
+    if scoped:
+        out.append(("without " + " / ".join(scoped), {"providers": (), "regions": (), "gpus": (),
+                                                       "no_marketplace": False}))
+    if not request.spot:
+        out.append(("--spot", {"spot": True}))
+    if set(request.methods) != set(METHODS):
+        out.append((f"--methods {','.join(METHODS)}", {"methods": METHODS}))
+    return out[:REMEDY_MAX_PLANS]
+
+
+def _usd(c: Candidate) -> float:
+    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
+
+
+def _hours(c: Candidate) -> float:
+    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
+
+
+def _what(c: Candidate) -> str:
+    gpus = f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
+    return f"{gpus} {c.offer.provider} {c.offer.instance_type}" + (" on spot" if c.cost.spot else "")
+
+
+def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest], Plan] | None) -> tuple[str, int]:
+    """(the remedy sentence, re-plans run). `run` plans a request without a remedy search of its own; None:
+    only what the closest candidate says (tokens, deadline, budget)."""
+    q = request.risk
+    met: list[tuple[float, str]] = []
+    missed: list[str] = []
+    runs = 0
+    for flags, update in levers(request) if run is not None else []:
+        runs += 1
+        relaxed = request.model_copy(update={**update, "top": 1})
+        try:
+            found = run(relaxed)
+        except Exception as exc:  # a lever the data cannot serve (no offer left): say so, keep searching
+            missed.append(f"{flags} (no plan: {str(exc)[:80]})")
+            continue
+        best = found.spot_alternative if update.get("spot") else (found.candidates[0] if found.constraints_met
+                                                                  and found.candidates else None)
+        if best is not None:
+            met.append((_usd(best), f"{flags}: {_what(best)}, {_hours(best):,.1f} h, {money(_usd(best))}"))
+        else:
+            missed.append(flags)
+    parts = [text for _, text in sorted(met)]
+    parts += _analytic(request, closest)
+    text = f"Remedy (figures at {q}): " + "; ".join(parts)
+    if missed:
+        text += "; tried without meeting it: " + ", ".join(missed)
+    return text + ".", runs
+
+
+def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
+    """From the closest candidate: the tokens that fit, and the deadline / budget the whole job needs."""
+    t = c.timing
+    total, setup = _hours(c), t.setup_hours
+    scaling = max(total - setup, 1e-9)  # training, checkpoints, interruptions: ∝ tokens
+    shares = []
+    if request.budget is not None and _usd(c):
+        shares.append((request.budget / _usd(c) * total - setup) / scaling)
+    if request.deadline_hours is not None:
+        shares.append((request.deadline_hours - setup) / scaling)
+    share = max(min(shares), 0.0) if shares else 1.0
+    tokens = request.tokens * share
+    out = []
+    where = _what(c)
+    if tokens >= MILLION:
+        out.append(f"--tokens {_tokens(tokens)} (fewer tokens) fits on {where}")
+    else:
+        out.append(f"even the setup alone does not fit on {where}")
+    need = []
+    if request.deadline_hours is not None and total > request.deadline_hours:
+        need.append((f"--deadline {math.ceil(total)}h", "a later deadline"))
+    if request.budget is not None and _usd(c) > request.budget:
+        need.append((f"--budget {math.ceil(_usd(c))}", "a larger budget"))
+    if need:
+        out.append(f"{' '.join(f for f, _ in need)} ({' and '.join(w for _, w in need)}) for the requested "
+                   f"{_tokens(request.train_tokens)} tokens on {where}: {_hours(c):,.1f} h, {money(_usd(c))}")
+    return out
+
+
+def _tokens(n: float) -> str:
+    return f"{n / BILLION:.3g}B" if n >= BILLION else f"{n / MILLION:.3g}M"
