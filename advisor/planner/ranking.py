@@ -136,7 +136,7 @@ def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=
         pick = min(tied, key=lambda j: (tuple(prefs[n][j] for n in names), key[j]))
         if key[pick] > best:
             beaten = head[0]
-            name = next((n for n in names if prefs[n][pick] < prefs[n][beaten]), "as good")
+            name = next((n for n in names if prefs[n][pick] < prefs[n][beaten]), "equal on every tie-breaker")
             words = _why_words(name, pick, beaten, prefs, gpus if gpus is not None else np.zeros(len(key), int),
                                nodes if nodes is not None else np.ones(len(key), int))
             why[int(pick)] = (f"{NEAR_TIE_NOTE} (within {NEAR_TIE_PCT:g}% of a {what} option, "
