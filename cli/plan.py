@@ -25,6 +25,7 @@ from cli.output import OUTPUT_FORMATS, emit, next_step, output_options, render_r
 from cli.workload_sources import apply as apply_sources, source_options
 from reports import claims
 from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
+from reports.claims import ranked_cost, ranked_hours, ranking_quantile
 
 
 def plan_options(f):
@@ -166,22 +167,9 @@ def _columns(plan) -> list[str]:
     return cols[:5] + extra + cols[5:]
 
 
-def quantile(plan) -> str:
-    """The quantile every row was ranked and is shown at (plan.ranking; older plan files: assumptions)."""
-    return str(plan.ranking.get("quantile") or plan.assumptions.get("risk") or "p50")
-
-
 def _titles(plan, columns: list[str]) -> list[str]:
-    q = quantile(plan)
+    q = ranking_quantile(plan)
     return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}"}.get(h, h) for h in columns]
-
-
-def at_risk_usd(c) -> float:
-    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
-
-
-def at_risk_hours(c) -> float:
-    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
 
 
 def _money_band(low: float | None, high: float | None) -> str:
@@ -192,9 +180,9 @@ def _cells(c) -> dict[str, str]:
     """One candidate's table cells by column (numbers from the planner, formatted here only)."""
     return {
         "#": str(c.rank) + (TIE_MARK if c.tie_rule else ""),
-        "cost": money(at_risk_usd(c)),
+        "cost": money(ranked_cost(c)),
         "cost band": _money_band(c.cost.usd_low, c.cost.usd_high),
-        "hours": _band(at_risk_hours(c), c.timing.hours_low, c.timing.hours_high),
+        "hours": _band(ranked_hours(c), c.timing.hours_low, c.timing.hours_high),
         "$/h": money(c.cost.price_hour), "on-demand": money(c.cost.on_demand_usd), "spot": money(c.cost.spot_usd),
         "GPUs": f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
         "instance": f"{c.offer.provider} {c.offer.instance_type}"
@@ -226,7 +214,7 @@ def _summary(plan) -> list[str]:
     w = plan.workload
     r = plan.ranking
     if plan.candidates and r:
-        lines.append(f"Ranked at {quantile(plan)} (cost and hours columns; --risk), band p10-p90 beside; near-ties "
+        lines.append(f"Ranked at {ranking_quantile(plan)} (cost and hours columns; --risk), band p10-p90 beside; near-ties "
                      f"within {r.get('near_tie_pct', 0):g}% go to: {', '.join(r.get('tie_breakers', []))}.")
     unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
@@ -282,19 +270,19 @@ def _summary(plan) -> list[str]:
 def spot_line(plan, s) -> str:
     """The spot alternative against the plan's on-demand #1, at the table's quantile, with its interruption
     allowance and the spot price's date."""
-    q = quantile(plan)
+    q = ranking_quantile(plan)
     what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
-            + f", {at_risk_hours(s):,.1f} h and {money(at_risk_usd(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
+            + f", {ranked_hours(s):,.1f} h and {money(ranked_cost(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
             f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.offer.price_date})")
     top = plan.candidates[0] if plan.candidates else None
     if top is None or top.cost.spot:
         return what + "."
-    diff = at_risk_usd(top) - at_risk_usd(s)
-    share = f" ({abs(diff) / at_risk_usd(top):.0%})" if at_risk_usd(top) > 0 else ""
+    diff = ranked_cost(top) - ranked_cost(s)
+    share = f" ({abs(diff) / ranked_cost(top):.0%})" if ranked_cost(top) > 0 else ""
     verdict = (f"saves {money(diff)}{share}" if diff > 0.005 else f"costs {money(-diff)} more{share}" if diff < -0.005
                else "costs the same")
     return (what + f": {verdict} against the on-demand #1 ({top.offer.provider} {top.offer.instance_type}, "
-            f"{money(at_risk_usd(top))}, {at_risk_hours(top):,.1f} h).")
+            f"{money(ranked_cost(top))}, {ranked_hours(top):,.1f} h).")
 
 
 def place(c) -> str:

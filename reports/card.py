@@ -14,7 +14,7 @@ import re
 from advisor.launch.caveats import caveats
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.units import duration, gb, money
-from reports.claims import versus
+from reports.claims import ranked_cost, ranked_hours, ranking_quantile, versus
 from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -31,19 +31,6 @@ def country(c: Candidate) -> str:
     """The host's country, by name and ISO code, or 'an unknown country' (pricing/geo.py)."""
     code, name = c.offer.country, c.offer.country_name
     return f"{name} ({code})" if name and code else "an unknown country"
-
-
-def usd(c: Candidate) -> float:
-    """The cost the ranking used (plan.ranking's quantile), the figure the table shows."""
-    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
-
-
-def hours(c: Candidate) -> float:
-    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
-
-
-def quantile(plan: Plan) -> str:
-    return str(plan.ranking.get("quantile") or plan.assumptions.get("risk") or "p50")
 
 
 def hardware(c: Candidate) -> str:
@@ -68,7 +55,7 @@ def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
     by_time = plan.assumptions.get("sort") == "time"
-    parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {quantile(plan)}" if plan.constraints_met
+    parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {ranking_quantile(plan)}" if plan.constraints_met
              else "Closest to the constraints"]
     tie = [n for n in c.notes if n.startswith(NEAR_TIE_NOTE)]
     if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
@@ -149,8 +136,8 @@ def decision_card(plan: Plan) -> dict:
         "headline": "Best option" if met else (plan.notice or "No candidate meets the constraints"),
         "lede": "" if met else "Nearest option, which does not meet them:",
         "figures": [
-            {"label": "Cost", "value": money(usd(c)), "detail": f"at {quantile(plan)} · {cost_band(c)}"},
-            {"label": "Wall time", "value": duration(hours(c)), "detail": f"at {quantile(plan)} · {time_band(c)}"},
+            {"label": "Cost", "value": money(ranked_cost(c)), "detail": f"at {ranking_quantile(plan)} · {cost_band(c)}"},
+            {"label": "Wall time", "value": duration(ranked_hours(c)), "detail": f"at {ranking_quantile(plan)} · {time_band(c)}"},
             {"label": "Hardware", "value": hardware(c), "detail": where(c)},
         ],
         "stack": f"{c.label or c.stack.label()} · micro-batch {c.shape.micro_batch} × accumulation "

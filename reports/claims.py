@@ -9,7 +9,7 @@ between them. Every figure is read from the plan: the ranking basis is the one t
 
 from __future__ import annotations
 
-from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
+from advisor.results import NEAR_TIE_NOTE, Candidate, Plan, ranked_cost, ranked_hours
 from advisor.units import duration, money
 
 # A difference smaller than this is "the same" (a cent); below DOLLAR no percentage is stated, because
@@ -49,13 +49,9 @@ def ranking_basis(plan: Plan) -> str:
     return text
 
 
-def ranked_cost(c: Candidate) -> float:
-    """The cost the candidate was ranked (and the front computed) on: its cost at its ranking quantile."""
-    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
-
-
-def ranked_hours(c: Candidate) -> float:
-    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
+def ranking_quantile(plan: Plan) -> str:
+    """The quantile every row was ranked and is shown at (plan.ranking; older plan files: assumptions)."""
+    return str(plan.ranking.get("quantile") or plan.assumptions.get("risk") or "p50")
 
 
 def difference(pick_usd: float, other_usd: float) -> str:

@@ -22,14 +22,15 @@ from advisor.text import md, plain
 from advisor.units import duration, gb, money, pct
 from pricing.files import atomic_write
 from reports import charts
-from reports.card import decision_card, quantile
+from reports.card import decision_card
 from reports.claims import (
     counts,
     counts_sentence,
     pareto_basis,
     pareto_points,
-    ranked_cost as ranked_usd,
+    ranked_cost,
     ranked_hours,
+    ranking_quantile,
     small_workload,
     versus,
 )
@@ -119,8 +120,8 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         (f"{c.offer.provider} {c.offer.instance_type}", True),
         (f" ({gpus(c)}, {pricing(c)}, {c.offer.region}) with ", False), (stack(c), True),
         (f", micro-batch {c.shape.micro_batch} × grad-accum {c.shape.grad_accum} at {c.shape.seq_len:,} tokens. "
-         f"At {quantile(plan)} (the figure the ranking used) it should cost about ", False),
-        (money(ranked_usd(c)), True), (" and take ", False), (duration(ranked_hours(c)), True), (" wall time", False),
+         f"At {ranking_quantile(plan)} (the figure the ranking used) it should cost about ", False),
+        (money(ranked_cost(c)), True), (" and take ", False), (duration(ranked_hours(c)), True), (" wall time", False),
     ]
     t = c.timing
     if t.hours_low is not None and t.hours_high is not None:
@@ -149,9 +150,9 @@ def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
         parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
     sp = plan.spot_alternative
     if sp is not None:
-        parts.append((f"On spot capacity, {sp.offer.provider} {sp.offer.instance_type} would cost about {money(ranked_usd(sp))} "
+        parts.append((f"On spot capacity, {sp.offer.provider} {sp.offer.instance_type} would cost about {money(ranked_cost(sp))} "
                       f"and take {duration(ranked_hours(sp))} with {duration(sp.timing.interruption_hours)} of expected "
-                      f"interruptions (spot price dated {sp.offer.price_date}), against {money(ranked_usd(c))} for the "
+                      f"interruptions (spot price dated {sp.offer.price_date}), against {money(ranked_cost(c))} for the "
                       "on-demand #1. ", False))
     b = plan.baseline
     if b is not None and plan.saving_vs_baseline_usd is not None:
@@ -189,7 +190,7 @@ def candidate_table(plan: Plan) -> dict:
         where = (f"{c.offer.provider} {c.offer.instance_type} · {c.offer.region}" + (f" (+{len(c.offer.also_in)} more)"
                  if c.offer.also_in else "") + f" · {pricing(c)}")
         misses = any(n.startswith("misses") for n in c.notes)
-        rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_usd(c)) + (" ✗" if misses else ""),
+        rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_cost(c)) + (" ✗" if misses else ""),
                      _hours_cell(ranked_hours(c)),
                      money(c.cost.price_hour), where, gpus(c), stack(c), band,
                      f"{gb(c.fit.peak_bytes)} / {gb(c.fit.limit_bytes)}" + (" (tight)" if c.fit.tight else ""),

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from advisor.model.spec import MAX_NODES
 from advisor.planner.request import PlanRequest
-from advisor.results import Candidate, Plan
+from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
 from advisor.stacks import METHODS
 from advisor.units import BILLION, MILLION, money
 
@@ -45,14 +45,6 @@ def levers(request: PlanRequest) -> list[tuple[str, dict]]:
     return out[:REMEDY_MAX_PLANS]
 
 
-def _usd(c: Candidate) -> float:
-    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
-
-
-def _hours(c: Candidate) -> float:
-    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
-
-
 def _what(c: Candidate) -> str:
     gpus = f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
     return f"{gpus} {c.offer.provider} {c.offer.instance_type}" + (" on spot" if c.cost.spot else "")
@@ -76,7 +68,7 @@ def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest]
         best = found.spot_alternative if update.get("spot") else (found.candidates[0] if found.constraints_met
                                                                   and found.candidates else None)
         if best is not None:
-            met.append((_usd(best), f"{flags}: {_what(best)}, {_hours(best):,.1f} h, {money(_usd(best))}"))
+            met.append((ranked_cost(best), f"{flags}: {_what(best)}, {ranked_hours(best):,.1f} h, {money(ranked_cost(best))}"))
         else:
             missed.append(flags)
     parts = [text for _, text in sorted(met)]
@@ -90,11 +82,11 @@ def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest]
 def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
     """From the closest candidate: the tokens that fit, and the deadline / budget the whole job needs."""
     t = c.timing
-    total, setup = _hours(c), t.setup_hours
+    total, setup = ranked_hours(c), t.setup_hours
     scaling = max(total - setup, 1e-9)  # training, checkpoints, interruptions: ∝ tokens
     shares = []
-    if request.budget is not None and _usd(c):
-        shares.append((request.budget / _usd(c) * total - setup) / scaling)
+    if request.budget is not None and ranked_cost(c):
+        shares.append((request.budget / ranked_cost(c) * total - setup) / scaling)
     if request.deadline_hours is not None:
         shares.append((request.deadline_hours - setup) / scaling)
     share = max(min(shares), 0.0) if shares else 1.0
@@ -108,11 +100,11 @@ def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
     need = []
     if request.deadline_hours is not None and total > request.deadline_hours:
         need.append((f"--deadline {math.ceil(total)}h", "a later deadline"))
-    if request.budget is not None and _usd(c) > request.budget:
-        need.append((f"--budget {math.ceil(_usd(c))}", "a larger budget"))
+    if request.budget is not None and ranked_cost(c) > request.budget:
+        need.append((f"--budget {math.ceil(ranked_cost(c))}", "a larger budget"))
     if need:
         out.append(f"{' '.join(f for f, _ in need)} ({' and '.join(w for _, w in need)}) for the requested "
-                   f"{_tokens(request.train_tokens)} tokens on {where}: {_hours(c):,.1f} h, {money(_usd(c))}")
+                   f"{_tokens(request.train_tokens)} tokens on {where}: {ranked_hours(c):,.1f} h, {money(ranked_cost(c))}")
     return out
 
 

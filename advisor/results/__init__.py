@@ -16,7 +16,17 @@ views name it by reference, advisor/results/plan_refs.py); plans saved as schema
 This module only hands the public names on.
 """
 
-from advisor.results.candidate import FLAT, NEAR_TIE_NOTE, Candidate, Cost, MemoryFit, Offer, Timing
+from advisor.results.candidate import (
+    FLAT,
+    NEAR_TIE_NOTE,
+    Candidate,
+    Cost,
+    MemoryFit,
+    Offer,
+    Timing,
+    ranked_cost,
+    ranked_hours,
+)
 from advisor.results.checks import (
                                     NAME_CHARS,
                                     TEXT_CHARS,
@@ -47,7 +57,7 @@ from advisor.results.plan import (
                                     Rejection,
 )
 
-__all__ = ["Breakdown", "Candidate", "Component", "Cost", "FLAT", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
+__all__ = ["ranked_cost", "ranked_hours", "Breakdown", "Candidate", "Component", "Cost", "FLAT", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
            "LengthHistogram", "MAX_HISTOGRAM_BINS", "MAX_HISTOGRAM_ROWS", "MemoryEstimate", "MemoryFit", "ModelInfo",
            "NAME_CHARS", "NEAR_TIE_NOTE", "ObjectiveMemory", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
            "StepNumbers", "TEXT_CHARS", "Throughput", "Timing", "check_count", "check_gpu", "check_number", "check_text",

@@ -259,3 +259,13 @@ class Candidate(BaseModel):
         for key in _SUB_MODELS:
             out[key] = parts[key]
         return out
+
+
+def ranked_cost(c: Candidate) -> float:
+    """The cost the candidate was ranked, constrained and shown at: its ranking quantile's (plan.ranking)."""
+    return c.cost.usd_at_risk if c.cost.usd_at_risk is not None else c.cost.usd
+
+
+def ranked_hours(c: Candidate) -> float:
+    """The wall hours at the ranking quantile, beside ranked_cost."""
+    return c.timing.hours_at_risk if c.timing.hours_at_risk is not None else c.timing.hours
