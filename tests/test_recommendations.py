@@ -239,10 +239,12 @@ def test_a_tight_fit_is_marked_and_loses_to_an_equal_cost_safe_one():
     ranked = p.candidates
     for c in ranked:
         assert c.fit.tight == (c.fit.peak_bytes > c.fit.limit_bytes * (1 - TIGHT_FRACTION))
-    from advisor.planner.ranking import NEAR_TIE_PCT
+    from advisor.planner.ranking import NEAR_TIE_PCT, SLOWER_LIMIT
 
     for a, b in zip(ranked, ranked[1:]):  # a tight candidate ahead of a safe one must be cheaper beyond the near-tie
-        if a.fit.tight and not b.fit.tight and a.tie_rule == "" and a.nodes * a.offer.gpu_count >= b.nodes * b.offer.gpu_count:
+        # (unless the safe one takes SLOWER_LIMIT times as long: no tie rule promotes that)
+        if (a.fit.tight and not b.fit.tight and a.tie_rule == "" and a.nodes * a.offer.gpu_count >= b.nodes * b.offer.gpu_count
+                and b.timing.hours_at_risk < SLOWER_LIMIT * a.timing.hours_at_risk):
             assert a.cost.usd_at_risk * (1 + NEAR_TIE_PCT / 100) <= b.cost.usd_at_risk + 1e-9
 
 
