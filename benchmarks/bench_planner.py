@@ -45,20 +45,25 @@ def _environment() -> dict[str, str]:
 ENV = _environment()
 
 
-def interleaved(repeat: int) -> dict[str, list[float]]:
-    """Wall seconds of the plan process and of the bare-import process, run alternately (plan,
-    bare, plan, bare, ...) after one untimed run of each, so a noisy neighbour slows both alike."""
-    for cmd in (PLAN, IMPORTS):
-        subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV)
-    runs: dict[str, list[float]] = {"plan": [], "bare": []}
+def alternate(commands: dict[str, list[str]], repeat: int, env: dict[str, str]) -> dict[str, list[float]]:
+    """Wall seconds of each command, run alternately (a, b, a, b, ...) after one untimed run of each, so
+    a noisy neighbour slows all alike. bench_startup.py times its pair with this too."""
+    for cmd in commands.values():
+        subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    runs: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(repeat):
-        for name, cmd in (("plan", PLAN), ("bare", IMPORTS)):
+        for name, cmd in commands.items():
             t = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV)
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
             runs[name].append(time.perf_counter() - t)
             if r.returncode != 0:
-                raise SystemExit(f"{' '.join(cmd[2:5])} failed: {r.stderr.strip()}")
+                raise SystemExit(f"{' '.join(cmd[1:5])} failed: {r.stderr.strip()}")
     return runs
+
+
+def interleaved(repeat: int) -> dict[str, list[float]]:
+    """The plan process against the bare-import process (`alternate`)."""
+    return alternate({"plan": PLAN, "bare": IMPORTS}, repeat, ENV)
 
 
 def header(repeat: int) -> str:

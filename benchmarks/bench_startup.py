@@ -18,10 +18,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_planner import alternate  # noqa: E402
+
 HELP = [sys.executable, "-m", "advisor", "--help"]
 BARE = [sys.executable, "-c", "pass"]
 IMPORTED = [sys.executable, "-c", "import sys, runpy; sys.argv = ['gpu-advisor', '--help']\n"
@@ -40,17 +43,8 @@ def _environment() -> dict[str, str]:
 
 
 def interleaved(repeat: int, env: dict[str, str]) -> dict[str, list[float]]:
-    for cmd in (HELP, BARE):
-        subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-    runs: dict[str, list[float]] = {"help": [], "bare": []}
-    for _ in range(repeat):
-        for name, cmd in (("help", HELP), ("bare", BARE)):
-            t = time.perf_counter()
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-            runs[name].append(time.perf_counter() - t)
-            if r.returncode != 0:
-                raise SystemExit(f"{' '.join(cmd[1:])} failed: {r.stderr.strip()}")
-    return runs
+    """`--help` against a bare interpreter, alternately (bench_planner.alternate)."""
+    return alternate({"help": HELP, "bare": BARE}, repeat, env)
 
 
 def main() -> None:

@@ -71,6 +71,15 @@ _KINDS = {"bool": "true or false", "int": "a positive whole number", "num": "a n
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
+
+def _json_file(path, where: str):
+    """A referenced JSON file (DeepSpeed config, dataset_info.json), read within MAX_CONFIG_BYTES with its
+    nesting bounded; one line naming `where` otherwise."""
+    try:
+        return load_json(read_text(path, where, max_bytes=MAX_CONFIG_BYTES), where)
+    except PriceInputError as exc:
+        raise BadInput(str(exc) + ".") from None
+
 def _got(value: Any) -> str:
     return repr(plain(value)[:40]) if not isinstance(value, (dict, list)) else (
         f"a {'mapping' if isinstance(value, dict) else 'list'}")
@@ -215,10 +224,7 @@ def _deepspeed(keys: _Keys, key: str, base: Path) -> dict[str, Any]:
         where = f"{key} {plain(ref)}"
         if not os.path.lexists(p):
             return _zero({"zero_optimization": _stage_from_name(keys, key, ref)}, where)
-        try:
-            cfg = load_json(read_text(p, where, max_bytes=MAX_CONFIG_BYTES), where)
-        except PriceInputError as exc:
-            raise BadInput(str(exc) + ".") from None
+        cfg = _json_file(p, where)
         if not isinstance(cfg, dict):
             raise BadInput(f"{where}: expected a JSON object (a DeepSpeed config), got {_got(cfg)}.")
     else:
@@ -483,10 +489,7 @@ def _lf_dataset(k: _Keys, names: tuple[str, ...], folder: Path):
         k.notes.append(f"dataset: {plain(names[0])} is described in {plain(info_path)}, which is not here")
         return None
     where = plain(info_path)
-    try:
-        info = load_json(read_text(info_path, where, max_bytes=MAX_CONFIG_BYTES), where)
-    except PriceInputError as exc:
-        raise BadInput(str(exc) + ".") from None
+    info = _json_file(info_path, where)
     if not isinstance(info, dict):
         raise BadInput(f"{where}: expected a mapping of dataset names to their descriptions (got {_got(info)}).")
     entry = typed(where, plain(names[0]), info.get(names[0]), "map")
