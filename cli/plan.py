@@ -212,10 +212,6 @@ def _summary(plan) -> list[str]:
     if plan.notice:
         lines.append(f"Note: {plan.notice}")
     w = plan.workload
-    r = plan.ranking
-    if plan.candidates and r:
-        lines.append(f"Ranked at {ranking_quantile(plan)} (cost and hours columns; --risk), band p10-p90 beside; near-ties "
-                     f"within {r.get('near_tie_pct', 0):g}% go to: {', '.join(r.get('tie_breakers', []))}.")
     unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
     lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
                  f"global batch {w['global_batch']} {unit}.")

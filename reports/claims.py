@@ -31,7 +31,9 @@ def ranking_basis(plan: Plan) -> str:
     if isinstance(stated, str) and stated.strip():
         return stated.strip()
     if isinstance(stated, dict) and stated.get("quantile"):
-        text = f"{by} at {stated['quantile']}"
+        text = f"{by} at {stated['quantile']} (the cost and hours columns; --risk)"
+        if stated.get("band"):
+            text += f", band {stated['band']} beside"
         tie = stated.get("near_tie_pct")
         if tie:
             text += f"; near-ties within {float(tie):g}%"

@@ -88,7 +88,8 @@ def test_the_table_shows_the_ranked_figure_with_its_band_and_names_the_quantile(
     assert first[1:4] == [f"${c.cost.usd_at_risk:,.2f}", f"${c.cost.usd_low:,.2f}-${c.cost.usd_high:,.2f}",
                           f"{c.timing.hours_at_risk:,.1f}"]
     assert first[4] == f"({c.timing.hours_low:,.1f}-{c.timing.hours_high:,.1f})"
-    assert "Ranked at p80" in text and "fewer GPUs and nodes" in text
+    assert "ranked by cost at p80 (the cost and hours columns; --risk), band p10-p90 beside" in " ".join(text.split())
+    assert "fewer GPUs and nodes" in text
 
 
 def _frames(n, **over):
