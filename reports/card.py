@@ -69,7 +69,7 @@ def why(plan: Plan) -> str:
 
 
 def _age_days(c: Candidate, plan: Plan) -> int | None:
-    return price_age_days(c, plan.generated_at)
+    return price_age_days(c, plan)
 
 
 def risks(plan: Plan, c: Candidate) -> list[str]:

@@ -30,7 +30,7 @@ def price_line(plan: Plan) -> str:
     if not plan.candidates:
         return ""
     c = plan.candidates[0]
-    age = price_age_days(c, plan.generated_at)
+    age = price_age_days(c, plan)
     when = f"dated {c.offer.price_date}, {age:,} day{'s' if age != 1 else ''} old" if age is not None else "undated"
     warn = " (stale: check it with the provider before you buy)" if is_stale(c, plan) else ""
     return (f"{money(c.cost.price_hour)}/h {'spot' if c.cost.spot else 'on-demand'} from "

@@ -237,7 +237,7 @@ def price_table(plan: Plan) -> dict:
         seen.setdefault(key, c)
     rows, flags = [], []
     for c in sorted(seen.values(), key=lambda c: (c.offer.provider, c.offer.instance_type, c.cost.spot, c.nodes)):
-        age = price_age_days(c, plan.generated_at)
+        age = price_age_days(c, plan)
         stale = is_stale(c, plan)
         node_note = f" ({c.nodes} nodes)" if c.nodes > 1 else ""
         rows.append([c.offer.provider, c.offer.region, c.offer.instance_type + node_note, pricing(c),

@@ -34,6 +34,23 @@ def test_ages_and_staleness_are_measured_on_the_pinned_day(tmp_path, monkeypatch
     assert cache.age_days("2026-11-01T00:00:00Z") == age  # `prices sources` ages sheets on the same day
 
 
+def test_a_report_ages_prices_on_the_day_the_plan_measured_them(monkeypatch):
+    import plan_factory as pf
+
+    from advisor.planner.assemble import _pinned_day
+    from reports.price_age import price_age_days
+
+    plan = pf.single_gpu_plan()
+    c = plan.candidates[0].model_copy(update={"offer": plan.candidates[0].offer.model_copy(
+        update={"price_date": "2026-11-01"})})
+    monkeypatch.setenv("GPU_ADVISOR_TODAY", "2026-12-01")
+    pinned = plan.model_copy(update={"generated_at": "2027-06-01T00:00:00+00:00", "prices_as_of": _pinned_day()})
+    assert price_age_days(c, pinned) == 30  # the plan's table aged it on the pinned day, not 212 days on
+    monkeypatch.delenv("GPU_ADVISOR_TODAY")
+    assert _pinned_day() == ""
+    assert price_age_days(c, pinned.model_copy(update={"prices_as_of": ""})) == 212  # unpinned: when generated
+
+
 def test_without_the_variable_the_clock_is_the_real_one(monkeypatch):
     monkeypatch.delenv("GPU_ADVISOR_TODAY", raising=False)
     assert abs((clock.now() - dt.datetime.now(dt.UTC)).total_seconds()) < 60

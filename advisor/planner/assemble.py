@@ -20,7 +20,7 @@ from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, 
 from advisor.stacks import Stack
 from advisor.units import BILLION, MILLION, gb
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
-from pricing import geo
+from pricing import clock, geo
 from pricing.cache import stale_days
 from pricing.managed import alternatives
 
@@ -92,6 +92,7 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
                 rejected=chosen.rejections.to_list(), assumptions=_assumptions(chosen, configs, request, engine),
                 warnings=warnings, command=request.command, stale_days=stale_days(),
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
+                prices_as_of=_pinned_day(),
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
                 ranking=ranking_basis(request),
                 managed_alternatives=_managed(spec, counts, top_stack.method, request))
@@ -259,3 +260,9 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
 def _band_basis(cfg: Config) -> str:
     # a measured step (advisor/workload/measurements.py) carries its own basis, preferred when present
     return str(cfg.timed.step.band_basis or band(cfg.gpu, cfg.stack)[2])
+
+
+def _pinned_day() -> str:
+    """GPU_ADVISOR_TODAY as the moment the offers' ages were measured, for the report to age them alike."""
+    day = clock.pinned()
+    return day.isoformat(timespec="seconds") if day else ""

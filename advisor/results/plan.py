@@ -96,6 +96,8 @@ class Plan(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     command: str = ""
     generated_at: str = ""
+    prices_as_of: str = Field("", description="the day price ages were measured on when GPU_ADVISOR_TODAY pinned it "
+                                              "(pricing.clock); empty: generated_at")
     stale_days: float = Field(30.0, description="prices older than this many days are stale")
     saving_vs_baseline_usd: float | None = None
     notice: str = Field("", description="e.g. 'No candidate meets the budget; showing the closest.'")
@@ -208,7 +210,7 @@ class Plan(BaseModel):
         for name in ("workload", "assumptions", "warnings", "ranking"):
             _check_tree(getattr(self, name), name)
         check_workload(self.workload)
-        for name in ("command", "generated_at", "notice", "remedy"):
+        for name in ("command", "generated_at", "prices_as_of", "notice", "remedy"):
             check_text(getattr(self, name), name, TEXT_CHARS)
         self._check_refs()
         for i, m in enumerate(self.managed_alternatives):
