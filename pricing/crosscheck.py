@@ -8,10 +8,11 @@ catalog row (never to a user's own sheet: that is their price) and to each price
 against spot observations):
 
 1. Candidates: observations of the same provider, tier and GPU model, in the row's region (an
-   observation without a region speaks for every region of its provider), that are either
-   (a) of the same product (instance_type, compared without case), or, when the observation names
-   no product the catalogs list for that provider, (b) of the same GPU count with
-   price_unit=instance, or (c) a per-GPU price (price_unit=gpu), compared per GPU-hour.
+   observation without a region speaks for every region of its provider; when the region has none,
+   one from a region the provider prices alike, SAME_PRICE_REGIONS), that are either
+   (a) of the same product (instance_type, compared without case, or the product it is BILLED_AS), or,
+   when the observation names no product the catalogs list for that provider, (b) of the same GPU
+   count with price_unit=instance, or (c) a per-GPU price (price_unit=gpu), compared per GPU-hour.
 2. The newest observation (by observed_at) decides; equally new ones are taken in the order
    (a), (b), (c), then sheet order.
 3. The row's and the observation's prices are compared per GPU-hour. Within TOLERANCE of the
@@ -21,11 +22,17 @@ against spot observations):
    `catalog_price_hour` (spot: `catalog_spot_price_hour`) and noted `price_disputed:<old>`
    (`spot_disputed:<old>`), and the row takes the observation's date and, as its `source`, the
    observation's citation (the catalog's moves to `catalog_source`); a disputed price that no
-   dated price can replace is cleared, and a row left with no price leaves the ranking with a reason.
+   dated price can replace is cleared (a row left with no price stays listed; plans leave it out, saying why).
 4. Newest dated wins: a row whose own `observed_at` (a live fetch's API date, a cited page's
    read date) is newer than the observation keeps its price and date; the observation only
    confirms it, or is noted beside it (`observation_older:<price>@<date>`).
-5. No candidate: the row is unchanged ("date unknown" and stale when undated, as before).
+5. No candidate: the row is unchanged ("date unknown" and stale when undated, as before), except:
+6. Below every region: an on-demand price with no candidate that lies more than TOLERANCE below the
+   cheapest region's newest dated price of the same product, observed in at least FLOOR_REGIONS regions, is
+   *disputed* (`below_every_region:<price>@<region>`)
+   and, with no dated price of its own region to replace it, cleared. A list price under the provider's
+   cheapest region is the catalog's error (GCP's A2/A3 rows priced from the DWS GPU SKU, about half list).
+   Spot prices are not floored: they move by region and hour.
 
 The row's `observed_at` follows its on-demand price (the price plans rank by default); a row
 with only a spot price takes its spot observation's date. `price_check` / `spot_check` say what
@@ -33,22 +40,22 @@ happened: confirmed, disputed, dated (own date, nothing newer observed), undated
 offer the observation sheet itself adds, pricing.observed_offers) or user.
 
 TOLERANCE is 5 % of the observed per-GPU-hour price (GPU_ADVISOR_OBSERVATION_TOLERANCE overrides),
-set from the bundled data (OBSERVATIONS.md, "Tolerance"). Of the 640 catalog rows an on-demand
-observation matches, 465 agree within 0.1 % and 18 more within 3.4 % (two sources quoting one price:
-GCP with or without its bundled local SSD 0.6-0.8 %, a3-megagpu-8g 1.3 %, Paperspace A100 3.18 vs
+set from the bundled data (OBSERVATIONS.md, "Tolerance"). Of the 731 catalog rows an on-demand
+observation matches, 473 agree within 0.1 % and 44 more within 3.4 % (two sources quoting one price:
+GCP with or without its bundled local SSD 0.6-0.9 %, a3-megagpu-8g 1.3 %, Paperspace A100 3.18 vs
 3.28); none lies between 3.4 % and 5 %, the rest are 6.8 % or more apart. The list-price steps in
 the sheet are 6 % and up (RunPod Secure H100 3.29 -> 3.49 on 2026-09-25; H200 4.59 -> 5.29 on
 2026-10-10). 15 % would
 stamp RunPod's H200 at 4.59 "confirmed 2026-10-10" when RunPod asked 5.29 that day. A false dispute
 costs little (the dated price is used); a false confirmation dates a price that has moved.
 Regional spreads (AWS p5.48xlarge +25 % in ap-northeast-1) are no tolerance matter: hyperscaler
-observations carry their region, and region-less ones come from sellers that price every region alike.
+observations carry their region (or a region the provider prices alike), and region-less ones come from
+sellers that price every region alike.
 """
 
 from __future__ import annotations
 
 from pricing import settings
-from pricing.schema import Problem
 
 TOLERANCE = settings.OBSERVATION_TOLERANCE  # of the observed per-GPU-hour price; why: the module docstring
 ENV = "GPU_ADVISOR_OBSERVATION_TOLERANCE"
@@ -60,6 +67,20 @@ STATUS = {"price_hour": ("price_check", "checked_by", "checked_at", "catalog_pri
                               "spot_disputed")}
 COLUMNS = tuple(c for cols in STATUS.values() for c in cols[:4]) + ("catalog_source",)  # the columns `apply` adds
 USER, OBSERVATION = "user", "observation"
+# Products billed on the same SKUs in the same quantities, so an observation of the second prices the first (rule
+# 1a). GCP bills accelerator-optimized VMs "for their attached GPUs, predefined vCPU, memory, and bundled Local SSD"
+# (https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines, read 2026-12-02); a3-edgegpu-8g has
+# a3-highgpu-8g's GPUs (8x H100 80GB), vCPUs (208), memory (1872 GB) and local SSD (6 TB), and no public price list
+# names it (the billing-catalog transcription in the sheet lists no a3-edgegpu-8g).
+BILLED_AS = {("gcp", "a3-edgegpu-8g"): "a3-highgpu-8g"}
+# Regions a provider prices alike, so an observation in one speaks for the others when a region has none of its own
+# (rule 1, after the region's own). GCP's billing catalog as transcribed in the sheet (Cyclenerd pricing.yml, 2026-08-20)
+# gives us-central1, us-east1 and us-west1 the same on-demand and spot price for every A2 and A3 machine type;
+# tests/test_bundled_prices_dated.py checks the sheet still says so.
+SAME_PRICE_REGIONS = {"gcp": (frozenset({"us-central1", "us-east1", "us-west1"}),)}
+# Rule 6 judges a region by the cheapest of the others only when at least this many regions of the product are
+# observed: one or two regions say little about a provider's regional floor.
+FLOOR_REGIONS = 3
 
 
 def tolerance() -> float:
@@ -111,13 +132,22 @@ def candidates(df, obs, tiers, origin: str = "price_origin"):
                           "names": [(p, x) in products for p, x in zip(o["provider"], product)]})
     m = left.merge(right, on=["provider", "gpu_model"])
     if not len(m):
-        return m.assign(spec=pd.Series(dtype=int))
-    region_ok = m["o_region"].isna() | (m["o_region"] == m["region"])
-    spec = np.select([m["names"] & (m["product"] == m["itype"]),
+        return m.assign(spec=pd.Series(dtype=int), near=pd.Series(dtype=int))
+    same = (m["o_region"].isna() | (m["o_region"] == m["region"])).to_numpy()
+    alike = np.array([_priced_alike(p, a, b) for p, a, b in zip(m["provider"], m["region"], m["o_region"])], bool)
+    billed = np.array([BILLED_AS.get((p, x), x) for p, x in zip(m["provider"], m["itype"])], dtype=object)
+    spec = np.select([m["names"] & (m["product"] == billed),
                       ~m["names"] & (m["unit"] == "instance") & (m["o_count"] == m["count"]),
                       ~m["names"] & (m["unit"] == "gpu")], [0, 1, 2], -1)
-    m = m.assign(spec=spec)[region_ok.to_numpy() & (spec >= 0)]
+    m = m.assign(spec=spec, near=np.where(same, 0, 1))[(same | alike) & (spec >= 0)]
     return m.reset_index(drop=True)
+
+
+def _priced_alike(provider: str, region, other) -> bool:
+    """Whether `provider` lists the same prices in `region` and `other` (SAME_PRICE_REGIONS)."""
+    if not isinstance(other, str) or region == other:
+        return False
+    return any(region in group and other in group for group in SAME_PRICE_REGIONS.get(provider, ()))
 
 
 def _lower(values):
@@ -147,26 +177,28 @@ def best(df, obs, tiers, origin: str = "price_origin"):
     index = np.flatnonzero(obs["tier"].isin(tiers).to_numpy())  # positions in `obs` of the tier's rows
     j = index[m["j"].to_numpy()]
     stamp = obs["observed_at"].to_numpy(dtype="datetime64[ns]")[j].astype("int64")
-    order = np.lexsort((j, m["spec"].to_numpy(), -stamp, m["i"].to_numpy()))
+    order = np.lexsort((j, m["spec"].to_numpy(), -stamp, m["near"].to_numpy(), m["i"].to_numpy()))
     i = m["i"].to_numpy()[order]
     first = np.r_[True, i[1:] != i[:-1]]
     return i[first], j[order][first]
 
 
 def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
-    """The rule (module docstring) on a loaded frame -> (frame, [Problem] for rows left without a price).
+    """The rule (module docstring) on a loaded frame -> the frame with prices, dates and statuses set. A row a
+    dispute left with no price stays, priced n/a and `disputed` (`prices list` shows its catalog price beside);
+    the planner leaves it out with that reason (advisor.planner.offers).
 
     `df`: one row per (provider, region, instance_type), `observed_at` as UTC timestamps, `origin`
     naming user rows; `obs`: pricing.observations.read's frame."""
     tol = tolerance() if tol is None else tol
     df = prepare(df.reset_index(drop=True), origin)
     if not len(obs) or not len(df):
-        return df, []
+        return df
     own = df["observed_at"].to_numpy(dtype="datetime64[ns]")  # the rows' own dates: what rule 4 compares with
     for col, tiers in TIERS.items():
         rows, picks = best(df, obs, tiers, origin)
         df = _judge(df, own, obs, col, rows, picks, tol)
-    return _drop_unpriced(df)
+    return _below_every_region(df, obs, tol, origin)
 
 
 def _judge(df, own, obs, col: str, rows, picks, tol: float):
@@ -214,15 +246,39 @@ def _judge(df, own, obs, col: str, rows, picks, tol: float):
                                "observed_at": pd.DatetimeIndex(observed).tz_localize("UTC")})
 
 
-def _drop_unpriced(df):
-    """Rows a dispute left with neither price leave the frame, each with a Problem saying why."""
+def _below_every_region(df, obs, tol: float, origin: str):
+    """Rule 6 on the rows rules 1-5 left undated: an on-demand price more than `tol` below the cheapest region's
+    newest dated list price of the same product (or the product it is billed as) is disputed. No observation of its
+    own region can replace it, so it is cleared (a regional list price is no evidence for another region's)."""
+    import numpy as np
+    import pandas as pd
 
-    gone = (df["price_hour"].isna() & df["spot_price_hour"].isna()).to_numpy()
-    problems = [Problem(str(r.source), 0, "price_hour",
-                        f"{r.provider}/{r.region}/{r.instance_type}: disputed by {r.checked_by or r.spot_checked_by}, "
-                        "which gives no dated price to replace it; left out of the ranking")
-                for r in df[gone].itertuples()]
-    return df[~gone].reset_index(drop=True), problems
+    o = obs[(obs["tier"] == "on-demand") & obs["region"].notna() & obs["product"].notna()
+            & obs["observed_at"].notna()]
+    todo = (_catalog(df, origin) & (df["price_check"] == "undated").to_numpy()
+            & df["price_hour"].notna().to_numpy())
+    if not len(o) or not todo.any():
+        return df
+    o = o.assign(key=o["product"].str.lower()).sort_values("observed_at", ascending=False, kind="stable")
+    newest = o.drop_duplicates(["provider", "gpu_model", "key", "region"])  # per region: its newest (rule 2)
+    floors = {k: g.loc[g["per_gpu"].idxmin()] for k, g in newest.groupby(["provider", "gpu_model", "key"])
+              if len(g) >= FLOOR_REGIONS}
+    out = {c: df[c].to_numpy(dtype=object).copy() for c in ("price_check", "checked_by", "notes")}
+    price, olds = df["price_hour"].to_numpy(dtype=float).copy(), df["catalog_price_hour"].to_numpy(dtype=float).copy()
+    stamps = df["checked_at"].to_numpy(dtype="datetime64[ns]").copy()
+    for i in np.flatnonzero(todo):
+        r = df.iloc[i]
+        itype = str(r["instance_type"]).lower()
+        low = floors.get((r["provider"], r["gpu_model"], BILLED_AS.get((r["provider"], itype), itype)))
+        if low is None or price[i] / r["gpu_count"] / low["per_gpu"] - 1 >= -tol - EPSILON:
+            continue
+        out["price_check"][i], out["checked_by"][i] = "disputed", low["source"]
+        stamps[i] = low["observed_at"].to_datetime64()
+        out["notes"][i] = _note(out["notes"][i], f"price_disputed:{price[i]:.4g};below_every_region:"
+                                                 f"{low['per_gpu'] * r['gpu_count']:.4g}@{low['region']}")
+        olds[i], price[i] = price[i], np.nan
+    return df.assign(**out, price_hour=price, catalog_price_hour=olds,
+                     checked_at=pd.DatetimeIndex(stamps).tz_localize("UTC"))
 
 
 def _note(old, new: str) -> str:

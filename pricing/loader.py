@@ -327,11 +327,11 @@ def _observed(df, include_bundled: bool):
     if not include_bundled:
         return crosscheck.prepare(df, ORIGIN), []
     obs, problems = observations.read()
-    df, more = crosscheck.apply(df, obs, origin=ORIGIN)
+    df = crosscheck.apply(df, obs, origin=ORIGIN)
     new, most = observed_offers.offers(df, obs, ORIGIN, str(observations.sheet_path()))
     if len(new):
         df = pd.concat([df, new.assign(_discount=False)], ignore_index=True)
-    return df, problems + more + most
+    return df, problems + most
 
 
 def parse_discounts(items) -> dict[str, float]:

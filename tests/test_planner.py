@@ -273,3 +273,25 @@ def test_estimator_is_injectable():
 
     p = run(pd.DataFrame([offer("x", "r", "a10g", "A10G", 1, 1.0)]), methods=("full",), estimator=stand_in)
     assert calls and p.candidates and p.candidates[0].fit.peak_bytes == 10**9 * p.candidates[0].shape.micro_batch
+
+
+def test_an_instance_billed_as_another_at_the_same_price_is_one_offer_and_the_common_type_stays():
+    a3 = pd.DataFrame([offer("gcp", "us-central1", "a3-edgegpu-8g", "H100", 8, 88.49, ram=1872),
+                       offer("gcp", "us-central1", "a3-highgpu-8g", "H100", 8, 88.49, ram=1872),
+                       offer("gcp", "us-west4", "a3-edgegpu-8g", "H100", 8, 99.65, ram=1872)])  # no twin there
+    p = run(a3)
+    shown = {(c.offer.region, c.offer.instance_type) for c in p.candidates}
+    assert ("us-central1", "a3-highgpu-8g") in shown and ("us-central1", "a3-edgegpu-8g") not in shown
+    assert ("us-west4", "a3-edgegpu-8g") in shown
+    [r] = [r for r in p.rejected if r.reason.startswith("billed as another instance type")]
+    assert (r.count, r.example) == (1, "a3-edgegpu-8g")
+
+
+def test_a_row_a_dated_observation_left_without_a_price_is_ruled_out_with_that_reason():
+    rows = pd.DataFrame([offer("gcp", "us-central1", "a3-highgpu-8g", "H100", 8, 88.49, ram=1872),
+                         offer("gcp", "asia-east1", "a3-megagpu-8g", "H100", 8, float("nan"), ram=1872)])
+    rows["price_check"] = [None, "disputed"]
+    p = run(rows)
+    assert {c.offer.region for c in p.candidates} == {"us-central1"}
+    [r] = [r for r in p.rejected if r.reason.startswith("catalog price disputed by a dated observation")]
+    assert (r.count, r.example) == (1, "a3-megagpu-8g")

@@ -39,9 +39,7 @@ def catalog(*rows):
 
 
 def check(tmp_path, rows, obs_rows, tol=None):
-    df, problems = crosscheck.apply(catalog(*rows), sheet(tmp_path, *obs_rows), tol=tol)
-    assert problems == []
-    return df
+    return crosscheck.apply(catalog(*rows), sheet(tmp_path, *obs_rows), tol=tol)
 
 
 def test_a_catalog_price_that_agrees_is_confirmed_and_takes_the_observation_date_and_source(tmp_path):
@@ -84,11 +82,55 @@ def test_the_tolerance_comes_from_one_environment_variable(tmp_path, monkeypatch
 
 
 def test_an_observation_with_a_region_speaks_for_that_region_only_and_one_without_for_all(tmp_path):
-    rows = [{"region": "us-east-1", "price_hour": 50.0}, {"region": "ap-northeast-1", "price_hour": 50.0}]
+    rows = [{"region": "us-east-1", "price_hour": 50.0}, {"region": "ap-northeast-1", "price_hour": 60.0}]
     east, tokyo = check(tmp_path, rows, [{"region": "us-east-1"}]).itertuples()
     assert (east.price_check, tokyo.price_check) == ("disputed", "undated")
     east, tokyo = check(tmp_path, rows, [{}]).itertuples()
     assert (east.price_check, tokyo.price_check) == ("disputed", "disputed")
+
+
+GCP = {"provider": "gcp", "instance_type": "a3-highgpu-8g", "vcpus": 208.0, "ram_gb": 1872.0}
+A3 = {"provider": "gcp", "product": "a3-highgpu-8g", "region": "us-central1", "price_hour": "88.49"}
+
+
+def test_an_instance_billed_as_another_is_judged_by_that_ones_observations(tmp_path):
+    rows = [{**GCP, "region": "us-central1", "instance_type": "a3-edgegpu-8g", "price_hour": 43.07},
+            {**GCP, "region": "us-central1", "instance_type": "a3-megagpu-8g", "price_hour": 92.21},
+            {**GCP, "region": "us-east4", "price_hour": 88.56}]  # the catalog lists a3-highgpu-8g: a named product
+    edge, mega, _ = check(tmp_path, rows, [A3]).itertuples()
+    assert crosscheck.BILLED_AS[("gcp", "a3-edgegpu-8g")] == "a3-highgpu-8g"
+    assert (edge.price_check, edge.price_hour, edge.catalog_price_hour) == ("disputed", 88.49, 43.07)
+    assert mega.price_check == "undated"  # billed on other SKUs: nobody observed it
+
+
+def test_a_region_priced_alike_speaks_only_where_the_region_has_no_observation_of_its_own(tmp_path):
+    rows = [{**GCP, "region": "us-west1", "price_hour": 88.0}, {**GCP, "region": "us-east5", "price_hour": 99.0}]
+    west, east5 = check(tmp_path, rows, [A3]).itertuples()
+    assert (west.price_check, west.checked_by) == ("confirmed", OBS["source"])  # us-central1 prices us-west1 alike
+    assert east5.price_check == "undated"  # not in a same-price group, and above every observed region
+    own = {**A3, "region": "us-west1", "price_hour": "70", "observed_at": "2026-08-01", "source": "https://example.com/own"}
+    [west] = check(tmp_path, rows[:1], [A3, own]).itertuples()  # its own region's older price beats the group's
+    assert (west.price_check, west.price_hour, west.checked_by) == ("disputed", 70.0, "https://example.com/own")
+
+
+def test_a_list_price_below_every_observed_regions_is_disputed_and_left_out(tmp_path):
+    dear = {**A3, "region": "europe-west4", "price_hour": "112.54", "observed_at": "2026-08-20"}
+    east = {**A3, "region": "us-east4", "price_hour": "88.56", "observed_at": "2026-08-20"}
+    rows = [{**GCP, "region": "asia-east1", "price_hour": 44.56},  # half GCP's cheapest region: the DWS band
+            {**GCP, "region": "asia-east2", "price_hour": 84.10},  # within 5 % of the cheapest: not disputed
+            {**GCP, "region": "asia-south1", "price_hour": np.nan, "spot_price_hour": 20.0}]  # spot is never floored
+    assert crosscheck.FLOOR_REGIONS == 3
+    df = crosscheck.apply(catalog(*rows), sheet(tmp_path, A3, dear))  # two regions: too few to judge
+    assert list(df.price_check[:2]) == ["undated"] * 2 and df.spot_check[2] == "undated"
+    far, near, spot = crosscheck.apply(catalog(*rows), sheet(tmp_path, A3, dear, east)).itertuples()
+    assert (far.price_check, far.catalog_price_hour, far.checked_by) == ("disputed", 44.56, OBS["source"])
+    assert np.isnan(far.price_hour) and np.isnan(far.spot_price_hour)  # listed, priced n/a: plans leave it out
+    assert (near.region, near.price_check, near.price_hour) == ("asia-east2", "undated", 84.10)
+    assert (spot.spot_check, spot.spot_price_hour) == ("undated", 20.0)
+    both = catalog({**rows[0], "spot_price_hour": 30.0})  # a spot price left: the row stays, on-demand cleared
+    [r] = crosscheck.apply(both, sheet(tmp_path, A3, dear, east)).itertuples()
+    assert (r.price_check, r.catalog_price_hour, r.spot_price_hour) == ("disputed", 44.56, 30.0) and np.isnan(r.price_hour)
+    assert "below_every_region:88.49@us-central1" in r.notes and r.checked_by == OBS["source"]
 
 
 def test_products_counts_and_per_gpu_prices_match_as_the_rule_says(tmp_path):
@@ -136,11 +178,10 @@ def test_spot_prices_are_checked_against_spot_observations_only(tmp_path):
     assert only_spot.spot_check == "disputed" and str(only_spot.observed_at.date()) == "2026-10-01"
 
 
-def test_a_disputed_price_no_dated_price_can_replace_leaves_the_ranking_with_a_reason(tmp_path):
+def test_a_disputed_price_no_dated_price_can_replace_is_cleared_and_kept_beside(tmp_path):
     obs = sheet(tmp_path, {"price_hour": "80"}).assign(observed_at=pd.NaT)  # the reader refuses such rows
-    df, problems = crosscheck.apply(catalog({}), obs)
-    assert len(df) == 0 and len(problems) == 1
-    assert "aws/us-east-1/p5.48xlarge" in str(problems[0]) and "no dated price" in str(problems[0])
+    [r] = crosscheck.apply(catalog({}), obs).itertuples()
+    assert (r.price_check, r.catalog_price_hour) == ("disputed", 55.04) and np.isnan(r.price_hour)
 
 
 def test_observations_the_catalog_lacks_become_offers_with_unknown_hosts_said(tmp_path):
@@ -151,7 +192,7 @@ def test_observations_the_catalog_lacks_become_offers_with_unknown_hosts_said(tm
                 {"provider": "acme", "product": "H100 SXM", "tier": "reserved-1y", "price_unit": "gpu",
                  "price_hour": "1.5", "gpu_count": ""},
                 {"product": "p5.48xlarge"})  # answers to a catalog row: not an offer
-    df, _ = crosscheck.apply(catalog({}), obs)
+    df = crosscheck.apply(catalog({}), obs)
     new, problems = observed_offers.offers(df, obs)
     assert problems == [] and sorted(new["instance_type"]) == ["H100 SXM", "H100 SXM [community]"]
     listed, community = new.sort_values("instance_type").itertuples()

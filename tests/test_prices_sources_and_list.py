@@ -41,11 +41,14 @@ def test_prices_sources_counts_add_up_to_the_rows_per_provider_and_in_all():
     for k in STATUSES:
         assert sum(p[k] for p in providers) == total[k]
     runpod = next(p for p in providers if p["provider"] == "runpod")
-    assert runpod["confirmed"] and runpod["disputed"] and runpod["newest_observation"] == "2026-10-10"
+    assert runpod["confirmed"] and runpod["disputed"] and runpod["newest_observation"] == "2026-11-09"
     assert runpod["observation_sources"] >= 3
     hyperbolic = next(p for p in providers if p["provider"] == "hyperbolic")  # nobody observed it
     assert (hyperbolic["undated"], hyperbolic["newest_observation"], hyperbolic["observation_sources"]) == (3, None, 0)
     assert "observations" in {s["name"] for s in data["sheets"]}
+    gcp = next(p for p in providers if p["provider"] == "gcp")  # rule 6's rows, priced n/a, count as disputed
+    gone = load()[0].query("provider == 'gcp' and price_hour != price_hour and spot_price_hour != spot_price_hour")
+    assert len(gone) == 2 and gcp["disputed"] >= len(gone)
 
 
 def test_prices_sources_table_shows_one_line_per_provider_and_the_totals():
@@ -55,7 +58,7 @@ def test_prices_sources_table_shows_one_line_per_provider_and_the_totals():
     assert lines[head - 1].startswith("providers (") and "tolerance 5% per GPU-hour" in lines[head - 1]
     body = lines[head + 1:]
     total = next(line for line in body if line.split()[0] == "all")
-    assert total.split()[-2] == "2026-10-10"
+    assert total.split()[-2] == "2026-11-09"
     aws = next(line for line in body if line.split()[0] == "aws").split()
     assert int(aws[1]) == sum(int(x) for x in aws[2:7])  # rows = confirmed + disputed + observed + own + undated
     assert "import-" not in out and "bundled snapshot" in out  # the sheets part is still there
@@ -83,12 +86,12 @@ def test_prices_list_shows_both_prices_for_a_disputed_row_and_the_date_for_a_con
     assert disputed and all(line.endswith("disputed (catalog $26.320)") and "$31.920" in line for line in disputed)
     lines = run("list", "--provider", "aws", "--region", "us-east-1", "--gpu", "H100", "--min-gpus", "8").splitlines()
     [p5] = [line for line in lines if "p5.48xlarge" in line]
-    assert "$55.040" in p5 and p5.split()[-3:] == ["2026-10-10", "confirmed", "2026-10-10"]
+    assert "$55.040" in p5 and p5.split()[-3:] == ["2026-11-09", "confirmed", "2026-11-09"]
     [row] = json.loads(run("list", "--provider", "aws", "--region", "us-east-1", "--gpu", "H100", "--min-gpus", "8",
                            "--format", "json"))
     assert (row["price_check"], row["checked_at"], row["catalog_price_hour"]) == (
-        "confirmed", "2026-10-10T00:00:00Z", None)
-    assert row["checked_by"].startswith("github:ewyluda/gpu-price-index")
+        "confirmed", "2026-11-09T00:00:00Z", None)
+    assert row["checked_by"].startswith("https://raw.githubusercontent.com/datareceipts/")
 
 
 def test_every_existing_list_option_still_works():

@@ -57,8 +57,10 @@ def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unk
     assert lines[0].split()[5:8] == ["GB/gpu", "vCPUs", "RAM", ] and "observed" in lines[0]
     [mine] = [line for line in lines if line.startswith("acme")]
     assert mine.split()[5:8] == ["80", "208", "1,800"] and mine.endswith(today)  # dated, fresh: no STALE
-    undated = [line for line in lines if "bundled" in line and "date unknown" in line]
+    undated = [line for line in lines if "bundled" in line and "date unknown" in line and "disputed" not in line]
     assert undated and all(line.endswith("date unknown STALE") for line in undated)  # nobody observed these
+    floored = [line for line in lines if "date unknown" in line and "disputed" in line]  # below every region's price
+    assert floored and all(line.split()[8:10] == ["n/a", "n/a"] and "(catalog $" in line for line in floored)
     # a cited page (2026-09-20), confirmed by a dated observation of the same price (2026-10-10)
     [cw] = [line for line in lines if line.startswith("coreweave") and "HGX-H100-8x" in line]
     assert cw.split()[-3:] == ["2026-10-10", "confirmed", "2026-10-10"]

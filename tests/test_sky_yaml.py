@@ -170,14 +170,14 @@ def test_skypilot_loads_every_sky_yaml_and_resolves_its_resources(loaded):
         if got["instance_accelerators"] is None and got["cloud"] == "gcp":
             # GCP attaches GPUs; SkyPilot maps GPU instance types to them in a hard-coded table
             # (_ACC_INSTANCE_TYPE_DICTS, sky/clouds/service_catalog/gcp_catalog.py:73 in 0.9.2), which has no H200
-            # a3-ultragpu-8g yet: SkyPilot's gap, not the file's.
+            # a3-ultragpu-8g and no a3-edgegpu-8g (A3 Edge, billed as a3-highgpu-8g) yet: SkyPilot's gap, not the file's.
             unlisted.add(instance_type)
         else:
             assert got["instance_accelerators"] == {gpu_model: gpus}, (provider, instance_type)
         assert got["num_nodes"] == nodes and got["use_spot"] == spot
         assert got["price"] > 0  # SkyPilot prices exactly this region and capacity (spot or on-demand)
         checked += 1
-    assert checked >= 20 and len(summary["seeded"]) >= 8 and unlisted <= {"a3-ultragpu-8g"}
+    assert checked >= 20 and len(summary["seeded"]) >= 8 and unlisted <= {"a3-ultragpu-8g", "a3-edgegpu-8g"}
     # Only providers SkyPilot 0.9.2 has no cloud for (hyperbolic arrived in 0.10; hyperstack and coreweave have none
     # in 0.14.1 either) are left out: a provider whose name we fail to map to SkyPilot's (lambdalabs -> lambda) would show.
     # The sellers only the dated observation sheet prices that SkyPilot 0.9.2 has no cloud for either;

@@ -19,6 +19,7 @@ from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest, check_choice
 from pricing import geo, load_offers
 from pricing.cache import stale_days
+from pricing.crosscheck import BILLED_AS
 from pricing.fabrics import cluster_gbps, providers
 from pricing.gpus import canonical_name, get_gpu
 from pricing.schema import mentions, per_distinct
@@ -47,8 +48,12 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     off["price_hour"] = pd.to_numeric(off["price_hour"], errors="coerce")
     off["spot_price_hour"] = pd.to_numeric(off.get("spot_price_hour"), errors="coerce")
     off["gpu_count"] = pd.to_numeric(off["gpu_count"], errors="coerce")
-    off = off[off["price_hour"].notna() & (off["price_hour"] >= 0) & (off["gpu_count"] >= 1)]
-    if len(off) == 0:
+    # a catalog price a dated observation disputed with nothing dated to replace it (pricing.crosscheck): kept
+    # through the filters so the plan can say how many such rows it left out
+    cleared = off["price_hour"].isna() & off.get("price_check", pd.Series(None, index=off.index)).eq("disputed")
+    priced = off["price_hour"].notna() & (off["price_hour"] >= 0)
+    off = off[(priced | cleared) & (off["gpu_count"] >= 1)]
+    if not off["price_hour"].notna().any():
         raise AdvisorError("No usable price sheet: no offer has an on-demand price; run `gpu-advisor prices`.")
     off["gpu_count"] = off["gpu_count"].astype(int)
     names = {g: canonical_name(str(g)) for g in off["gpu_model"].unique()}  # once per distinct label
@@ -82,12 +87,16 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     for g, n in off.loc[~known, "gpu_model"].value_counts().items():
         rejections.add(f"{g}: GPU not in the GPU table (pricing/data/gpus.csv)", n, g)
     off = off[known].reset_index(drop=True)
+    gone = off["price_hour"].isna()
+    rejections.add(DISPUTED, int(gone.sum()), _examples(off.loc[gone]))
+    off = off[~gone].reset_index(drop=True)
     off = _complete_prices(off, rejections)
     off = _fresh_only(off, request, rejections)
     if len(off) == 0:
         why = "; ".join(f"{r.count} × {r.reason}" for r in rejections.to_list())
         raise AdvisorError("No usable offer: every row matching the filters was left out" + (f" ({why})." if why else "."))
     off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
+    off = _one_of_billed_alike(off, request.spot, rejections)
     off = collapse_regions(off, request.spot)
     off = cheapest(off, max(request.top, 10), request.spot, rejections)
 
@@ -101,6 +110,8 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     return off
 
 
+DISPUTED = ("catalog price disputed by a dated observation, with no dated price for its region to replace it "
+            "(`prices list --all` shows both; pricing/data/OBSERVATIONS.md)")
 OPTIONAL_COLUMNS = {"spot_price_hour": None, "notes": "", "stale": False, "source": "", "fetched_at": "",
                     "observed_at": None,
                     "interconnect": "", "cluster_gbps": float("nan"), "ram_gb": float("nan")}
@@ -160,6 +171,22 @@ def _fabric(off):
         out[i] = np.nan if gbps is None else gbps
     own = off["cluster_gbps"].to_numpy(dtype=float)  # the sheet's own statement wins
     return np.where(np.isnan(own), out, own)
+
+
+def _one_of_billed_alike(off, spot: bool, rejections: Rejections):
+    """An instance billed as another (pricing.crosscheck.BILLED_AS: a3-edgegpu-8g as a3-highgpu-8g) is the same
+    offer when that one is listed in its region at the same price: the listed one stays (the common type, the one
+    launchers know: SkyPilot maps H100:8 on GCP to a3-highgpu-8g)."""
+    prices = ["price_hour", "spot_price_hour"] if spot else ["price_hour"]
+    listed = set(map(tuple, off[["provider", "region", "instance_type", *prices]].astype(str).to_numpy()))
+    same = [(p, r, BILLED_AS.get((p, str(t).lower()), ""), *map(str, v)) in listed
+            for p, r, t, *v in off[["provider", "region", "instance_type", *prices]].to_numpy()]
+    import numpy as np
+
+    same = np.asarray(same, dtype=bool)
+    rejections.add("billed as another instance type listed in the same region at the same price (that one is "
+                   "kept; pricing/crosscheck.py BILLED_AS)", int(same.sum()), _examples(off.loc[same]))
+    return off[~same].reset_index(drop=True)
 
 
 def collapse_regions(off, spot: bool):
