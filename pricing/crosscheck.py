@@ -262,22 +262,28 @@ def _below_every_region(df, obs, tol: float, origin: str):
         return df
     o = o.assign(key=o["product"].str.lower()).sort_values("observed_at", ascending=False, kind="stable")
     newest = o.drop_duplicates(["provider", "gpu_model", "key", "region"])  # per region: its newest (rule 2)
-    floors = {k: g.loc[g["per_gpu"].idxmin()] for k, g in newest.groupby(["provider", "gpu_model", "key"])
-              if len(g) >= FLOOR_REGIONS}
-    out = {c: df[c].to_numpy(dtype=object).copy() for c in ("price_check", "checked_by", "notes")}
+    keys = ["provider", "gpu_model", "key"]
+    regions = newest.groupby(keys)["region"].transform("size")
+    floors = newest[regions >= FLOOR_REGIONS].sort_values("per_gpu", kind="stable").drop_duplicates(keys)
+    rows = np.flatnonzero(todo)
+    itype = df["instance_type"].str.lower().to_numpy()[rows]
+    provider = df["provider"].to_numpy()[rows]
+    left = pd.DataFrame({"i": rows, "provider": provider, "gpu_model": df["gpu_model"].to_numpy()[rows],
+                         "key": [BILLED_AS.get((p, t), t) for p, t in zip(provider, itype)]})
+    m = left.merge(floors[[*keys, "per_gpu", "source", "observed_at", "region"]], on=keys)
+    count = df["gpu_count"].to_numpy(dtype=float)[m["i"]]
     price, olds = df["price_hour"].to_numpy(dtype=float).copy(), df["catalog_price_hour"].to_numpy(dtype=float).copy()
+    m = m[price[m["i"]] / count / m["per_gpu"].to_numpy() - 1 < -tol - EPSILON]
+    if not len(m):
+        return df
+    i = m["i"].to_numpy()
+    out = {c: df[c].to_numpy(dtype=object).copy() for c in ("price_check", "checked_by", "notes")}
     stamps = df["checked_at"].to_numpy(dtype="datetime64[ns]").copy()
-    for i in np.flatnonzero(todo):
-        r = df.iloc[i]
-        itype = str(r["instance_type"]).lower()
-        low = floors.get((r["provider"], r["gpu_model"], BILLED_AS.get((r["provider"], itype), itype)))
-        if low is None or price[i] / r["gpu_count"] / low["per_gpu"] - 1 >= -tol - EPSILON:
-            continue
-        out["price_check"][i], out["checked_by"][i] = "disputed", low["source"]
-        stamps[i] = low["observed_at"].to_datetime64()
-        out["notes"][i] = _note(out["notes"][i], f"price_disputed:{price[i]:.4g};below_every_region:"
-                                                 f"{low['per_gpu'] * r['gpu_count']:.4g}@{low['region']}")
-        olds[i], price[i] = price[i], np.nan
+    out["price_check"][i], out["checked_by"][i] = "disputed", m["source"].to_numpy(dtype=object)
+    stamps[i] = m["observed_at"].to_numpy(dtype="datetime64[ns]")
+    for k, low, region in zip(i, m["per_gpu"].to_numpy() * df["gpu_count"].to_numpy(dtype=float)[i], m["region"]):
+        out["notes"][k] = _note(out["notes"][k], f"price_disputed:{price[k]:.4g};below_every_region:{low:.4g}@{region}")
+    olds[i], price[i] = price[i], np.nan
     return df.assign(**out, price_hour=price, catalog_price_hour=olds,
                      checked_at=pd.DatetimeIndex(stamps).tz_localize("UTC"))
 

@@ -177,13 +177,12 @@ def _one_of_billed_alike(off, spot: bool, rejections: Rejections):
     """An instance billed as another (pricing.crosscheck.BILLED_AS: a3-edgegpu-8g as a3-highgpu-8g) is the same
     offer when that one is listed in its region at the same price: the listed one stays (the common type, the one
     launchers know: SkyPilot maps H100:8 on GCP to a3-highgpu-8g)."""
-    prices = ["price_hour", "spot_price_hour"] if spot else ["price_hour"]
-    listed = set(map(tuple, off[["provider", "region", "instance_type", *prices]].astype(str).to_numpy()))
-    same = [(p, r, BILLED_AS.get((p, str(t).lower()), ""), *map(str, v)) in listed
-            for p, r, t, *v in off[["provider", "region", "instance_type", *prices]].to_numpy()]
     import numpy as np
 
-    same = np.asarray(same, dtype=bool)
+    prices = ["price_hour", "spot_price_hour"] if spot else ["price_hour"]
+    listed = set(map(tuple, off[["provider", "region", "instance_type", *prices]].astype(str).to_numpy()))
+    same = np.array([(p, r, BILLED_AS.get((p, str(t).lower()), ""), *map(str, v)) in listed
+                     for p, r, t, *v in off[["provider", "region", "instance_type", *prices]].to_numpy()], dtype=bool)
     rejections.add("billed as another instance type listed in the same region at the same price (that one is "
                    "kept; pricing/crosscheck.py BILLED_AS)", int(same.sum()), _examples(off.loc[same]))
     return off[~same].reset_index(drop=True)
