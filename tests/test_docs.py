@@ -176,9 +176,11 @@ def test_ci_runs_the_readmes_test_command_verbatim_and_pytest_prints_the_resolve
     against; the GitHub workflow runs `.ci/run`."""
     [line] = [ln for ln in README.splitlines() if "python3 -m pytest" in ln and ln.startswith("python3 -m pip")]
     command = line.split("#")[0].strip()
-    steps = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-             if ln.strip().startswith("python3 ")]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    steps = [ln.strip() for ln in ci.splitlines() if ln.strip().startswith("python3 ")]
     assert steps == [command]
+    # ... inside a new virtualenv, activated before it: the newest releases the index serves, as on a fresh machine
+    assert ci.index("-m venv") < ci.index('. "$venv/bin/activate"') < ci.index(command)
     assert "bash .ci/run" in (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
     lines = pytestconfig.hook.pytest_report_header(config=pytestconfig, start_path=ROOT, startdir=ROOT)
     [ours] = [ln for part in lines for ln in ([part] if isinstance(part, str) else part)
