@@ -24,7 +24,9 @@ def open_from_option(url: str | None):
 
 
 def _money(x: float) -> str:
-    return f"${x:,.2f}"
+    """$1,234.56, and -$0.50 for a shortfall (never $-0.00 for a rounding of nothing)."""
+    cents = round(x, 2) + 0.0
+    return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
 
 
 @click.command()
