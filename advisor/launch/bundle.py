@@ -24,9 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advisor.approval import Approval
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.memory import DEEPSPEED_ZERO3
-from advisor.launch import launchers, rl
+from advisor.launch import caps, launchers, rl
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
     DECODER_LAYERS,
@@ -370,9 +371,12 @@ def build_bundle(
     *,
     dataset: str = "data/train.jsonl",
     options: Mapping[str, object] | None = None,
+    approval: Approval | None = None,
 ) -> dict[str, str]:
-    """Every file of the bundle, filename -> content. Emits a LaunchWarning per caveat (also in README)."""
+    """Every file of the bundle, filename -> content. Emits a LaunchWarning per caveat (also in README). Under an
+    `approval` (advisor/approval.py) every launcher carries its caps (advisor/launch/caps.py)."""
     c = candidate
+    hours_cap = approval.caps.hours if approval else None
     if c.stack.precision not in PRECISIONS or c.stack.optimizer not in OPTIM_NAMES or c.stack.attention not in ATTN_NAMES:
         raise BadInput(
             f"candidate: precision {c.stack.precision!r}, optimizer {c.stack.optimizer!r} or attention {c.stack.attention!r} "
@@ -422,12 +426,13 @@ def build_bundle(
         "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # which framework's hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
             "TRL SFTTrainer (transformers Trainer) + peft + accelerate/DeepSpeed + bitsandbytes.\n")
-        + ("" if c.stack.objective.is_sft else rl.rl_readme(c)),
+        + ("" if c.stack.objective.is_sft else rl.rl_readme(c)) + (caps.readme(approval) if approval else ""),
         "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
                      + _dump(sky_task(c, model))),
         "requirements.txt": "\n".join(reqs) + "\n",
-        "slurm.sbatch": launchers.slurm_script(c, model, job),
-        **_dstack_files(c, model, job),
+        "slurm.sbatch": launchers.slurm_script(c, model, job, hours_cap),
+        **_dstack_files(c, model, job, hours_cap),
+        **(caps.files(approval) if approval else {}),
         SMOKE_CONFIG_FILE: json.dumps(launchers.smoke_config(model), indent=2) + "\n",
         "chat_mask.py": Path(chat_mask.__file__).read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
@@ -460,9 +465,9 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
     return files
 
 
-def _dstack_files(c: Candidate, model: ModelSpec, job: str) -> dict[str, str]:
+def _dstack_files(c: Candidate, model: ModelSpec, job: str, hours_cap: float | None = None) -> dict[str, str]:
     """dstack.yml (a task), and for a multi-node plan fleet.dstack.yml (placement: cluster), which the task names."""
-    task = launchers.dstack_task(c, model, job, setup_commands(c))
+    task = launchers.dstack_task(c, model, job, setup_commands(c), hours_cap)
     note = "" if launchers.dstack_backend(c.offer.provider) else _comment(
         f"dstack has no {c.offer.provider!r} backend: no backends/regions pin; any backend within max_price.")
     if c.nodes == 1:

@@ -72,13 +72,14 @@ def slurm_time(hours: float) -> str:
     return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-def slurm_script(c: Candidate, model: ModelSpec, job: str) -> str:
+def slurm_script(c: Candidate, model: ModelSpec, job: str, approved_hours: float | None = None) -> str:
     """slurm.sbatch: one task per node, each running launch.sh (accelerate launch), which reads its node rank from
-    SLURM_NODEID; the head node's address is the allocation's first host (scontrol show hostnames)."""
+    SLURM_NODEID; the head node's address is the allocation's first host (scontrol show hostnames). Under an
+    approval (`approved_hours`: its hours cap) --time is the cap itself."""
     ram, cpus = host_needs(c, model)
     gpus = c.offer.gpu_count
     mem = f"{math.ceil(ram / 2**30)}G" if ram else "0"
-    limit = time_limit_hours(c)
+    limit = approved_hours or time_limit_hours(c)
     t = c.timing
     lines = [
         "#!/bin/bash",
@@ -90,7 +91,9 @@ def slurm_script(c: Candidate, model: ModelSpec, job: str) -> str:
         f"# --mem and --cpus-per-task: gpu-advisor's host check (model loading, offloaded states, "
         f"{host.PROCESS_RAM_GB:g} GB and {host.VCPUS_PER_GPU} vCPUs per GPU process)"
         + ("" if ram else "; the model's size is unknown here, so --mem=0 asks for all of each node's memory") + ".",
-        f"# --time: the plan's {max(t.hours, t.hours_high or 0.0):.2f} h x {TIME_MARGIN:g} + {TIME_START_HOURS:g} h.",
+        (f"# --time: the approved cap's {approved_hours:.2f} h (budget_cap.json; train.py stops before it)."
+         if approved_hours else
+         f"# --time: the plan's {max(t.hours, t.hours_high or 0.0):.2f} h x {TIME_MARGIN:g} + {TIME_START_HOURS:g} h."),
         "# Submit from this folder: sbatch slurm.sbatch   (check first: sbatch --test-only slurm.sbatch)",
         "# Continue after a time limit or a failure from the newest checkpoint: sbatch slurm.sbatch --resume",
         "# Your cluster may also need --partition and --account (add #SBATCH lines below).",
@@ -137,12 +140,14 @@ def _dstack_common(c: Candidate, model: ModelSpec) -> dict:
     return out
 
 
-def dstack_task(c: Candidate, model: ModelSpec, name: str, setup: list[str]) -> dict:
+def dstack_task(c: Candidate, model: ModelSpec, name: str, setup: list[str],
+                approved_hours: float | None = None) -> dict:
     """dstack.yml: a task on `nodes` nodes running launch.sh, which reads DSTACK_NODE_RANK and
-    DSTACK_MASTER_NODE_IP (set by dstack's runner on every node)."""
+    DSTACK_MASTER_NODE_IP (set by dstack's runner on every node); max_duration is the approval's hours cap where
+    there is one."""
     task: dict = {"type": "task", "name": name, "nodes": c.nodes, "python": "3.12",
                   "env": ["HF_TOKEN"], "commands": [*setup, "bash launch.sh"], **_dstack_common(c, model),
-                  "max_duration": f"{math.ceil(time_limit_hours(c) * 60)}m"}
+                  "max_duration": f"{math.ceil((approved_hours or time_limit_hours(c)) * 60)}m"}
     if c.nodes > 1:
         task["fleets"] = [f"{name}-fleet"]
     return task

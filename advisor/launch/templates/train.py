@@ -47,6 +47,12 @@ import torch
 import yaml
 from transformers import TrainerCallback
 
+try:  # the approved budget's stop, where `gpu-advisor launch --approval` wrote budget_cap.py beside this script
+    from budget_cap import callbacks as budget_callbacks
+except ImportError:
+    def budget_callbacks() -> list:
+        return []
+
 HERE = Path(__file__).resolve().parent
 SMOKE_CONFIG = "smoke_config.json"  # the tiny random model of --smoke, written beside this file
 # JSON lines are parsed this many bytes at a time (datasets' json builder `chunksize`, 10 MiB by default, whose parse
@@ -590,7 +596,7 @@ def build_trainer(argv: list[str] | None = None):
     timer = StepTimer(args.warmup_steps) if args.benchmark else None
     trainer = SFTTrainer(model=model, args=sft, train_dataset=dataset, processing_class=tok,
                          peft_config=peft_config, quantization_config=quant,
-                         callbacks=[PrintLoss()] + ([timer] if timer else []))
+                         callbacks=[PrintLoss()] + ([timer] if timer else []) + budget_callbacks())
     if peft_config is not None:
         match_adapter_dtype(trainer.model, cfg)
         if sft.process_index == 0:

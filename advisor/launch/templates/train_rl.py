@@ -22,6 +22,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+try:  # the approved budget's stop, where `gpu-advisor launch --approval` wrote budget_cap.py beside this script
+    from budget_cap import callbacks as budget_callbacks
+except ImportError:
+    def budget_callbacks() -> list:
+        return []
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -147,11 +154,11 @@ def main(argv: list[str] | None = None) -> None:
 
         if kind == "dpo":
             trainer = trl.DPOTrainer(model=model_path, args=targs, train_dataset=train, processing_class=tok,
-                                     peft_config=peft_config(cfg), callbacks=[PrintLoss()])
+                                     peft_config=peft_config(cfg), callbacks=[PrintLoss(), *budget_callbacks()])
         else:
             trainer = trl.GRPOTrainer(model=model_path, reward_funcs=rewards(bundle), args=targs,
                                       train_dataset=train, processing_class=tok, peft_config=peft_config(cfg),
-                                      callbacks=[PrintLoss()])
+                                      callbacks=[PrintLoss(), *budget_callbacks()])
         trainer.train()
         trainer.save_model(targs.output_dir)
         if trainer.is_world_process_zero():
