@@ -21,6 +21,7 @@ from pricing.instances import lookup
 from pricing.schema import Problem
 from pricing.units import MiB
 
+ORDER = 30  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "aws"
 DEFAULT_URL = "https://pricing.us-east-1.amazonaws.com"
 DEFAULT_REGIONS = ["us-east-1", "us-west-2"]

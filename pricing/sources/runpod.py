@@ -18,6 +18,7 @@ from pricing.http import field
 from pricing.instances import resolve_gpu
 from pricing.schema import Problem
 
+ORDER = 50  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "runpod"
 DEFAULT_URL = "https://api.runpod.io/graphql"
 KEY_ENV = "RUNPOD_API_KEY"

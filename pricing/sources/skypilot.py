@@ -29,6 +29,7 @@ from pricing.gpus import get_gpu
 from pricing.instances import lookup, resolve_gpu
 from pricing.schema import Problem, empty_frame
 
+ORDER = 10  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "skypilot"
 # Newest catalog folder per cloud in skypilot-org/skypilot-catalog (PROVENANCE.md).
 DEFAULT_URL = "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs"

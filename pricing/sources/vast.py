@@ -19,6 +19,7 @@ from pricing.http import field
 from pricing.instances import resolve_gpu
 from pricing.schema import Problem
 
+ORDER = 60  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "vast"
 DEFAULT_URL = "https://console.vast.ai/api/v0"
 KEY_ENV = "VAST_API_KEY"
