@@ -28,26 +28,77 @@ DEFAULT_REGIONS = ["us-east-1", "us-west-2"]
 PATH = "/offers/v1.0/aws/AmazonEC2/current/{region}/index.csv"
 
 
+def _header(lines, url: str) -> tuple[list[str], dict[str, str]]:
+    """Read the metadata lines and the header line ("SKU", ...) off `lines`: (header, metadata)."""
+    meta: dict[str, str] = {}
+    for line in lines:
+        rec = next(csv.reader([line]), [])
+        if rec and rec[0] == "SKU":
+            break
+        if len(rec) >= 2:
+            meta[rec[0]] = rec[1]
+    else:
+        raise FetchError(url, "no CSV header line starting with \"SKU\" (not an AWS offer file)")
+    need = ["Instance Type", "PricePerUnit", "TermType", "Operating System", "Tenancy"]
+    missing = [c for c in need if c not in rec]
+    if missing:
+        raise FetchError(url, f"offer file has no column(s) {', '.join(missing)}")
+    return rec, meta
+
+
+def _on_demand_linux(r: dict) -> bool:
+    """A shared-tenancy Linux on-demand hourly USD price with no pre-installed software or own licence."""
+    return (r["TermType"] == "OnDemand" and r["Operating System"] == "Linux"
+            and r["Tenancy"] == "Shared" and r.get("CapacityStatus", "Used") == "Used"
+            and r.get("Pre Installed S/W", "NA") in ("", "NA")
+            and r.get("License Model", "") != "Bring your own license"
+            and r.get("Unit", "Hrs") == "Hrs" and r.get("Currency", "USD") == "USD")
+
+
+def _leading_number(v) -> float | None:
+    """'96 GiB' -> 96.0, '1,152' -> 1152.0; None when there is no number."""
+    try:
+        return float(str(v).split()[0].replace(",", ""))
+    except (ValueError, IndexError):
+        return None
+
+
+def _offer(r: dict, i: int, url: str, region: str, stamp: str, seen: set):
+    """(row in our schema or None, problem or None) for one kept line of the offer file."""
+    itype = r["Instance Type"]
+    spec = lookup("aws", itype)
+    gpus = r.get("GPU", "")
+    if spec is None and gpus in ("", "0", "NA"):
+        return None, None  # not a GPU instance
+    try:
+        price = float(r["PricePerUnit"])
+    except ValueError:
+        return None, Problem(url, i, "PricePerUnit", "is not a number", r["PricePerUnit"])
+    if price <= 0 or itype in seen:
+        return None, None
+    if spec is None or not spec.gpu_model:
+        return None, Problem(url, i, "Instance Type", "GPU family not in pricing/data/instances.csv", itype)
+    seen.add(itype)
+    try:
+        count = spec.gpu_count or float(gpus)
+    except ValueError:
+        return None, Problem(url, i, "GPU", "is not a number", gpus)
+    return {"provider": "aws", "region": r.get("Region Code") or region,
+            "instance_type": itype, "gpu_model": spec.gpu_model, "gpu_count": count,
+            "gpu_memory_gb": get_gpu(spec.gpu_model).memory_gb,
+            "vcpus": spec.vcpus or _leading_number(r.get("vCPU")),
+            "ram_gb": spec.ram_gb or _leading_number(r.get("Memory")),
+            "price_hour": price, "spot_price_hour": None, "currency": "USD",
+            "source": f"aws-offer-file:{url}", "fetched_at": stamp,
+            "interconnect": spec.interconnect, "notes": None}, None
+
+
 def parse_lines(lines, region: str, url: str, fetched_at: str):
     """Lines of one offer file -> (DataFrame, problems). Raises FetchError if no header."""
     import pandas as pd
 
     lines = iter(lines)
-    meta: dict[str, str] = {}
-    header = None
-    for line in lines:
-        rec = next(csv.reader([line]), [])
-        if rec and rec[0] == "SKU":
-            header = rec
-            break
-        if len(rec) >= 2:
-            meta[rec[0]] = rec[1]
-    if header is None:
-        raise FetchError(url, "no CSV header line starting with \"SKU\" (not an AWS offer file)")
-    need = ["Instance Type", "PricePerUnit", "TermType", "Operating System", "Tenancy"]
-    missing = [c for c in need if c not in header]
-    if missing:
-        raise FetchError(url, f"offer file has no column(s) {', '.join(missing)}")
+    header, meta = _header(lines, url)
     stamp = meta.get("Publication Date") or fetched_at
     rows, problems, seen = [], [], set()
     for i, rec in enumerate(csv.reader(lines), start=1):
@@ -55,47 +106,13 @@ def parse_lines(lines, region: str, url: str, fetched_at: str):
             problems.append(Problem(url, i, "*", f"has {len(rec)} fields, header has {len(header)}"))
             continue
         r = dict(zip(header, rec))
-        if not (r["TermType"] == "OnDemand" and r["Operating System"] == "Linux"
-                and r["Tenancy"] == "Shared" and r.get("CapacityStatus", "Used") == "Used"
-                and r.get("Pre Installed S/W", "NA") in ("", "NA")
-                and r.get("License Model", "") != "Bring your own license"
-                and r.get("Unit", "Hrs") == "Hrs" and r.get("Currency", "USD") == "USD"):
+        if not _on_demand_linux(r):
             continue
-        itype = r["Instance Type"]
-        spec = lookup("aws", itype)
-        gpus = r.get("GPU", "")
-        if spec is None and gpus in ("", "0", "NA"):
-            continue  # not a GPU instance
-        try:
-            price = float(r["PricePerUnit"])
-        except ValueError:
-            problems.append(Problem(url, i, "PricePerUnit", "is not a number", r["PricePerUnit"]))
-            continue
-        if price <= 0 or itype in seen:
-            continue
-        if spec is None or not spec.gpu_model:
-            problems.append(Problem(url, i, "Instance Type", "GPU family not in pricing/data/instances.csv",
-                                    itype))
-            continue
-        seen.add(itype)
-        try:
-            count = spec.gpu_count or float(gpus)
-        except ValueError:
-            problems.append(Problem(url, i, "GPU", "is not a number", gpus))
-            continue
-
-        def num(v):
-            try:
-                return float(str(v).split()[0].replace(",", ""))
-            except (ValueError, IndexError):
-                return None
-        rows.append({"provider": "aws", "region": r.get("Region Code") or region,
-                     "instance_type": itype, "gpu_model": spec.gpu_model, "gpu_count": count,
-                     "gpu_memory_gb": get_gpu(spec.gpu_model).memory_gb,
-                     "vcpus": spec.vcpus or num(r.get("vCPU")), "ram_gb": spec.ram_gb or num(r.get("Memory")),
-                     "price_hour": price, "spot_price_hour": None, "currency": "USD",
-                     "source": f"aws-offer-file:{url}", "fetched_at": stamp,
-                     "interconnect": spec.interconnect, "notes": None})
+        row, problem = _offer(r, i, url, region, stamp, seen)
+        if problem is not None:
+            problems.append(problem)
+        if row is not None:
+            rows.append(row)
     return pd.DataFrame(rows), problems
 
 
