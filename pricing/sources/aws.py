@@ -100,7 +100,7 @@ def parse_lines(lines, region: str, url: str, fetched_at: str):
     lines = iter(lines)
     header, meta = _header(lines, url)
     stamp = meta.get("Publication Date") or fetched_at
-    rows, problems, seen = [], [], set()
+    rows, problems, seen = [], [], set[str]()
     for i, rec in enumerate(csv.reader(lines), start=1):
         if len(rec) != len(header):
             problems.append(Problem(url, i, "*", f"has {len(rec)} fields, header has {len(header)}"))

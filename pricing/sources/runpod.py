@@ -10,6 +10,7 @@ on failure: that is a failed fetch. Region is "any" (the API prices GPU types, n
 from __future__ import annotations
 
 import datetime as dt
+from typing import TypeGuard
 
 from pricing import http
 from pricing.errors import FetchError
@@ -27,7 +28,7 @@ QUERY = ("query GpuTypes { gpuTypes { id displayName manufacturer memoryInGb max
 COUNTS = (1, 2, 4, 8)
 
 
-def _number(v) -> bool:
+def _number(v) -> TypeGuard[float]:
     """A JSON number (JSON true is not 1)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 

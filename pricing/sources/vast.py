@@ -12,6 +12,7 @@ import datetime as dt
 import json
 import re
 import statistics
+from typing import TypeGuard
 
 from pricing import http
 from pricing.gpus import get_gpu
@@ -27,7 +28,7 @@ QUERY = {"verified": {"eq": True}, "rentable": {"eq": True}, "type": "on-demand"
          "order": [["dph_total", "asc"]], "limit": 5000}
 
 
-def _number(v) -> bool:
+def _number(v) -> TypeGuard[float]:
     """A JSON number (JSON true is not 1)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
