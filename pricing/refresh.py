@@ -1,8 +1,9 @@
 """`prices refresh`: run fetchers, validate, and replace cached sheets only on full success.
 
 Each source's base URL is `--endpoint` (one source at a time), else $GPU_ADVISOR_<NAME>_URL,
-else the provider's public URL. Sources that need a key (LAMBDA_API_KEY, RUNPOD_API_KEY,
-VAST_API_KEY) are skipped with a one-line notice when it is absent; keys go only into request
+else the provider's public URL. Sources that need a key (LAMBDA_API_KEY, RUNPOD_API_KEY) are
+skipped with a one-line notice when it is absent (vast's VAST_API_KEY is optional: its offer search
+is public); keys go only into request
 headers, never into sheets, metadata, messages or logs. A fetch that fails at any point —
 HTTP error after retries, timeout, truncated body, malformed payload, zero valid rows, a limit
 of pricing.http (per-request deadline, per-source budget, Retry-After cap, size, pages) — leaves
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pricing import cache, http, settings
 from pricing.errors import FetchError, PriceInputError, unknown
 from pricing.schema import validate
-from pricing.sources import SOURCES
+from pricing.sources import KEY_OPTIONAL, SOURCES
 
 
 @dataclass
@@ -68,7 +69,7 @@ def _check_args(names: list[str], endpoint: str | None) -> None:
 def _skipped(name: str, key_env: str | None, key: str) -> tuple[str, str] | None:
     """(the outcome's message, the progress notice's reason) when `name` is not fetched now (no key, a
     missing optional package), else None."""
-    if key_env and not key:
+    if key_env and not key and name not in KEY_OPTIONAL:
         return f"set {key_env} to fetch {name} prices", f"set {key_env} to fetch"
     module = importlib.import_module(SOURCES[name][0])
     why = getattr(module, "missing", lambda: None)()

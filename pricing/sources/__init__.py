@@ -3,7 +3,8 @@ and has a `fetch(base_url, regions, session, progress)` that does the HTTP (the 
 pricing.providers.PriceSource).
 
 SOURCES is found, not listed: every module here with a NAME is a source, in the order of its ORDER
-(default 100, then by name), with the environment variable of its API key (KEY_ENV) or None. Adding a
+(default 100, then by name), with the environment variable of its API key (KEY_ENV) or None; a
+source with KEY_OPTIONAL = True is fetched without its key too. Adding a
 fetcher is adding its module; its provider's facts are its row in pricing/data/providers.csv.
 Modules are read as text (their NAME, KEY_ENV, ORDER assignments), not imported, so `prices --help`
 stays fast and an optional dependency (gpuhunt) is only needed when its source runs.
@@ -21,21 +22,25 @@ def _constants(path: Path) -> dict:
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             key = node.targets[0].id
-            if key in ("NAME", "KEY_ENV", "ORDER") and isinstance(node.value, ast.Constant):
+            if key in ("NAME", "KEY_ENV", "KEY_OPTIONAL", "ORDER") and isinstance(node.value, ast.Constant):
                 out[key] = node.value.value
     return out
 
 
-def _discover() -> dict[str, tuple[str, str | None]]:
+def _discover() -> list[tuple]:
     found = []
     for path in sorted(Path(__file__).parent.glob("*.py")):
         if path.stem.startswith("_"):
             continue
         c = _constants(path)
         if isinstance(c.get("NAME"), str):
-            found.append((c.get("ORDER", 100), c["NAME"], f"{__name__}.{path.stem}", c.get("KEY_ENV")))
-    return {name: (module, key) for _, name, module, key in sorted(found)}
+            found.append((c.get("ORDER", 100), c["NAME"], f"{__name__}.{path.stem}", c.get("KEY_ENV"),
+                          c.get("KEY_OPTIONAL") is True))
+    return sorted(found)
 
 
+_FOUND = _discover()
 # name -> (module, env var with an API key or None)
-SOURCES = _discover()
+SOURCES = {name: (module, key) for _, name, module, key, _ in _FOUND}
+# sources whose key is optional (KEY_OPTIONAL = True): fetched without it, the key sent when set
+KEY_OPTIONAL = frozenset(name for _, name, _, _, optional in _FOUND if optional)

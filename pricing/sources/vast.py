@@ -1,6 +1,8 @@
-"""Vast.ai marketplace offers -> our schema (VAST_API_KEY; PRICE_SOURCES.md §7).
+"""Vast.ai marketplace offers -> our schema (public; VAST_API_KEY optional; PRICE_SOURCES.md §7).
 
-GET <base>/bundles/?q=<json>. Offers are single hosts whose prices move by the minute, so
+GET <base>/bundles/?q=<json>. The offer search answers without a key (dstack's gpuhunt 0.1.34,
+gpuhunt/providers/vastai.py, posts its query to https://console.vast.ai/api/v0/bundles/ with no
+credentials); VAST_API_KEY, when set, is sent as a bearer token. Offers are single hosts whose prices move by the minute, so
 we aggregate: one row per (num_gpus, gpu_name, geolocation) with the median `dph_total`
 (whole offer incl. storage) as on-demand and the median `min_bid` as spot. RAM is
 `cpu_ram` MB / 1024; GPU memory (per GPU, MB) only disambiguates the model.
@@ -24,6 +26,7 @@ ORDER = 60  # place in `prices refresh`'s default order (pricing/sources/__init_
 NAME = "vast"
 DEFAULT_URL = "https://console.vast.ai/api/v0"
 KEY_ENV = "VAST_API_KEY"
+KEY_OPTIONAL = True  # fetched without a key too (pricing/refresh.py)
 QUERY = {"verified": {"eq": True}, "rentable": {"eq": True}, "type": "on-demand",
          "order": [["dph_total", "asc"]], "limit": 5000}
 
@@ -85,7 +88,7 @@ def parse(payload, url: str, fetched_at: str):
 def fetch(base_url: str, regions=None, session=None, progress=None, key: str = ""):
     url = base_url.rstrip("/") + "/bundles/"
     payload = http.get_json(url, session=session, params={"q": json.dumps(QUERY)},
-                            headers={"Authorization": f"Bearer {key}"})
+                            headers={"Authorization": f"Bearer {key}"} if key else {})
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     df, problems = parse(payload, url, now)
     if regions and len(df):
