@@ -100,3 +100,39 @@ def test_vast_sends_the_key_when_one_is_set(httpserver, monkeypatch):
     [out] = refresh(["vast"], endpoint=httpserver.url_for("/api/v0"))
     assert out.status == "ok", out.message
     assert "vast-secret" not in cache.sheet_path("vast").read_text()
+
+
+def serve_vultr(httpserver):
+    httpserver.expect_request("/v2/plans-metal", query_string="per_page=500").respond_with_data(
+        (REC / "vultr_plans_metal.json").read_text(), content_type="application/json")
+    httpserver.expect_request("/v2/plans", query_string="type=all&per_page=500").respond_with_data(
+        (REC / "vultr_plans.json").read_text(), content_type="application/json")
+
+
+def test_vultr_gpu_plans_become_one_row_per_location_without_a_key(httpserver):
+    serve_vultr(httpserver)
+    [out] = refresh(["vultr"], endpoint=httpserver.url_for("/v2"))
+    assert out.status == "ok", out.message
+    assert out.skipped_rows == 1  # the A16 plan: a GPU our table does not list, reported
+    assert all("Authorization" not in r.headers for r, _ in httpserver.log)
+    df = pd.read_csv(cache.sheet_path("vultr"))
+    mi = df[df.instance_type == "vbm-256c-2048gb-8-mi300x-gpu"]
+    assert sorted(mi.region) == ["ewr", "lax"] and set(mi.gpu_model) == {"MI300X"}
+    assert (mi.price_hour / mi.gpu_count).round(4).tolist() == [1.85, 1.85] and set(mi.vcpus) == {256}
+    assert df[df.instance_type == "vbm-112c-2048gb-8-h100-gpu"].region.tolist() == ["sea"]  # "" is no location
+    a100 = df.set_index("instance_type").loc["vcg-a100-12c-120g-80vram"]
+    assert (a100.gpu_model, a100.gpu_count, a100.ram_gb) == ("A100-80GB", 1, 120)
+    assert df.set_index("instance_type").loc["vcg-a100-1c-6g-4vram", "gpu_count"] == 0.05  # a vGPU slice
+    kept = set(df.instance_type)
+    assert not kept & {"vbm-4c-32gb", "vc2-1c-1gb", "vc2-1c-0.5gb-free", "vcg-l40s-16c-180g-48vram"}
+
+
+def test_a_vultr_list_without_its_field_is_a_failed_fetch_that_keeps_the_cache(httpserver):
+    serve_vultr(httpserver)
+    assert refresh(["vultr"], endpoint=httpserver.url_for("/v2"))[0].status == "ok"
+    before = cache.sheet_path("vultr").read_bytes()
+    httpserver.clear()
+    httpserver.expect_request("/v2/plans-metal").respond_with_json({"error": "rate limited"})
+    [out] = refresh(["vultr"], endpoint=httpserver.url_for("/v2"))
+    assert out.status == "failed" and "plans_metal" in out.message and "kept the last good sheet" in out.message
+    assert cache.sheet_path("vultr").read_bytes() == before
