@@ -136,3 +136,13 @@ def test_a_vultr_list_without_its_field_is_a_failed_fetch_that_keeps_the_cache(h
     [out] = refresh(["vultr"], endpoint=httpserver.url_for("/v2"))
     assert out.status == "failed" and "plans_metal" in out.message and "kept the last good sheet" in out.message
     assert cache.sheet_path("vultr").read_bytes() == before
+
+
+@pytest.mark.parametrize("body", ["<!doctype html><html>maintenance</html>", "{\"vers\": 0.01}", "callback(not json);"])
+def test_a_spot_feed_that_is_not_the_feed_is_one_problem_and_the_on_demand_rows_stay(httpserver, body):
+    serve_offer_file(httpserver)
+    httpserver.expect_request("/spot.json").respond_with_data(body)
+    df, problems = aws.fetch(httpserver.url_for("/"), ["ap-northeast-1"], spot_url=httpserver.url_for("/spot.json"))
+    assert df.set_index("instance_type").loc["p5en.48xlarge", "price_hour"] == 79.12
+    assert df["spot_price_hour"].isna().all()
+    assert len(problems) == 1 and problems[0].message.startswith("spot feed not read")
