@@ -24,7 +24,7 @@ from pricing.http import redact
 from pricing.loader import load, provider_checks, read_sheet, sources_status
 from pricing.refresh import base_url, refresh as run
 from pricing.schema import validate
-from pricing.sources import SOURCES, gpuhunt, skypilot
+from pricing.sources import KEY_OPTIONAL, SOURCES, gpuhunt, skypilot
 
 SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
 
@@ -268,7 +268,8 @@ def sources(fmt) -> None:
 
     status = sources_status()
     fetchers = [{"name": n, "url": redact(base_url(n)),
-                 "key": (k and ("set" if settings.present(k) else f"missing ({k})")) or "not needed"}
+                 "key": (k and ("set" if settings.present(k) else
+                                f"optional ({k})" if n in KEY_OPTIONAL else f"missing ({k})")) or "not needed"}
                 for n, (_, k) in SOURCES.items()]
     checks = provider_checks()
     if fmt == "json":

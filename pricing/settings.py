@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pricing.errors import PricingError
-from pricing.sources import SOURCES
+from pricing.sources import KEY_OPTIONAL, SOURCES
 from pricing.units import GB, GiB, MiB, TiB
 
 MIB = MiB
@@ -147,7 +147,9 @@ _VARIABLES: tuple[Variable, ...] = (
                "a price source's base URL in place of its public one (`prices refresh --endpoint` for one run)")
       for name in SOURCES),
     *(Variable(key, "secret", None, "a price source's API key; without it `prices refresh` skips that source")
-      for name, (_, key) in SOURCES.items() if key),
+      for name, (_, key) in SOURCES.items() if key and name not in KEY_OPTIONAL),
+    *(Variable(key, "secret", None, "a price source's API key, sent when set; the source is public and fetched "
+               "without it too") for name, (_, key) in SOURCES.items() if key and name in KEY_OPTIONAL),
     Variable("HF_ENDPOINT", "url", "https://huggingface.co",
              "the Hugging Face Hub a model's config.json and tokenizer come from (as huggingface_hub reads it)"),
     Variable("HF_TOKEN", "secret", None, "the Hugging Face token for gated or private repos"),

@@ -21,6 +21,7 @@ from advisor.model.spec import ModelSpec, VisionSpec
 from advisor.planner import host
 from advisor.results import Candidate
 from advisor.text import plain
+from pricing import providers
 
 # Slurm --time / dstack max_duration: the plan's wall hours (the p90 of the time model's band where there is one)
 # times 1.25, plus 30 minutes for the job's start (an assumption: enough that a run at the band's slow end still
@@ -28,13 +29,11 @@ from advisor.text import plain
 TIME_MARGIN = 1.25
 TIME_START_HOURS = 0.5
 MAIN_PORT = 29500
-# Price-sheet providers -> dstack backend names (dstack 0.22.5 dstack/_internal/core/models/backends/base.py
-# BackendType); a provider not in this table gets no `backends` pin and dstack searches every configured backend.
-DSTACK_NAMES = {"vast": "vastai", "vast.ai": "vastai", "lambdalabs": "lambda", "lambda-labs": "lambda",
-                "google": "gcp", "amazon": "aws", "do": "digitalocean", "jarvis": "jarvislabs"}
-DSTACK_BACKENDS = frozenset({"amddevcloud", "aws", "azure", "cloudrift", "crusoe", "cudo", "datacrunch", "digitalocean",
-                             "gcp", "hotaisle", "jarvislabs", "lambda", "nebius", "oci", "runpod", "seeweb",
-                             "tensordock", "vastai", "verda", "vultr"})
+# Price-sheet providers -> dstack backend names (pricing/data/providers.csv `dstack`: dstack 0.22.5
+# dstack/_internal/core/models/backends/base.py BackendType); a provider without one gets no `backends` pin and
+# dstack searches every configured backend.
+DSTACK_NAMES = {s: p.dstack for p in providers.providers().values() for s in p.aliases if p.dstack}
+DSTACK_BACKENDS = providers.dstack_backends()
 # The tiny model of `launch.sh --smoke`: the candidate's model family at these sizes (random weights on the CPU).
 SMOKE_SIZES = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
@@ -120,8 +119,7 @@ def slurm_script(c: Candidate, model: ModelSpec, job: str, approved_hours: float
 
 
 def dstack_backend(provider: str) -> str | None:
-    name = DSTACK_NAMES.get(provider.lower(), provider.lower())
-    return name if name in DSTACK_BACKENDS else None
+    return providers.dstack_backend(provider)
 
 
 def _dstack_common(c: Candidate, model: ModelSpec) -> dict:

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 from advisor.planner.costing import offer_billing
 from advisor.results import NEAR_TIE_NOTE
+from pricing import providers
 from pricing.schema import mentions
 
 NEAR_TIE_PCT = 3.0  # DESIGN.md "Recommendation policy": a near-tie is within 3 % (relative only)
 # The tie-breakers, in order (docs/plans.md "How the table ranks"); each names a preference where True is worse.
 TIE_BREAKERS = ("requested global batch kept", "fewer GPUs and nodes", "clear of the memory limit", "calibrated",
                 "non-marketplace", "known host", "dated price", "bf16", "unquantized")
-# Sellers that list third-party hosts at prices their suppliers set: vast.ai (hosts rented from individuals);
-# Hyperbolic's GPU Marketplace ("Suppliers set their own price", https://docs.hyperbolic.xyz/docs/gpu-marketplace-pricing).
-MARKETPLACES = ("vast", "hyperbolic")
+# Sellers that list third-party hosts at prices their suppliers set: providers.csv's `marketplace` column
+# (vast.ai; Hyperbolic's GPU Marketplace, "Suppliers set their own price", https://docs.hyperbolic.xyz/docs/gpu-marketplace-pricing).
+MARKETPLACES = providers.marketplaces()
 SUSPECT_SHARE_ROWS = 5  # instance types of one provider at one exact spot/on-demand ratio: a placeholder
 
 
@@ -61,7 +62,7 @@ def one_per_offer(ranked, identity, fitting, cfg_row):
 def marketplace(priced):
     import numpy as np
 
-    return priced["provider"].astype(str).str.lower().isin(MARKETPLACES).to_numpy() | np.asarray(
+    return priced["provider"].astype(str).str.lower().isin(providers.marketplaces()).to_numpy() | np.asarray(
         mentions(priced["notes"], "marketplace"), bool)
 
 
