@@ -12,7 +12,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from advisor.estimate.objectives.spec import SFT, Objective
+from advisor.objective import SFT, Objective
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
@@ -98,7 +98,7 @@ class Stack(BaseModel):
     dora: bool = False
     modules_to_save: str = ""
     framework: Framework = "hf"  # time only: what runs the steps (memory is the same)
-    # SFT, DPO or GRPO and their settings (advisor/estimate/objectives/spec.py): what one step of the policy runs
+    # SFT, DPO or GRPO and their settings (advisor/objective.py): what one step of the policy runs
     objective: Objective = SFT
 
     @field_validator("lora_targets", "modules_to_save", mode="before")

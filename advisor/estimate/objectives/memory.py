@@ -21,8 +21,8 @@ from __future__ import annotations
 from advisor.estimate import memory as sft_memory
 from advisor.estimate.activations import loss_transient
 from advisor.estimate.objectives import fused_head, generation, reference, vllm
-from advisor.estimate.objectives.spec import SFT, TRL
 from advisor.model.architecture import Architecture
+from advisor.objective import SFT, TRL
 from advisor.results import Breakdown, Component, MemoryEstimate, ObjectiveMemory
 from advisor.stacks import Shape, Stack
 from advisor.units import GiB, MiB

@@ -4,8 +4,9 @@ settings that move memory or time and TRL's defaults for them.
 Every default is TRL 1.16.0's, cited by file:line in its wheel (trl-1.16.0-py3-none-any.whl, sha256
 c4726e139dd40e1a41661511c639c8a68416782b2e3e8c0befebd77bb7ba0396; no v1.16.0 tag exists in the stored
 huggingface/trl history, so the wheel is the citable artifact). vLLM's are 0.33.0's (vllm-0.33.0 wheel, sha256
-4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa). Only pydantic is imported here: `Stack`
-(advisor/stacks.py) carries an `Objective`, so this module sits below everything that uses stacks.
+4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa). Only pydantic and the project's errors are
+imported here: `Stack` (advisor/stacks.py) carries an `Objective`, so this module sits below everything that uses
+stacks, and the estimators of advisor/estimate/objectives/ read it from there.
 """
 
 from __future__ import annotations
