@@ -50,6 +50,13 @@ SERVER_UTILIZATION = 0.9  # trl/scripts/vllm_serve.py:92-160 (`trl vllm-serve` d
 TRL_DEFAULT_LOAD_DTYPE = "float32"
 
 
+# The GRPO-only fields and their defaults: any other value under SFT or DPO is refused.
+GRPO_ONLY_DEFAULTS = {"num_generations": GRPO_GENERATIONS, "max_completion_length": GRPO_COMPLETION, "vllm": "none",
+                      "vllm_gpu_memory_utilization": None, "vllm_server_gpus": 1, "vllm_tensor_parallel_size": 1,
+                      "vllm_sleep": False, "vllm_max_model_length": None, "num_iterations": 1,
+                      "steps_per_generation": None, "generation_batch_per_gpu": None}
+
+
 class ObjectiveError(ValueError):
     """A setting that does not belong to the objective, or is out of range (exit 2)."""
 
@@ -109,13 +116,18 @@ class Objective(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Objective:
+        """Refuse a setting of another objective, then an out-of-place one within GRPO (first found wins)."""
+        self._check_belongs()
+        self._check_loss_types()
+        if self.kind == "grpo":
+            self._check_grpo()
+        return self
+
+    def _check_belongs(self) -> None:
+        """GRPO's settings left at their defaults outside GRPO; SFT takes no reference, beta, prompt or loss type."""
         k = self.kind
         if k != "grpo":
-            grpo_only = {"num_generations": GRPO_GENERATIONS, "max_completion_length": GRPO_COMPLETION, "vllm": "none",
-                         "vllm_gpu_memory_utilization": None, "vllm_server_gpus": 1, "vllm_tensor_parallel_size": 1,
-                         "vllm_sleep": False, "vllm_max_model_length": None, "num_iterations": 1,
-                         "steps_per_generation": None, "generation_batch_per_gpu": None}
-            for name, default in grpo_only.items():
+            for name, default in GRPO_ONLY_DEFAULTS.items():
                 if getattr(self, name) != default:
                     raise ObjectiveError(f"--{name.replace('_', '-')}: only with --objective grpo (got --objective {k}).")
         if k == "sft":
@@ -124,23 +136,28 @@ class Objective(BaseModel):
                     raise ObjectiveError(f"--{name.replace('_', '-')}: only with --objective dpo or grpo.")
             if self.loss_type:
                 raise ObjectiveError("--loss-type: only with --objective dpo or grpo (SFT's loss is --loss).")
+
+    def _check_loss_types(self) -> None:
+        k = self.kind
         valid = DPO_LOSSES if k == "dpo" else GRPO_LOSSES
         bad = [t for t in self.loss_type if t not in valid]
         if bad:
             raise ObjectiveError(f"--loss-type: {', '.join(bad)} is not a TRL {k.upper()} loss; valid: "
                                  f"{', '.join(valid)}.")
-        if k == "grpo" and len(self.loss_type) > 1:
+
+    def _check_grpo(self) -> None:
+        """One loss type, a fresh reference, and vLLM settings that match the vLLM mode."""
+        if len(self.loss_type) > 1:
             raise ObjectiveError("--loss-type: GRPO takes one loss type.")
-        if k == "grpo" and self.ref_model == "precomputed":
+        if self.ref_model == "precomputed":
             raise ObjectiveError("--ref-model precomputed: DPO only; GRPO scores fresh completions every step "
                                  "(use --beta 0 for no reference model).")
-        if k == "grpo" and self.vllm == "colocate" and self.vllm_server_gpus != 1:
+        if self.vllm == "colocate" and self.vllm_server_gpus != 1:
             raise ObjectiveError("--vllm-server-gpus: only with --vllm server.")
-        if k == "grpo" and self.vllm != "colocate" and self.vllm_sleep:
+        if self.vllm != "colocate" and self.vllm_sleep:
             raise ObjectiveError("--vllm-sleep: sleep mode frees a colocated vLLM's memory; use it with --vllm colocate.")
-        if k == "grpo" and self.vllm == "none" and self.vllm_gpu_memory_utilization is not None:
+        if self.vllm == "none" and self.vllm_gpu_memory_utilization is not None:
             raise ObjectiveError("--vllm-gpu-memory-utilization: only with --vllm colocate or server.")
-        return self
 
     # ------------------------------------------------------------------ resolved settings
 
