@@ -94,15 +94,25 @@ def parse_lengths(text: str) -> LengthSpec:
     except (OSError, ValueError):
         named = False
     if len(parts) == 3 and not named:
-        try:
-            mean, std, top = float(parts[0]), float(parts[1]), int(parts[2])
-        except ValueError:
-            raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor a JSON file.") from None
-        if not (0 < mean <= top and 0 <= std < 1e9 and math.isfinite(mean)):
-            raise BadInput("--lengths: MEAN,STD,MAX needs 0 < MEAN <= MAX and STD >= 0.")
-        return LengthSpec(mean=mean, std=std, max=top)
+        return _distribution(parts, shown)
     if not named:
         raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor an existing JSON file.")
+    return _histogram_file(path, text, shown)
+
+
+def _distribution(parts: list[str], shown: str) -> LengthSpec:
+    """MEAN,STD,MAX: a log-normal distribution cut at MAX."""
+    try:
+        mean, std, top = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor a JSON file.") from None
+    if not (0 < mean <= top and 0 <= std < 1e9 and math.isfinite(mean)):
+        raise BadInput("--lengths: MEAN,STD,MAX needs 0 < MEAN <= MAX and STD >= 0.")
+    return LengthSpec(mean=mean, std=std, max=top)
+
+
+def _histogram_file(path: Path, text: str, shown: str) -> LengthSpec:
+    """A JSON file with a "histogram" of [low, high, rows] bins (at most 4 levels down)."""
     what = f"--lengths {plain(text)}"
     try:  # a regular file only, its size checked before reading, its nesting before parsing (pricing.files)
         data = files.load_json(files.read_regular_file(path, MAX_LENGTHS_FILE, what), what,
