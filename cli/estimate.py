@@ -15,10 +15,10 @@ from advisor.api import estimate_memory
 from advisor.errors import BadInput
 from advisor.estimate.alloc_trace import parse_lengths
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.estimate.objectives.spec import objective_of, pop_objective
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.objective import objective_of, pop_objective
 from advisor.planner.configs import precision_for
 from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain

@@ -17,8 +17,8 @@ import yaml
 from launch_fixtures import candidate, spec, write_tiny_llama
 from transformers import HfArgumentParser
 
-from advisor.estimate.objectives.spec import Objective
 from advisor.launch.bundle import LaunchWarning, build_bundle, write_bundle
+from advisor.objective import Objective
 
 WORDS = "the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun".split()
 

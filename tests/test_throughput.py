@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from advisor.api import estimate_throughput
 from advisor.errors import BadInput
 from advisor.estimate.engine import Engine
-from advisor.estimate.objectives.spec import Objective
 from advisor.estimate.throughput import (
     band,
     band_quantile,
@@ -23,6 +22,7 @@ from advisor.estimate.throughput import (
     table,
 )
 from advisor.model.spec import ModelSpec
+from advisor.objective import Objective
 from advisor.results import StepNumbers
 from advisor.stacks import Shape, Stack
 from pricing.gpus import all_gpus, get_gpu

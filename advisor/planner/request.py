@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
-from advisor.estimate.objectives.spec import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.model.catalog import load_model, parse_param_count
 from advisor.model.spec import (
     MAX_BATCH,
@@ -27,6 +26,7 @@ from advisor.model.spec import (
     MAX_USD,
     ModelSpec,
 )
+from advisor.objective import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain
 from advisor.workload.measurements import gather
@@ -130,7 +130,7 @@ class PlanRequest(BaseModel):
     pins: dict[str, Any] = Field(default_factory=dict, description="stack settings the user fixed (Stack fields); "
                                                                    "every other dimension is searched")
     padded: bool = False
-    # SFT (default), DPO or GRPO and their settings (advisor/estimate/objectives/spec.py). Tokens, seq_len and the
+    # SFT (default), DPO or GRPO and their settings (advisor/objective.py). Tokens, seq_len and the
     # global batch count rows through the policy: DPO 2 per pair (prompt + response each), GRPO completions
     # (prompt + completion each). With GRPO an unset `vllm` is searched (none, colocate, server).
     objective: Objective = Field(default_factory=lambda: SFT)
