@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor import techniques
 from advisor.errors import BadInput
 from advisor.estimate.activations import (
     ActivationEstimate,
@@ -166,22 +167,15 @@ def _saved_copies(arch: Architecture, stack: Stack) -> tuple[int, int]:
 
 def _copy_optimizer_bytes(stack: Stack, count: int, pb: int, arch: Architecture) -> tuple[float, str]:
     """Optimizer state of the modules_to_save copies (their own dtype, not the adapters')."""
-    opt = stack.optimizer
+    row = techniques.get(stack.optimizer)
     if stack.is_zero and pb == 2:
-        states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
-                  "sgd": 4, "adafactor": 0}[opt]
+        states = row.state_bytes(BYTES_FP32)
         return count * (8 + states), "fp32 master + fp32 gradient partition + states (DeepSpeed mixed precision)"
-    if opt == "adamw":
-        return count * 2 * pb, f"2 AdamW states × {pb} B (parameter dtype)"
-    if opt == "adamw-fp32":
-        return count * (8 + (4 if pb < 4 else 0)), "2 fp32 states" + (" + fp32 master weights" if pb < 4 else "")
-    if opt in ("adamw-8bit", "paged-adamw-8bit"):
-        return count * (2 + 8 / 2048), "2 states × 1 B + fp32 absmax per 2048-block"
-    if opt == "sgd":
-        return count * pb, f"momentum × {pb} B"
-    spec = arch.spec  # adafactor: one row + one column factor per V×H matrix
-    n = sum(1 for m in stack.saved_modules if m in ("embed_tokens", "lm_head"))
-    return n * (spec.vocab_size + spec.hidden_size) * pb, "factored second moment (rows + columns)"
+    if row.factored:  # one row + one column factor per V×H matrix
+        spec = arch.spec
+        n = sum(1 for m in stack.saved_modules if m in ("embed_tokens", "lm_head"))
+        return n * (spec.vocab_size + spec.hidden_size) * pb + count * row.state_bytes(pb), row.note(pb, copy=True)
+    return count * row.state_bytes(pb), row.note(pb, copy=True)
 
 
 def _adafactor_state_elems(arch: Architecture, stack: Stack) -> int:
@@ -321,40 +315,20 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
                cb: int) -> dict[str, Component]:
     """Optimizer state per GPU by optimizer (and DeepSpeed's fp32 partitions in its 16-bit modes)."""
     n_o = stack.shard_degree_optimizer
-    opt = stack.optimizer
-    if opt == "adamw":
-        per, note = 2 * tb, f"2 states (exp_avg, exp_avg_sq) × {tb} B, parameter dtype (torch.optim.AdamW default)"
-    elif opt == "adamw-fp32":
-        master = 4 if tb < 4 else 0
-        per, note = 8 + master, "2 fp32 states" + (" + fp32 master weights" if master else "")
-    elif opt in ("adamw-8bit", "paged-adamw-8bit"):
-        per, note = 2 + 8 / 2048, "2 states × 1 B + fp32 absmax per 2048-block (bitsandbytes 8-bit Adam)"
-    elif opt == "sgd":
-        per, note = tb, f"momentum buffer × {tb} B"
-    else:  # adafactor
-        per, note = 0.0, "factored second moment (rows + columns per matrix), no first moment"
+    row = techniques.get(stack.optimizer)
+    per, note = row.state_bytes(tb), row.note(tb)
     deepspeed_mixed = stack.is_zero and tb == 2
     if deepspeed_mixed:
         # DeepSpeed's bf16/fp16 mode always keeps fp32 master weights and an fp32 gradient partition
         # the optimizer reads (DeepSpeed stage_1_and_2.py / stage3.py: single_partition_of_fp32_groups
         # and its .grad); the optimizer -- DeepSpeed's or the Trainer's client optimizer -- keeps its
         # states for those fp32 partitions (ZeRO §3, K = 12 for Adam).
-        states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
-                  "sgd": 4, "adafactor": 0}[opt]
-        per, note = 8 + states, f"fp32 master + fp32 gradient partition + {opt} states of the fp32 partition " \
-                                "(DeepSpeed mixed precision)"
-    if opt == "adafactor":
-        opt_bytes = _adafactor_state_elems(arch, stack) * (4 if deepspeed_mixed else tb) + trainable * per
-    else:
-        opt_bytes = trainable * per
-    source = {
-        "adamw": "ZeRO §3: K = 12 B/param with fp32 master + states (DeepSpeed); torch keeps states in param dtype",
-        "adamw-fp32": "ZeRO §3 (mixed precision Adam: K = 12)",
-        "adamw-8bit": "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization",
-        "paged-adamw-8bit": "Dettmers et al. 2022 + bitsandbytes paged optimizers (unified memory)",
-        "sgd": "torch.optim.SGD(momentum>0)",
-        "adafactor": "Shazeer & Stern 2018, Adafactor",
-    }[opt]
+        per, note = 8 + row.state_bytes(BYTES_FP32), f"fp32 master + fp32 gradient partition + {row.name} states of " \
+                                                     "the fp32 partition (DeepSpeed mixed precision)"
+    opt_bytes = trainable * per
+    if row.factored:
+        opt_bytes += _adafactor_state_elems(arch, stack) * (4 if deepspeed_mixed else tb)
+    source = row.memory_source
     offload_opt = stack.offloads_optimizer
     optimizer = {
         "optimizer.states": Component(
@@ -377,12 +351,12 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
 
 def _offloaded(arch: Architecture, stack: Stack, trainable: int, copies: int) -> int:
     """Host RAM (bytes, over all GPUs) the offloaded states take."""
-    opt, P, pb = stack.optimizer, arch.params_total, PARAM_BYTES[stack.precision]
+    P, pb = arch.params_total, PARAM_BYTES[stack.precision]
     offload_opt = stack.offloads_optimizer
     cpu = 0
     if offload_opt:
         # ZeRO-Offload (Ren et al. 2021) keeps fp32 master params, fp32 grads and Adam states on CPU.
-        cpu += int((trainable + copies) * (16 if opt.startswith("adamw") else 8))
+        cpu += int((trainable + copies) * techniques.get(stack.optimizer).offload_host_bytes)
     if stack.offloads_params:
         cpu += int(P * (0.5 if stack.is_qlora else pb))
     return cpu
@@ -640,7 +614,7 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
         "padding": "padded batches with an attention mask" if shape.padded else "none (packed or equal-length sequences)",
         "cuda_context_bytes": CUDA_CONTEXT_BYTES,
         "allocator_fragmentation": f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of dynamic bytes",
-        "optimizer_impl": "fused AdamW (adamw_torch_fused)" if stack.optimizer in ("adamw", "adamw-fp32") else stack.optimizer,
+        "optimizer_impl": techniques.get(stack.optimizer).label,
     }
     if spec.vision is not None:
         assumptions["vision_tower"] = "weights counted; text-only batches (no image activations)"

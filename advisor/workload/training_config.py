@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from advisor import techniques
 from advisor.errors import BadInput
 from advisor.model.spec import MAX_BATCH, MAX_EPOCHS, MAX_SEQ_LEN
 from advisor.text import plain
@@ -29,14 +30,6 @@ from pricing.files import load_json, load_yaml, read_text
 
 MAX_CONFIG_BYTES = 1_000_000
 
-# Hugging Face TrainingArguments / TRL `optim` names -> our optimizers
-# (transformers/training_args.py OptimizerNames; axolotl src/axolotl/utils/schemas/training.py `optimizer`).
-OPTIMIZERS = {
-    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
-    "adamw": "adamw", "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "bnb_8bit": "adamw-8bit",
-    "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "adamw-fp32", "adafactor": "adafactor",
-    "sgd": "sgd",
-}
 ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "sdpa", "eager": "eager",
              "fa2": "flash", "fa3": "flash", "disabled": "eager"}
 # Keys every trainer here knows that do not move memory, time or cost (listed as `ignored`).
@@ -306,10 +299,13 @@ def _optimizer(keys: _Keys, key: str) -> dict[str, Any]:
     name = keys.text(key)
     if name is None:
         return {}
-    if name.lower() not in OPTIMIZERS:
+    # Hugging Face TrainingArguments / TRL / axolotl / LLaMA-Factory `optim` names: the optimizers' rows
+    # (advisor/data/optimizers.csv hf_optim_read, each cited there)
+    ours = techniques.from_hf_optim(name)
+    if ours is None:
         keys.notes.append(f"{key}: {plain(name)} is not modelled; the optimizer is searched")
         return {}
-    return {"optimizer": OPTIMIZERS[name.lower()]}
+    return {"optimizer": ours}
 
 
 def _attention(keys: _Keys, key: str) -> dict[str, Any]:
@@ -589,8 +585,7 @@ def _torchtune(k: _Keys, base: Path) -> dict[str, Any]:
         targets += ("lm_head",)
     targets = tuple(t.replace("output_proj", "o_proj") for t in targets)
     opt_name = typed(k.what, "optimizer._component_", k.mapping("optimizer").get("_component_"), "text") or ""
-    optimizer = {"torch.optim.AdamW": "adamw", "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit",
-                 "bitsandbytes.optim.AdamW8bit": "adamw-8bit", "torch.optim.SGD": "sgd"}.get(opt_name)
+    optimizer = techniques.from_torchtune(opt_name)  # advisor/data/optimizers.csv torchtune_component
     loss = typed(k.what, "loss._component_", k.mapping("loss").get("_component_"), "text") or ""
     dtype = k.text("dtype")
     tok = k.mapping("tokenizer")
