@@ -437,70 +437,24 @@ def _parts(arch: Architecture):
 
 def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     """Every memory component of `stack` at `shape`, the peak phase, and what nvidia-smi would show."""
-    spec = arch.spec
     key = ("states", stack.key)  # model states do not depend on the shape: once per stack
     if key not in arch._memo:
         arch._memo[key] = _model_states(arch, stack)
     states = arch._memo[key]
     part = _parts(arch)
     acts: ActivationEstimate = estimate_activations(arch, stack, shape)
-    comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
-    for key, val in acts.saved.items():
-        where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
-        comps[key] = part(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
-    if acts.recompute:
-        comps["activations.recompute_layer"] = part(
-            bytes=acts.recompute,
-            formula="one decoder layer's activations rebuilt during backward",
-            source="torch.utils.checkpoint (Chen et al. 2016, sublinear memory)",
-        )
+    comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer,
+                                   **_activation_parts(acts, part)}
     W = sum(c.bytes for k, c in comps.items() if k.startswith("weights."))
     G = sum(c.bytes for k, c in comps.items() if k.startswith("gradients."))
     O = sum(c.bytes for k, c in comps.items() if k.startswith("optimizer."))  # noqa: E741 - W, G, O, A as summed
     A = acts.saved_total + acts.recompute
 
     transients = _transients(arch, stack, shape, acts, part)
-    T = sum(c.bytes for c in transients.values())
-    G_peak, A_peak, phase = G, A, "backward start, gradients of earlier micro-batches resident (accumulation)"
-    if shape.grad_accum == 1:
-        # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
-        # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
-        tb = _trainable(arch, stack)[1]
-        head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.is_full else 0
-        if "lm_head" in stack.saved_modules and stack.is_adapter:
-            head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
-        if stack.liger_loss:
-            head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
-        start = A + T + head
-        end = G + transients["overhead.backward_workspace"].bytes
-        if start >= end:
-            G_peak, phase = int(min(head, G)), "backward start: activations saved, only lm_head's gradient allocated"
-        else:
-            A_peak, T, phase = 0, transients["overhead.backward_workspace"].bytes, "end of backward: all gradients allocated, activations freed"
-    peak_allocated = W + G_peak + O + A_peak + T
-    dynamic = A + acts.loss_transient
-    frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * dynamic)
-    ddp_buckets = G if stack.sharding == "ddp" and stack.gpus > 1 else 0
-    overhead = dict(transients)
-    if ddp_buckets:
-        overhead["overhead.ddp_buckets"] = part(
-            bytes=ddp_buckets,
-            formula="DDP's flat gradient buckets (a second copy of the gradients)",
-            source="torch DDP Reducer, gradient_as_bucket_view=False (accelerate default)",
-        )
-    if stack.gpus > 1:
-        overhead["overhead.nccl_buffers"] = part(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
-    reduce_bucket = 0
-    if stack.sharding == "zero3":
-        gb = BYTES_FP32 if stack.fp32_weights else BYTES_16BIT
-        reduce_bucket = DEEPSPEED_ZERO3["reduce_bucket_size"] * gb
-        overhead["overhead.zero3_reduce_bucket"] = part(
-            bytes=reduce_bucket,
-            formula=f"reduce_bucket_size {DEEPSPEED_ZERO3['reduce_bucket_size']:,} elements × {gb} B: the contiguous "
-            "gradient bucket, allocated once at optimizer setup whatever the number of trainable parameters",
-            source="deepspeed 0.19.8 runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: "
-            "bucket.buffer = torch.empty(self.reduce_bucket_size) when contiguous_gradients (default True)",
-        )
+    G_peak, A_peak, T, phase = _peak_phase(arch, stack, shape, G, A, transients)
+    frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * (A + acts.loss_transient))
+    comm = _communication(stack, G, part)
+    overhead = {**transients, **comm}
     overhead["overhead.allocator"] = part(
         bytes=frag,
         formula=f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of activations and loss buffers",
@@ -510,34 +464,95 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         bytes=CUDA_CONTEXT_BYTES, formula="CUDA context and kernel images", source="CUDA lazy module loading, typical 0.3-0.6 GiB"
     )
     comps.update(overhead)
-    peak_allocated += ddp_buckets + (NCCL_BUFFER_BYTES if stack.gpus > 1 else 0) + reduce_bucket
+    peak_allocated = W + G_peak + O + A_peak + T + sum(c.bytes for c in comm.values())
     peak_reserved = peak_allocated + frag
     device_total = peak_reserved + CUDA_CONTEXT_BYTES
-    overhead_total = device_total - (W + G_peak + O + A_peak)
-
-    trainable = _trainable(arch, stack)[0] + _saved_copies(arch, stack)[0]
-    warnings = _warnings(arch, stack, shape)
-    assumptions = _assumptions(arch, stack, shape, phase)
-    info = arch._memo.get(("model_info", trainable))  # shared by every stack training as many parameters
-    if info is None:
-        info = arch._memo["model_info", trainable] = ModelInfo(
-            name=spec.name, family=spec.family, source=spec.source, params_total=arch.params_total,
-            params_trainable=trainable, params_active=arch.params_active)
     return MemoryEstimate(
-        model=info,
+        model=_model_info(arch, _trainable(arch, stack)[0] + _saved_copies(arch, stack)[0]),
         stack=stack,
         shape=shape,
-        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak, overhead=overhead_total,
-                            total=device_total),
+        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak,
+                            overhead=device_total - (W + G_peak + O + A_peak), total=device_total),
         components=comps,
         peak_allocated=peak_allocated,
         peak_reserved=peak_reserved,
         device_total=device_total,
         static_bytes=W + G + O,
         cpu_ram_bytes=states.cpu_ram,
-        assumptions=assumptions,
-        warnings=warnings,
+        assumptions=_assumptions(arch, stack, shape, phase),
+        warnings=_warnings(arch, stack, shape),
     )
+
+
+def _activation_parts(acts: ActivationEstimate, part) -> dict[str, Component]:
+    """The saved activations as named components, and the layer a checkpointed backward rebuilds."""
+    comps: dict[str, Component] = {}
+    for key, val in acts.saved.items():
+        where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
+        comps[key] = part(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
+    if acts.recompute:
+        comps["activations.recompute_layer"] = part(
+            bytes=acts.recompute,
+            formula="one decoder layer's activations rebuilt during backward",
+            source="torch.utils.checkpoint (Chen et al. 2016, sublinear memory)",
+        )
+    return comps
+
+
+def _peak_phase(arch: Architecture, stack: Stack, shape: Shape, G: int, A: int,
+                transients: dict[str, Component]) -> tuple[int, int, int, str]:
+    """(gradients, activations, transients) at the peak, and the phase it falls in. With accumulation the
+    gradients of earlier micro-batches are resident at backward start; without, the peak is either backward start
+    (activations saved, only lm_head's gradient allocated) or the end of backward (all gradients, no activations)."""
+    T = sum(c.bytes for c in transients.values())
+    if shape.grad_accum != 1:
+        return G, A, T, "backward start, gradients of earlier micro-batches resident (accumulation)"
+    # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
+    # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
+    tb = _trainable(arch, stack)[1]
+    head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.is_full else 0
+    if "lm_head" in stack.saved_modules and stack.is_adapter:
+        head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
+    if stack.liger_loss:
+        head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
+    workspace = transients["overhead.backward_workspace"].bytes
+    if A + T + head >= G + workspace:
+        return int(min(head, G)), A, T, "backward start: activations saved, only lm_head's gradient allocated"
+    return G, 0, workspace, "end of backward: all gradients allocated, activations freed"
+
+
+def _communication(stack: Stack, G: int, part) -> dict[str, Component]:
+    """Buffers of multi-GPU runs, alive at the peak: DDP's gradient buckets, NCCL's, ZeRO-3's reduce bucket."""
+    out: dict[str, Component] = {}
+    if stack.sharding == "ddp" and stack.gpus > 1 and G:
+        out["overhead.ddp_buckets"] = part(
+            bytes=G,
+            formula="DDP's flat gradient buckets (a second copy of the gradients)",
+            source="torch DDP Reducer, gradient_as_bucket_view=False (accelerate default)",
+        )
+    if stack.gpus > 1:
+        out["overhead.nccl_buffers"] = part(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
+    if stack.sharding == "zero3":
+        gb = BYTES_FP32 if stack.fp32_weights else BYTES_16BIT
+        out["overhead.zero3_reduce_bucket"] = part(
+            bytes=DEEPSPEED_ZERO3["reduce_bucket_size"] * gb,
+            formula=f"reduce_bucket_size {DEEPSPEED_ZERO3['reduce_bucket_size']:,} elements × {gb} B: the contiguous "
+            "gradient bucket, allocated once at optimizer setup whatever the number of trainable parameters",
+            source="deepspeed 0.19.8 runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: "
+            "bucket.buffer = torch.empty(self.reduce_bucket_size) when contiguous_gradients (default True)",
+        )
+    return out
+
+
+def _model_info(arch: Architecture, trainable: int) -> ModelInfo:
+    """The model's record, shared by every stack training as many parameters."""
+    info = arch._memo.get(("model_info", trainable))
+    if info is None:
+        spec = arch.spec
+        info = arch._memo["model_info", trainable] = ModelInfo(
+            name=spec.name, family=spec.family, source=spec.source, params_total=arch.params_total,
+            params_trainable=trainable, params_active=arch.params_active)
+    return info
 
 
 def _transients(arch: Architecture, stack: Stack, shape: Shape, acts: ActivationEstimate, part) -> dict[str, Component]:
