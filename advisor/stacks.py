@@ -22,7 +22,8 @@ Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
 def _known_optimizer(name: str) -> str:
     """An optimizer is a row of advisor/data/optimizers.csv (advisor/techniques.py)."""
     if name not in techniques.rows():
-        raise ValueError(f"optimizer: expected one of {', '.join(techniques.names())} (got {name!r})")
+        *rest, last = (repr(n) for n in techniques.names())
+        raise ValueError(f"expected {', '.join(rest)} or {last}")  # the words pydantic gives a Literal
     return name
 
 

@@ -140,3 +140,16 @@ def test_a_malformed_row_is_refused_naming_the_column(tmp_path, column, value):
     with pytest.raises(BadInput) as err:
         techniques.load(_copy_with(tmp_path, **{**TEST_ROW, column: value}))
     assert column in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unknown_optimizer_is_refused_naming_every_row():
+    from pydantic import ValidationError
+
+    from advisor.errors import validation_message
+    from advisor.stacks import Stack
+
+    with pytest.raises(ValidationError) as err:
+        Stack(optimizer="adamw-nonesuch")
+    text = validation_message(err.value)
+    assert text.startswith("--optimizer: expected ") and "\n" not in text and "adamw-nonesuch" in text
+    assert all(repr(name) in text for name in techniques.names())
