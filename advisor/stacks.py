@@ -8,15 +8,26 @@ sentence naming the field and the accepted values.
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from advisor import techniques
 from advisor.objective import SFT, Objective
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
-Optimizer = Literal["adamw", "adamw-fp32", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor"]
+
+
+def _known_optimizer(name: str) -> str:
+    """An optimizer is a row of advisor/data/optimizers.csv (advisor/techniques.py)."""
+    if name not in techniques.rows():
+        *rest, last = (repr(n) for n in techniques.names())
+        raise ValueError(f"expected {', '.join(rest)} or {last}")  # the words pydantic gives a Literal
+    return name
+
+
+Optimizer = Annotated[str, AfterValidator(_known_optimizer)]
 Attention = Literal["flash", "sdpa", "eager"]
 Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Offload = Literal["none", "optimizer", "params", "both"]
@@ -33,7 +44,7 @@ Framework = Literal["hf", "tuned"]
 
 METHODS: tuple[str, ...] = get_args(Method)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
-OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+OPTIMIZERS: tuple[str, ...] = techniques.names()
 ATTENTIONS: tuple[str, ...] = get_args(Attention)
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 OFFLOADS: tuple[str, ...] = get_args(Offload)

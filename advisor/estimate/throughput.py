@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from advisor import techniques
 from advisor.errors import BadInput
 from advisor.estimate.memory import nf4_bytes_per_param
 from advisor.results import StepNumbers, Throughput
@@ -447,7 +448,7 @@ def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, bw: float
     # optimizer traffic is then the mixed-precision kind
     mixed = (stack.mixed_precision or stack.pure_fp32 or stack.is_adapter
              or stack.is_zero)
-    opt_bytes = t["optimizer_bytes_per_param"]["amp" if mixed else "pure16"][stack.optimizer]
+    opt_bytes = techniques.get(stack.optimizer).step_bytes(mixed)  # advisor/data/optimizers.csv
     grad_bytes = BYTES_16BIT if stack.is_full and not mixed else BYTES_FP32
     passes = t["grad_clip_passes"] + (t["loss_scale_passes"] if "fp16" in stack.precision else 0)
     clip = passes * grad_bytes * trainable / stack.shard_degree_grads  # (unscale,) norm, then rescale

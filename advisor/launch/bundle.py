@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advisor import techniques
 from advisor.approval import Approval
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.memory import DEEPSPEED_ZERO3
@@ -70,14 +71,6 @@ _COMMON_KEYS = {
     "tpu_use_sudo": False,
 }
 
-OPTIM_NAMES = {  # our optimizer -> transformers OptimizerNames (reference §10)
-    "adamw": "adamw_torch_fused",
-    "adamw-fp32": "adamw_torch_fused",
-    "adamw-8bit": "adamw_bnb_8bit",
-    "paged-adamw-8bit": "paged_adamw_8bit",
-    "sgd": "sgd",
-    "adafactor": "adafactor",
-}
 ATTN_NAMES = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
 # precision -> (load dtype, autocast mode)
 PRECISIONS = {
@@ -232,7 +225,7 @@ def training_args(
         # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs); the old
         # names warn "will be removed in v6" (transformers/training_args.py, TrainingArguments.__post_init__)
         "activation_checkpointing": c.stack.grad_checkpointing and not fsdp_ckpt,
-        "optim": OPTIM_NAMES[c.stack.optimizer],
+        "optim": techniques.get(c.stack.optimizer).hf_optim,
         "bf16": mp == "bf16",
         "fp16": mp == "fp16",
         "learning_rate": 2e-5 if c.stack.is_full else 2e-4,
@@ -354,7 +347,8 @@ def requirements(c: Candidate) -> list[str]:
     names = ["torch", "transformers", "trl", "datasets", "accelerate", "pyyaml"]
     if c.stack.is_adapter:
         names.append("peft")
-    if c.stack.is_qlora or "8bit" in c.stack.optimizer:
+    package = techniques.get(c.stack.optimizer).package  # the optimizer's row of advisor/data/optimizers.csv
+    if c.stack.is_qlora or package == "bitsandbytes":
         names.append("bitsandbytes")
     if c.stack.is_zero:
         names.append("deepspeed")
@@ -377,10 +371,11 @@ def build_bundle(
     `approval` (advisor/approval.py) every launcher carries its caps (advisor/launch/caps.py)."""
     c = candidate
     hours_cap = approval.caps.hours if approval else None
-    if c.stack.precision not in PRECISIONS or c.stack.optimizer not in OPTIM_NAMES or c.stack.attention not in ATTN_NAMES:
+    optimizers = techniques.rows()
+    if c.stack.precision not in PRECISIONS or c.stack.optimizer not in optimizers or c.stack.attention not in ATTN_NAMES:
         raise BadInput(
             f"candidate: precision {c.stack.precision!r}, optimizer {c.stack.optimizer!r} or attention {c.stack.attention!r} "
-            f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(OPTIM_NAMES)}, {sorted(ATTN_NAMES)}."
+            f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(optimizers)}, {sorted(ATTN_NAMES)}."
         )
     acc = accelerate_config(c, model)
     args = training_args(c, model, dataset=dataset, options=options)
@@ -448,7 +443,7 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
         return {}
     dtype, _ = PRECISIONS[c.stack.precision]
     cfg = rl.trl_config(c, dtype=dtype, attention=ATTN_NAMES[c.stack.attention], mixed_precision=mixed_precision(c),
-                        optim=OPTIM_NAMES[c.stack.optimizer], checkpointing=bool(args["training"]["activation_checkpointing"]),
+                        optim=techniques.get(c.stack.optimizer).hf_optim, checkpointing=bool(args["training"]["activation_checkpointing"]),
                         epochs=float(options.get("epochs") or 1), save_steps=args["training"]["save_steps"])
     shared = {k: v for k, v in args.items() if k != "training"}
     shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json")}
@@ -496,7 +491,7 @@ def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping
         return {}
     cfg, notes = axolotl_config(c, model_name=model.name, family=model.family, moe=model.is_moe,
                                 layer=DECODER_LAYERS.get(model.family), dataset=dataset,
-                                epochs=float(options.get("epochs") or 1), optimizer=OPTIM_NAMES[c.stack.optimizer],
+                                epochs=float(options.get("epochs") or 1), optimizer=techniques.get(c.stack.optimizer).hf_optim,
                                 ds_file=DS_CONFIG_FILE)
     for note in notes:
         warnings.warn(note, LaunchWarning, stacklevel=3)
