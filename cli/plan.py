@@ -82,6 +82,9 @@ def plan_options(f):
         click.option("--risk", type=choice(["p50", "p80", "p90"]), default=None,
                      help="the one quantile of the time model's held-out error every row is ranked, shown and "
                           "checked against --budget/--deadline at [p80]"),
+        click.option("--time-value", type=float, default=None, metavar="USD/h",
+                     help="what an hour of waiting costs: rows rank on cost + hours x this, both at --risk "
+                          "[22.22, one engineer's loaded cost per wall-clock hour, BLS]; 0 ranks on cost alone"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
                      help="rank every stack variant, not just each offer's best"),

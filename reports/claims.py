@@ -24,6 +24,21 @@ def _quantile(q: float) -> str:
     return f"p{round(q * 100)}"
 
 
+def ranked_by_words(stated: dict, by: str) -> str:
+    """'total = cost + hours × $22.22/h (--time-value: ...) at p80 (the cost and hours columns; --risk)', from the
+    plan's `ranking` record; an exit-3 table says first that its rows are ordered by how far each misses."""
+    q = stated["quantile"]
+    tv = stated.get("time_value_usd_per_hour")
+    if by == "cost" and isinstance(tv, (int, float)) and tv > 0:
+        source = stated.get("time_value_source") or "--time-value"
+        by = (f"total = cost + hours × {money(float(tv))}/h (--time-value"
+              + (f": {source}" if source != "--time-value" else "") + "; 0 ranks on cost alone)")
+    text = f"{by} at {q} (the cost and hours columns; --risk)"
+    if stated.get("order") == "miss":
+        text = f"how far each row misses the budget/deadline at {q}, closest first (then {text})"
+    return text
+
+
 def ranking_basis(plan: Plan) -> str:
     """'cost at p50 (p80 where the time model is uncalibrated); near-ties (marked) ...' as the plan states it."""
     by = "time" if plan.assumptions.get("sort") == "time" else "cost"
@@ -31,7 +46,7 @@ def ranking_basis(plan: Plan) -> str:
     if isinstance(stated, str) and stated.strip():
         return stated.strip()
     if isinstance(stated, dict) and stated.get("quantile"):
-        text = f"{by} at {stated['quantile']} (the cost and hours columns; --risk)"
+        text = ranked_by_words(stated, by)
         if stated.get("band"):
             text += f", band {stated['band']} beside"
         tie = stated.get("near_tie_pct")

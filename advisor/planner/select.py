@@ -68,6 +68,7 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
                                                       np.array([c.nodes for c in configs], float)),
         "vcpus_need": [host.vcpus_needed(c.per_node) for c in configs],
         "bf16": [c.stack.precision.endswith("bf16") or c.stack.precision == "fp32" for c in configs],
+        "caveats": [bool(ranking.stack_caveats(c.gpu, c.stack)) for c in configs],
     })
     cfg["row"] = np.arange(len(cfg))
     is_full = (cfg["method"] == "full").to_numpy()
@@ -185,7 +186,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    primary = (tie, hours, cost) if request.sort == "cost" else (tie, cost, hours)
+    total = ranking.total(cost, hours, request.time_value)  # time has a value: cost + hours x --time-value
+    primary = (tie, hours, total) if request.sort == "cost" else (tie, cost, hours)
 
     notice, met = "", True
     if sel.any() and not meets.any():
@@ -205,13 +207,15 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     why: dict = {}
     rule: dict = {}
     if met and len(ranked):
-        key = cost if request.sort == "cost" else hours
+        key = total if request.sort == "cost" else hours
         prefs = ranking.preferences(sc, fitting, priced, request)
         gpus = fitting["gpus"].to_numpy()[cfg_row]
         nodes = fitting["nodes"].to_numpy()[cfg_row]
         ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
                                                         "cheaper" if request.sort == "cost" else "faster",
-                                                        hours if request.sort == "cost" else None)
+                                                        hours if request.sort == "cost" else None,
+                                                        ranking.risky(fitting, cfg_row),
+                                                        cost if request.sort == "cost" else None)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
