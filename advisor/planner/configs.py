@@ -22,7 +22,14 @@ from functools import lru_cache
 from typing import Any
 
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.estimate.throughput import MIN_CALIBRATED_ROWS, band_quantile, liger_runs_on, quantile_factor, segment, table
+from advisor.estimate.throughput import (
+    MIN_CALIBRATED_ROWS,
+    band_quantile,
+    liger_runs_on,
+    quantile_factor,
+    segment,
+    table,
+)
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from advisor.errors import BadInput, validation_message
 from advisor.estimate.objectives.spec import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.model.catalog import load_model, parse_param_count
-from advisor.planner.ranking import DEFAULT_TIME_VALUE, MAX_TIME_VALUE
 from advisor.model.spec import (
     MAX_BATCH,
     MAX_EPOCHS,
@@ -28,6 +27,7 @@ from advisor.model.spec import (
     MAX_USD,
     ModelSpec,
 )
+from advisor.planner.ranking import DEFAULT_TIME_VALUE, MAX_TIME_VALUE
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain
 from advisor.workload.measurements import gather

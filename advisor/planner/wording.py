@@ -3,8 +3,8 @@ warnings, the remedy when nothing meets the budget or the deadline, and where pr
 
 from __future__ import annotations
 
-from advisor.planner import configs as _configs
 from advisor.estimate.throughput import MIN_CALIBRATED_ROWS
+from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.ranking import RISK_MARGIN_PCT, stack_caveats
 from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
@@ -124,8 +124,8 @@ def uncalibrated_note() -> str:
 def caveat_note(key: str, gpu_name: str = "") -> str:
     """One software-stack caveat (ranking.STACK_CAVEATS) in words, with what it costs the row in the ranking."""
     words = {
-        "rocm-bitsandbytes": f"ROCm: bitsandbytes (QLoRA's NF4 weights, 8-bit optimizers) supports AMD GPUs only "
-                             f"experimentally (huggingface.co/docs/bitsandbytes installation)",
+        "rocm-bitsandbytes": "ROCm: bitsandbytes (QLoRA's NF4 weights, 8-bit optimizers) supports AMD GPUs only "
+                             "experimentally (huggingface.co/docs/bitsandbytes installation)",
         "aarch64-host": f"aarch64 host: {gpu_name or 'this GPU'}'s Grace CPU is ARM; flash-attn has no prebuilt aarch64 "
                         "wheel (builds from source, Dao-AILab/flash-attention#1866), and bitsandbytes' and vLLM's "
                         "aarch64 wheels differ from x86_64's",
