@@ -39,6 +39,15 @@ def ranked_by_words(stated: dict, by: str) -> str:
     return text
 
 
+def risk_margin_words(stated: dict) -> str:
+    """'; a tight, uncalibrated or stack-caveat row loses to a safe one up to 10% dearer (marked)' ('' if unstated)."""
+    margin = stated.get("risk_margin_pct")
+    if not isinstance(margin, (int, float)) or margin <= 0:
+        return ""
+    return (f"; a tight, uncalibrated or stack-caveat row loses to a safe one up to {float(margin):g}% dearer "
+            "(marked)")
+
+
 def ranking_basis(plan: Plan) -> str:
     """'cost at p50 (p80 where the time model is uncalibrated); near-ties (marked) ...' as the plan states it."""
     by = "time" if plan.assumptions.get("sort") == "time" else "cost"
@@ -56,6 +65,7 @@ def ranking_basis(plan: Plan) -> str:
             if isinstance(breakers, (list, tuple)) and breakers:
                 text += " settled by " + ", then ".join(str(b) for b in breakers)
             text += " (marked)"
+        text += risk_margin_words(stated)
         return text
     risk = str(plan.assumptions.get("risk") or "p50")
     quantiles = {_quantile(c.timing.risk_quantile) for c in plan.candidates}

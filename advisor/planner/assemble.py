@@ -129,7 +129,8 @@ def ranking_basis(request: PlanRequest, constraints_met: bool = True) -> dict:
     key = "hours" if request.sort == "time" else ("total" if tv else "cost")
     out = {"quantile": request.risk, "sort": request.sort, "key": key, "time_value_usd_per_hour": tv,
            "time_value_source": (ranking.TIME_VALUE_SOURCE if tv == ranking.DEFAULT_TIME_VALUE else "--time-value"),
-           "near_tie_pct": ranking.NEAR_TIE_PCT, "tie_breakers": list(ranking.TIE_BREAKERS), "band": "p10-p90"}
+           "near_tie_pct": ranking.NEAR_TIE_PCT, "tie_breakers": list(ranking.TIE_BREAKERS),
+           "risk_margin_pct": ranking.RISK_MARGIN_PCT, "band": "p10-p90"}
     if not constraints_met:
         out["order"] = "miss"  # closest first: by how far each row misses the budget / deadline (select._violation)
     return out
