@@ -33,10 +33,10 @@ def ranked_by_words(stated: dict, by: str) -> str:
         source = stated.get("time_value_source") or "--time-value"
         by = (f"total = cost + hours × {money(float(tv))}/h (--time-value"
               + (f": {source}" if source != "--time-value" else "") + "; 0 ranks on cost alone)")
-    text = f"{by} at {q} (the cost and hours columns; --risk)"
-    if stated.get("order") == "miss":
-        text = f"how far each row misses the budget/deadline at {q}, closest first (then {text})"
-    return text
+    if stated.get("order") == "miss":  # select._violation, then the cost (no time value: every row is late)
+        return (f"how far each row misses the budget/deadline at {q}, closest first, then cost at {q} (the cost and "
+                "hours columns; --risk)")
+    return f"{by} at {q} (the cost and hours columns; --risk)"
 
 
 def risk_margin_words(stated: dict) -> str:

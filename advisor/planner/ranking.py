@@ -152,6 +152,17 @@ def undated(priced):
     return ~np.char.startswith(dates.astype("U"), "20")
 
 
+def undated_spot(priced):
+    """Mask of offer rows whose spot price has no observation date of its own (`spot_price_date`, the spot
+    observation's date; a row without the column is undated): never a spot headline nor a remedy."""
+    import numpy as np
+
+    if "spot_price_date" not in priced:
+        return np.ones(len(priced), bool)
+    dates = priced["spot_price_date"].fillna("").astype(str).to_numpy().astype("U")
+    return ~np.char.startswith(dates, "20")
+
+
 def _why_words(name: str, pick: int, beaten: int, prefs: dict, gpus, nodes) -> str:
     """The tie rule in words, with the two candidates' values where they say more than the name."""
     if name == "fewer GPUs and nodes":

@@ -38,6 +38,7 @@ class Selection:
     constraints_met: bool = True
     why: dict = None  # position -> why it was preferred within a near-tie
     rule: dict = None  # position -> the tie rule that promoted it (ranking.TIE_BREAKERS)
+    undated_spot: int = 0  # spot offers left out of the spot line and remedies: no spot observation date
 
     def __post_init__(self):
         self.why = self.why or {}
@@ -230,14 +231,16 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     final = np.concatenate((ranked, order[~np.isin(order, ranked)])) if len(ranked) else order
     best = {column: _best_per(priced[column], offer_row, final) for column in ("gpu_model", "provider")}
     baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
-    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
+    undated_spot = ranking.undated_spot(priced)[offer_row]
+    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late & ~undated_spot)  # a spot price dated on its own
     spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
     suspect = ranking.spot_suspect(priced)[offer_row]
     plausible = spot_pool[~suspect[spot_pool]]
     spot_best = (plausible if len(plausible) else spot_pool)[:1]
+    undated_spot_rows = int(len(np.unique(offer_row[usable & is_spot & undated_spot])))
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
-                     spot=spot_best, constraints_met=met, why=why, rule=rule)
+                     spot=spot_best, constraints_met=met, why=why, rule=rule, undated_spot=undated_spot_rows)
 
 
 def _recipe(fitting, cfg_row, host_ok_asked, request: PlanRequest, rejections: Rejections):

@@ -72,7 +72,7 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
     if candidates and candidates[0].fit.tight:
         out.append("The top pick is within the estimator's measured error band of its GPU memory limit (tight).")
     if request.spot and spot is None:
-        out.append("--spot: no spot price among the matching offers.")
+        out.append(no_spot_words(chosen.undated_spot))
     return out
 
 
@@ -113,6 +113,15 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
 
 
 HOST_UNKNOWN_NOTE = "host RAM unknown"
+
+
+def no_spot_words(undated: int) -> str:
+    """--spot found no spot price to show: none at all, or only undated ones (left out of the spot line)."""
+    if not undated:
+        return "--spot: no spot price among the matching offers."
+    return (f"--spot: no dated spot price among the matching offers; {undated:,} spot price{'s' if undated != 1 else ''} "
+            "without an observation date of its own left out of the spot line and remedies (an undated spot price "
+            "can be far from today's market).")
 
 
 def uncalibrated_note() -> str:
