@@ -39,6 +39,15 @@ def ranked_by_words(stated: dict, by: str) -> str:
     return f"{by} at {q} (the cost and hours columns; --risk)"
 
 
+def total_words(plan: Plan) -> str:
+    """' in total (cost + hours × $22.22/h)' when the plan ranked on the total, else ''."""
+    stated = plan.ranking or {}
+    tv = stated.get("time_value_usd_per_hour")
+    if stated.get("key") != "total" or not isinstance(tv, (int, float)) or tv <= 0:
+        return ""
+    return f" in total (cost + hours × {money(float(tv))}/h)"
+
+
 def risk_margin_words(stated: dict) -> str:
     """'; a tight, uncalibrated or stack-caveat row loses to a safe one up to 10% dearer (marked)' ('' if unstated)."""
     margin = stated.get("risk_margin_pct")
@@ -126,6 +135,37 @@ def pareto_points(plan: Plan) -> list[tuple[Candidate, str]]:
     """The front, fastest first, each with the figures it was computed on ('$2,160.80 / 4.7 h')."""
     return [(c, f"{money(ranked_cost(c))} / {ranked_hours(c):,.1f} h")
             for c in sorted(plan.pareto, key=lambda c: (ranked_hours(c), ranked_cost(c)))]
+
+
+def pareto_knee(plan: Plan) -> Candidate | None:
+    """The front's knee: the point farthest below the straight line joining its cheapest and its fastest ends,
+    cost and hours each scaled to [0, 1] over the front (the Kneedle idea: Satopaa et al. 2011, "Finding a
+    'Kneedle' in a Haystack", ICDCS workshops); None with fewer than three points."""
+    points = pareto_points(plan)
+    if len(points) < 3:
+        return None
+    costs = [ranked_cost(c) for c, _ in points]
+    hours = [ranked_hours(c) for c, _ in points]
+    c_span, h_span = (max(costs) - min(costs)) or 1.0, (max(hours) - min(hours)) or 1.0
+    # scaled, both ends sit at x + y = 1; the knee is the point with the smallest x + y
+    score = [(k - min(costs)) / c_span + (h - min(hours)) / h_span for k, h in zip(costs, hours)]
+    return points[min(range(len(points)), key=score.__getitem__)][0]
+
+
+def knee_words(plan: Plan) -> str:
+    """'The Pareto front's knee is 32× H200 aws p5en.48xlarge ($2,931.87 / 11.6 h), not #1' ('' when it is #1)."""
+    knee = pareto_knee(plan)
+    if knee is None or not plan.candidates:
+        return ""
+    top = plan.candidates[0]
+    same = (knee.offer.provider, knee.offer.instance_type, knee.nodes, knee.label) == (
+        top.offer.provider, top.offer.instance_type, top.nodes, top.label)
+    if same:
+        return ""
+    gpus = f"{knee.offer.gpu_count * knee.nodes}× {knee.offer.gpu_model}"
+    return (f"The Pareto front's knee (where a little more money stops buying much time) is {gpus} "
+            f"{knee.offer.provider} {knee.offer.instance_type}: {money(ranked_cost(knee))} / {ranked_hours(knee):,.1f} h, "
+            f"against #1's {money(ranked_cost(top))} / {ranked_hours(top):,.1f} h")
 
 
 def pareto_basis(plan: Plan) -> str:

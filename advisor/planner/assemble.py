@@ -284,7 +284,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
                   usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
-        notes=_notes(cfg, request, spec) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
+        notes=_notes(cfg, request, spec, str(o.get("notes") or "")) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
                                              else []) + list(extra_notes),
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from advisor.estimate.throughput import MIN_CALIBRATED_ROWS
 from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
+from advisor.planner.offers import LISTED_ONLY
 from advisor.planner.ranking import RISK_MARGIN_PCT, stack_caveats
 from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
 from advisor.planner.select import Selection
@@ -84,7 +85,14 @@ def _disputed(notes: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
+def listed_only_note(request: PlanRequest) -> str:
+    """A row kept under --regions though its sheet lists every region whatever the capacity."""
+    return (f"region listed, availability unknown: the sheet lists this instance in every region whatever its "
+            f"capacity ({LISTED_ONLY}); no row with known availability in --regions {','.join(request.regions)} "
+            "remained, so check capacity there before planning on it")
+
+
+def _notes(cfg: Config, request: PlanRequest, spec=None, offer_notes: str | None = None) -> list[str]:
     """What this candidate trades away, in words."""
     st, out, t = cfg.stack, [], cfg.timed
     if st.method == "full" and st.precision in ("bf16", "fp16") and not st.sharding.startswith("zero"):
@@ -103,6 +111,8 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
                    f"loses to a safe row within {RISK_MARGIN_PCT:g}% in total")
     out.extend(caveat_note(key, cfg.gpu.name) for key in stack_caveats(cfg.gpu, st))
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
+    if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
+        out.append(listed_only_note(request))
     if padding > 1.0005:
         out.append(f"padded batches of {t.micro_batch} rows compute {padding:.3f}× the kept tokens (the dataset's "
                    "lengths; --packed computes only the kept tokens)")
