@@ -153,7 +153,8 @@ def pareto_knee(plan: Plan) -> Candidate | None:
 
 
 def knee_words(plan: Plan) -> str:
-    """'The Pareto front's knee is 32× H200 aws p5en.48xlarge ($2,931.87 / 11.6 h), not #1' ('' when it is #1)."""
+    """'The Pareto front's knee ... is 32× H200 aws p5en.48xlarge: $2,931.87 and 11.6 h, against #1's ...' ('' when
+    the knee is #1)."""
     knee = pareto_knee(plan)
     if knee is None or not plan.candidates:
         return ""
@@ -164,8 +165,8 @@ def knee_words(plan: Plan) -> str:
         return ""
     gpus = f"{knee.offer.gpu_count * knee.nodes}× {knee.offer.gpu_model}"
     return (f"The Pareto front's knee (where a little more money stops buying much time) is {gpus} "
-            f"{knee.offer.provider} {knee.offer.instance_type}: {money(ranked_cost(knee))} / {ranked_hours(knee):,.1f} h, "
-            f"against #1's {money(ranked_cost(top))} / {ranked_hours(top):,.1f} h")
+            f"{knee.offer.provider} {knee.offer.instance_type}: {money(ranked_cost(knee))} and {ranked_hours(knee):,.1f} h, "
+            f"against #1's {money(ranked_cost(top))} and {ranked_hours(top):,.1f} h")
 
 
 def pareto_basis(plan: Plan) -> str:

@@ -23,7 +23,8 @@ def offer(provider, region, instance, gpu, count, price, spot=None, ram=None, **
     return dict(provider=provider, region=region, instance_type=instance, gpu_model=gpu, gpu_count=count,
                 gpu_memory_gb=get_gpu(gpu).memory_gb, vcpus=8 * count, ram_gb=ram or 128 * count,
                 price_hour=price, spot_price_hour=spot, currency="USD", source=f"test-{provider}", fetched_at=DATE,
-                interconnect=kw.get("interconnect", ""))
+                interconnect=kw.get("interconnect", ""),
+                spot_price_date=DATE[:10] if spot is not None else "")  # a spot price dated on its own
 
 
 OFFERS = pd.DataFrame([

@@ -25,6 +25,8 @@ def offer(provider, instance, gpu, count, price, spot=None, ram=None, vcpus=None
                gpu_memory_gb=get_gpu(gpu).memory_gb, vcpus=vcpus or 16 * count, ram_gb=ram or 200 * count,
                price_hour=price, spot_price_hour=spot, currency="USD", source=f"test-{provider}", fetched_at=DATE,
                interconnect="")
+    if spot is not None:  # a quote's spot price dated on its own (an undated one is never the spot line)
+        row["spot_price_date"] = DATE[:10]
     row.update(kw)
     return row
 

@@ -152,15 +152,29 @@ def undated(priced):
     return ~np.char.startswith(dates.astype("U"), "20")
 
 
-def undated_spot(priced):
-    """Mask of offer rows whose spot price has no observation date of its own (`spot_price_date`, the spot
-    observation's date; a row without the column is undated): never a spot headline nor a remedy."""
-    import numpy as np
+SPOT_DATED_BY = ("confirmed", "disputed", "observation")  # pricing.crosscheck spot_check values a dated spot observation set
 
-    if "spot_price_date" not in priced:
-        return np.ones(len(priced), bool)
-    dates = priced["spot_price_date"].fillna("").astype(str).to_numpy().astype("U")
-    return ~np.char.startswith(dates, "20")
+
+def undated_spot(priced):
+    """Mask of offer rows whose spot price has no observation date of its own: never a spot headline nor a remedy.
+    Dated: `spot_price_date` where the sheets carry it (the spot observation's own date); else a spot observation
+    that checked it (pricing.crosscheck `spot_check` with `spot_checked_at`), or the user's own dated row (its
+    `observed_at` dates both of its prices). A catalog row's on-demand date never dates its spot price."""
+    import numpy as np
+    import pandas as pd
+
+    def dated(column):
+        return priced[column].fillna("").astype(str).str.startswith("20").to_numpy() if column in priced else \
+            np.zeros(len(priced), bool)
+
+    if "spot_price_date" in priced:
+        return ~dated("spot_price_date")
+    checked = (priced["spot_check"].isin(SPOT_DATED_BY).to_numpy() if "spot_check" in priced
+               else np.zeros(len(priced), bool)) & dated("spot_checked_at")
+    own = (priced["price_origin"] == "user").to_numpy() if "price_origin" in priced else np.zeros(len(priced), bool)
+    observed = pd.to_datetime(priced["observed_at"], errors="coerce", utc=True).notna().to_numpy() \
+        if "observed_at" in priced else np.zeros(len(priced), bool)
+    return ~(checked | (own & observed))
 
 
 def _why_words(name: str, pick: int, beaten: int, prefs: dict, gpus, nodes) -> str:
