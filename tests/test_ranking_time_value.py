@@ -191,3 +191,93 @@ def test_a_segment_with_fewer_than_three_held_out_rows_is_uncalibrated_and_takes
     assert is_calibrated(get_gpu("A100-80GB"), Stack(method="lora"))  # dozens of rows
     rich = band("A100-80GB", Stack(method="lora"))
     assert rich[1] / rich[0] < high / low
+
+
+# ----------------------------------------------------------------- the Pareto knee
+
+def test_the_card_and_summary_name_the_knee_when_it_is_not_first(full_70b, full_70b_cost_only):
+    from cli.plan import render
+    from reports.card import decision_card
+    from reports.claims import knee_words, pareto_knee
+
+    knee = pareto_knee(full_70b_cost_only)  # on cost alone #1 is the 112-hour MI300X run; the knee is not
+    assert knee is not None and knee.offer.gpu_model == "H200"
+    assert full_70b_cost_only.candidates[0].offer.gpu_model == "MI300X"
+    words = knee_words(full_70b_cost_only)
+    assert "knee" in words and "H200" in words
+    assert words in " ".join(render(full_70b_cost_only, "table").split())
+    assert "knee" in decision_card(full_70b_cost_only)["why"]
+    assert knee_words(full_70b) == ""  # with the time value, #1 is the knee: nothing to add
+
+
+# ----------------------------------------------------------------- deadlines, budgets, dated spot prices
+
+@pytest.fixture(scope="module")
+def deadline_70b() -> Plan:
+    return bundled(request="meta-llama/Llama-3.1-70B", tokens=2e9, methods=("full",), deadline_hours=12, max_nodes=8)
+
+
+def test_a_met_deadline_lists_the_near_misses_with_flags_that_reproduce_them(deadline_70b):
+    import re
+
+    line = next(w for w in deadline_70b.warnings if w.startswith("Near misses"))
+    assert deadline_70b.assumptions["near_miss_plans"] == 3  # looser deadline, --allow-stale, both
+    m = re.search(r"--deadline (\d+)h: (\d+)× (\S+)", line)
+    assert m and float(m.group(1)) <= 12 * 1.35 + 1
+    assert "--allow-stale" in line
+    again = bundled(request="meta-llama/Llama-3.1-70B", tokens=2e9, methods=("full",),
+                    deadline_hours=float(m.group(1)), max_nodes=8)
+    top = again.candidates[0]  # the flags as printed give the row as printed
+    assert (str(top.offer.gpu_count * top.nodes), top.offer.gpu_model) == (m.group(2), m.group(3))
+    assert total(top, ranking.DEFAULT_TIME_VALUE) < total(deadline_70b.candidates[0], ranking.DEFAULT_TIME_VALUE)
+
+
+def test_an_exit_3_table_says_it_is_ordered_by_how_far_each_row_misses():
+    from reports.claims import ranking_basis
+
+    p = bundled(request="meta-llama/Llama-3.1-70B", tokens=2e9, methods=("full",), deadline_hours=12)
+    assert not p.constraints_met and p.ranking["order"] == "miss"
+    assert ranking_basis(p).startswith("how far each row misses the budget/deadline at p80, closest first")
+
+
+def _spot_sheet(dated: bool) -> pd.DataFrame:
+    sheet = _sheet(("acme", "1x-A100", "A100-80GB", 1, 2.0), ("beta", "1x-A100b", "A100-80GB", 1, 2.2))
+    sheet["spot_price_hour"] = [0.9, 1.0]
+    if dated:
+        sheet["spot_price_date"] = ["2026-11-20", ""]
+    return sheet
+
+
+def test_no_spot_line_is_built_on_an_undated_spot_price():
+    undated = plan("meta-llama/Llama-3.1-8B", offers=_spot_sheet(False), tokens=20e6, methods=("lora",), spot=True)
+    assert undated.spot_alternative is None
+    assert any("no dated spot price" in w and "2 spot prices" in w for w in undated.warnings)
+    dated = plan("meta-llama/Llama-3.1-8B", offers=_spot_sheet(True), tokens=20e6, methods=("lora",), spot=True)
+    assert dated.spot_alternative is not None and dated.spot_alternative.offer.provider == "acme"
+
+
+def test_the_70b_qlora_budget_remedy_names_no_spot_price_without_its_own_date():
+    p = bundled(request="meta-llama/Llama-3.1-70B", tokens=1e9, methods=("qlora",), budget=500)
+    assert not p.constraints_met and p.remedy
+    met = p.remedy.split("; tried without meeting it")[0]
+    assert "--spot:" not in met  # the bundled p5 spot rows carry no spot observation of their own
+
+
+# ----------------------------------------------------------------- regions mean availability
+
+def _region_sheet(with_known: bool) -> pd.DataFrame:
+    rows = _sheet(("lambda", "gpu_1x_h100", "H100", 1, 2.0), ("aws", "p5.4xlarge", "H100", 1, 2.6))
+    rows["region"] = ["europe-central-1", "eu-central-1"]
+    rows["notes"] = ["region-listed-not-availability", ""]
+    return rows if with_known else rows.iloc[:1]
+
+
+def test_regions_keep_only_rows_whose_availability_there_is_known_or_say_which_are_listed_only():
+    eu = plan("meta-llama/Llama-3.1-8B", offers=_region_sheet(True), tokens=20e6, methods=("lora",), regions="EU")
+    assert {c.offer.provider for c in eu.candidates} == {"aws"}
+    assert any("availability there is unknown" in r.reason and r.count == 1 for r in eu.rejected)
+    anywhere = plan("meta-llama/Llama-3.1-8B", offers=_region_sheet(True), tokens=20e6, methods=("lora",))
+    assert "lambda" in {c.offer.provider for c in anywhere.candidates}  # no --regions: nothing left out
+    only = plan("meta-llama/Llama-3.1-8B", offers=_region_sheet(False), tokens=20e6, methods=("lora",), regions="EU")
+    assert only.candidates[0].offer.provider == "lambda"
+    assert any(n.startswith("region listed, availability unknown") for n in only.candidates[0].notes)
