@@ -156,12 +156,13 @@ def knee_words(plan: Plan) -> str:
     """'The Pareto front's knee ... is 32× H200 aws p5en.48xlarge: $2,931.87 and 11.6 h, against #1's ...' ('' when
     the knee is #1)."""
     knee = pareto_knee(plan)
-    if knee is None or not plan.candidates:
+    if knee is None or not plan.candidates or not plan.constraints_met:
         return ""
     top = plan.candidates[0]
-    same = (knee.offer.provider, knee.offer.instance_type, knee.nodes, knee.label) == (
-        top.offer.provider, top.offer.instance_type, top.nodes, top.label)
-    if same:
+    share = float((plan.ranking or {}).get("near_tie_pct") or 0) / 100
+    close = (abs(ranked_cost(knee) - ranked_cost(top)) <= share * ranked_cost(top)
+             and abs(ranked_hours(knee) - ranked_hours(top)) <= share * ranked_hours(top))
+    if close:  # #1 itself, or a near-tie of it (the same trade, another seller)
         return ""
     gpus = f"{knee.offer.gpu_count * knee.nodes}× {knee.offer.gpu_model}"
     return (f"The Pareto front's knee (where a little more money stops buying much time) is {gpus} "
