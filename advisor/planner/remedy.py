@@ -65,6 +65,16 @@ def near_miss_levers(request: PlanRequest) -> list[tuple[str, dict]]:
     return out
 
 
+def _looser_flags(flags: str, request: PlanRequest) -> str:
+    """A near-miss lever's flags as tried: the deadline or budget NEAR_MISS_SHARE looser (`--deadline 17h`)."""
+    looser = {}
+    if request.deadline_hours is not None:
+        looser["--deadline"] = f"--deadline {math.ceil(request.deadline_hours * (1 + NEAR_MISS_SHARE))}h"
+    if request.budget is not None:
+        looser["--budget"] = f"--budget {math.ceil(request.budget * (1 + NEAR_MISS_SHARE))}"
+    return " ".join(looser.get(part, part) for part in flags.split())
+
+
 def _exact_flags(flags: str, request: PlanRequest, best: Candidate) -> str:
     """A near-miss lever's flags with the found row's own figures: `--deadline 13h` for a 12.1 h run."""
     exact = {"--deadline": f"--deadline {math.ceil(ranked_hours(best))}h",
@@ -123,7 +133,7 @@ def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest]
         try:
             found = run(relaxed)
         except Exception as exc:  # a lever the data cannot serve (no offer left): say so, keep searching
-            missed.append(f"{flags} (no plan: {str(exc)[:80]})")
+            missed.append(f"{_looser_flags(flags, request)} (no plan: {str(exc)[:80]})")
             continue
         best = found.spot_alternative if update.get("spot") else (found.candidates[0] if found.constraints_met
                                                                   and found.candidates else None)
@@ -131,7 +141,7 @@ def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest]
             flags = _exact_flags(flags, request, best)
             met.append((ranked_cost(best), f"{flags}: {_what(best)}, {ranked_hours(best):,.1f} h, {money(ranked_cost(best))}"))
         else:
-            missed.append(flags)
+            missed.append(_looser_flags(flags, request))
     parts = [text for _, text in sorted(met)]
     parts += _analytic(request, closest)
     text = f"Remedy (figures at {q}): " + "; ".join(parts)
