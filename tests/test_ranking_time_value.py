@@ -241,10 +241,13 @@ def test_an_exit_3_table_says_it_is_ordered_by_how_far_each_row_misses():
 
 
 def _spot_sheet(dated: bool) -> pd.DataFrame:
+    """Two catalog rows (price_origin bundled: their observed_at is the catalog's, not a spot quote's)."""
     sheet = _sheet(("acme", "1x-A100", "A100-80GB", 1, 2.0), ("beta", "1x-A100b", "A100-80GB", 1, 2.2))
     sheet["spot_price_hour"] = [0.9, 1.0]
-    if dated:
-        sheet["spot_price_date"] = ["2026-11-20", ""]
+    sheet["price_origin"] = "bundled"
+    if dated:  # a spot observation checked the first row's spot price
+        sheet["spot_check"] = ["confirmed", None]
+        sheet["spot_checked_at"] = ["2026-11-20T00:00:00Z", None]
     return sheet
 
 

@@ -158,8 +158,8 @@ SPOT_DATED_BY = ("confirmed", "disputed", "observation")  # pricing.crosscheck s
 def undated_spot(priced):
     """Mask of offer rows whose spot price has no observation date of its own: never a spot headline nor a remedy.
     Dated: `spot_price_date` where the sheets carry it (the spot observation's own date); else a spot observation
-    that checked it (pricing.crosscheck `spot_check` with `spot_checked_at`), or the user's own dated row (its
-    `observed_at` dates both of its prices). A catalog row's on-demand date never dates its spot price."""
+    that checked it (pricing.crosscheck `spot_check` with `spot_checked_at`), or a dated row not from the bundled
+    catalog (its `observed_at` dates both of its prices). A catalog row's on-demand date never dates its spot price."""
     import numpy as np
     import pandas as pd
 
@@ -171,7 +171,9 @@ def undated_spot(priced):
         return ~dated("spot_price_date")
     checked = (priced["spot_check"].isin(SPOT_DATED_BY).to_numpy() if "spot_check" in priced
                else np.zeros(len(priced), bool)) & dated("spot_checked_at")
-    own = (priced["price_origin"] == "user").to_numpy() if "price_origin" in priced else np.zeros(len(priced), bool)
+    # a row of the user's sheet, a fetched cache or a frame given to plan() dates both of its prices itself; the
+    # bundled catalog's observed_at is the catalog commit's, not a spot quote's
+    own = (priced["price_origin"] != "bundled").to_numpy() if "price_origin" in priced else np.ones(len(priced), bool)
     observed = pd.to_datetime(priced["observed_at"], errors="coerce", utc=True).notna().to_numpy() \
         if "observed_at" in priced else np.zeros(len(priced), bool)
     return ~(checked | (own & observed))
