@@ -285,7 +285,8 @@ def spot_line(plan, s) -> str:
     q = ranking_quantile(plan)
     what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
             + f", {ranked_hours(s):,.1f} h and {money(ranked_cost(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
-            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.offer.price_date})")
+            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, "
+            f"{getattr(s.offer, 'spot_price_date', '') or s.offer.price_date})")  # the spot quote's own date
     top = plan.candidates[0] if plan.candidates else None
     if top is None or top.cost.spot:
         return what + "."
