@@ -108,7 +108,7 @@ def _notes(cfg: Config, request: PlanRequest, spec=None, offer_notes: str | None
         out.append(uncalibrated_note())
     if cfg.fitted.tight:
         out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band; "
-                   f"loses to a safe row within {RISK_MARGIN_PCT:g}% in total")
+                   f"loses to a safe row up to {RISK_MARGIN_PCT:g}% dearer")
     out.extend(caveat_note(key, cfg.gpu.name) for key in stack_caveats(cfg.gpu, st))
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
     if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
@@ -149,7 +149,7 @@ def caveat_note(key: str, gpu_name: str = "") -> str:
                         "wheel (builds from source, Dao-AILab/flash-attention#1866), and bitsandbytes' and vLLM's "
                         "aarch64 wheels differ from x86_64's",
     }.get(key, key)
-    return f"stack caveat: {words}; loses to a safe row within {RISK_MARGIN_PCT:g}% in total"
+    return f"stack caveat: {words}; loses to a safe row up to {RISK_MARGIN_PCT:g}% dearer"
 
 
 def risk_promotion_note(risks: list[str], pct: float) -> str:
