@@ -82,6 +82,9 @@ def plan_options(f):
         click.option("--risk", type=choice(["p50", "p80", "p90"]), default=None,
                      help="the one quantile of the time model's held-out error every row is ranked, shown and "
                           "checked against --budget/--deadline at [p80]"),
+        click.option("--time-value", type=float, default=None, metavar="USD/h",
+                     help="what an hour of waiting costs: rows rank on cost + hours x this, both at --risk "
+                          "[22.22, one engineer's loaded cost per wall-clock hour, BLS]; 0 ranks on cost alone"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
                      help="rank every stack variant, not just each offer's best"),
@@ -150,7 +153,7 @@ def command_line(options: dict, **extra) -> str:
 # them; the header names the quantile (`_titles`).
 HEADER = ["#", "cost", "cost band", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
           "GB peak/limit", "$/M tok", "price source, date"]
-_RIGHT = {"cost", "cost band", "hours", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
+_RIGHT = {"cost", "cost band", "hours", "total", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
 TIE_MARK = "*"  # a row ranked above a cheaper (or faster) one by a near-tie rule
 _DROP = ["cost band", "$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
@@ -159,7 +162,7 @@ def _columns(plan) -> list[str]:
     """HEADER, plus on-demand where some row's cost is not the on-demand cost (a spot row) and
     spot where spot was asked for and found (--spot): never a column that repeats `cost`."""
     cols = list(HEADER)
-    extra = []
+    extra = ["total"] if _time_value(plan) else []  # the figure rows rank on: cost + hours x --time-value
     if any(c.cost.on_demand_usd is not None and c.cost.on_demand_usd != c.cost.usd for c in plan.candidates):
         extra.append("on-demand")
     if plan.spot_alternative is not None and any(c.cost.spot_usd is not None for c in plan.candidates):
@@ -169,7 +172,16 @@ def _columns(plan) -> list[str]:
 
 def _titles(plan, columns: list[str]) -> list[str]:
     q = ranking_quantile(plan)
-    return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}"}.get(h, h) for h in columns]
+    return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}", "total": f"total {q}"}.get(h, h)
+            for h in columns]
+
+
+def _time_value(plan) -> float:
+    """The time value the rows were ranked with (plan.ranking; 0: on cost alone, or ordered by how far they miss)."""
+    stated = plan.ranking or {}
+    tv = stated.get("time_value_usd_per_hour")
+    by_total = stated.get("key") == "total" and stated.get("order") != "miss"
+    return float(tv) if by_total and isinstance(tv, (int, float)) else 0.0
 
 
 def _money_band(low: float | None, high: float | None) -> str:
@@ -198,7 +210,9 @@ def _cells(c) -> dict[str, str]:
 
 
 def _rows(plan, columns: list[str]) -> list[list[str]]:
-    return [[cells[k] for k in columns] for cells in map(_cells, plan.candidates)]
+    tv = _time_value(plan)
+    return [[{**_cells(c), "total": money(ranked_cost(c) + ranked_hours(c) * tv)}[k] for k in columns]
+            for c in plan.candidates]
 
 
 def _band(value: float, low: float | None, high: float | None) -> str:
@@ -255,6 +269,8 @@ def _summary(plan) -> list[str]:
                      f"{claims.pareto_basis(plan)}, fastest first): " + "; ".join(
                          f"{figures} ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} {c.offer.provider})"
                          for c, figures in claims.pareto_points(plan)))
+        knee = claims.knee_words(plan)
+        lines += [knee + "."] if knee else []
     ruled_out = claims.counts(plan)["ruled_out"]
     if ruled_out:
         lines.append("Ruled out before scoring (options per reason): " + "; ".join(
@@ -269,7 +285,8 @@ def spot_line(plan, s) -> str:
     q = ranking_quantile(plan)
     what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
             + f", {ranked_hours(s):,.1f} h and {money(ranked_cost(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
-            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.offer.price_date})")
+            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, "
+            f"{getattr(s.offer, 'spot_price_date', '') or s.offer.price_date})")  # the spot quote's own date
     top = plan.candidates[0] if plan.candidates else None
     if top is None or top.cost.spot:
         return what + "."

@@ -14,7 +14,7 @@ import re
 from advisor.launch.caveats import caveats
 from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
 from advisor.units import duration, gb, money
-from reports.claims import ranked_cost, ranked_hours, ranking_quantile, versus
+from reports.claims import knee_words, ranked_cost, ranked_hours, ranking_quantile, total_words, versus
 from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -55,8 +55,8 @@ def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
     by_time = plan.assumptions.get("sort") == "time"
-    parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {ranking_quantile(plan)}" if plan.constraints_met
-             else "Closest to the constraints"]
+    parts = [("Fastest" if by_time else "Cheapest" + total_words(plan)) + f" option that fits at {ranking_quantile(plan)}"
+             if plan.constraints_met else "Closest to the constraints"]
     tie = [n for n in c.notes if n.startswith(NEAR_TIE_NOTE)]
     if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
         parts[0] = tie[0][0].upper() + tie[0][1:] if plan.constraints_met else f"{parts[0]}, {tie[0]}"
@@ -65,6 +65,8 @@ def why(plan: Plan) -> str:
     b = plan.baseline
     if b is not None and plan.constraints_met and plan.saving_vs_baseline_usd is not None:
         parts.append(versus(c, b, "the naive baseline"))
+    knee = knee_words(plan) if plan.constraints_met else ""
+    parts += [knee[0].lower() + knee[1:]] if knee else []
     return "; ".join(parts) + "."
 
 

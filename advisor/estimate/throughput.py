@@ -766,6 +766,9 @@ def _band_fields(gpu, stack: Stack, tokens_per_sec: float) -> dict[str, float | 
 
 
 FRAMEWORK_BAND_ROWS = 3  # a framework's own segment band needs this many held-out rows, else all frameworks'
+# A segment (GPU class x method) is calibrated only with at least this many held-out rows: with one row its p80 is
+# its p90 (one error, not a spread), so fewer rows widen to the band of held-out GPU classes and say so (issue 45).
+MIN_CALIBRATED_ROWS = 3
 
 
 def liger_runs_on(gpu) -> bool:
@@ -801,10 +804,18 @@ def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
     if own is not None and own["rows"] >= FRAMEWORK_BAND_ROWS:
         return own, f"{seg}: {own['rows']} held-out calibration rows of the {stack.framework} framework"
     entry = (bands.get("segments") or {}).get(seg)
-    if entry is None:
+    if entry is None or entry.get("rows", 0) < MIN_CALIBRATED_ROWS:
+        rows = 0 if entry is None else int(entry.get("rows", 0))
         entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
-        return entry, f"{seg}: no calibration rows; the band of held-out GPU classes"
+        return entry, f"{seg}: {thin_rows_words(rows)}; the band of held-out GPU classes"
     return entry, f"{seg}: {entry['rows']} held-out calibration rows"
+
+
+def thin_rows_words(rows: int) -> str:
+    """Why a segment's own band is not used: no rows, or fewer than MIN_CALIBRATED_ROWS."""
+    if rows <= 0:
+        return "no calibration rows"
+    return f"only {rows} held-out calibration row{'s' if rows != 1 else ''} (fewer than {MIN_CALIBRATED_ROWS}: uncalibrated)"
 
 
 def _band_factors(gpu, stack: Stack) -> tuple[float, float, int]:

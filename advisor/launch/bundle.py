@@ -446,7 +446,8 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
                         optim=techniques.get(c.stack.optimizer).hf_optim, checkpointing=bool(args["training"]["activation_checkpointing"]),
                         epochs=float(options.get("epochs") or 1), save_steps=args["training"]["save_steps"])
     shared = {k: v for k, v in args.items() if k != "training"}
-    shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json")}
+    shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json"),
+                           "seq_len": c.shape.seq_len}  # rows' tokens, the planner's unit (--benchmark's measured.json)
     header = _comment(f"trl.{o.kind.upper()}Config fields written by gpu-advisor: the stack of the estimate "
                       f"({c.label or c.stack.method}); train.py reads them (trl.{o.kind.upper()}Config(**this file))")
     files = {

@@ -15,7 +15,14 @@ from advisor.planner.ranking import offer_identity
 from advisor.planner.remedy import search as search_remedy
 from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection, misses
-from advisor.planner.wording import HOST_UNKNOWN_NOTE, _disagreeing, _notes, _warnings, crossings
+from advisor.planner.wording import (
+    HOST_UNKNOWN_NOTE,
+    _disagreeing,
+    _notes,
+    _warnings,
+    crossings,
+    risk_promotion_note,
+)
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
 from advisor.stacks import Stack
 from advisor.units import BILLION, MILLION, gb
@@ -52,12 +59,13 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
         r = scored_row(int(i))
         o = offer_row(int(r["offer_row"]))
         cfg = configs[int(r["row"])]
-        extra = [chosen.why[int(i)]] if int(i) in chosen.why else []
+        extra = [_why_note(chosen, int(i))] if int(i) in chosen.why else []
         if o["spot"] and suspect[int(r["offer_row"])]:
             extra.append(ranking.SPOT_SUSPECT_NOTE)
         names, regions = others.get(int(r["offer_row"]), ([], []))
         c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
         c.tie_rule = chosen.rule.get(int(i), "")
+        c.caveats = list(ranking.stack_caveats(cfg.gpu, cfg.stack))
         if not c.offer.host_known:
             need = float(chosen.fitting["ram_need"].iat[int(r["cfg_row"])])
             c.notes.append(f"{HOST_UNKNOWN_NOTE}: this run needs about {gb(need)} of host RAM per node to load and "
@@ -94,14 +102,38 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
                 prices_as_of=_pinned_day(),
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
-                ranking=ranking_basis(request),
+                ranking=ranking_basis(request, chosen.constraints_met),
                 managed_alternatives=_managed(spec, counts, top_stack.method, request))
 
 
-def ranking_basis(request: PlanRequest) -> dict:
-    """What the ranking used, for every reader of the plan (table header, report, web page)."""
-    return {"quantile": request.risk, "sort": request.sort, "near_tie_pct": ranking.NEAR_TIE_PCT,
-            "tie_breakers": list(ranking.TIE_BREAKERS), "band": "p10-p90"}
+def _why_note(chosen: Selection, i: int) -> str:
+    """The note of a row a tie rule promoted; for the risk margin, worded from the facts the ranking kept (the
+    risky row passed, how much dearer in total) and what made that row risky."""
+    why = chosen.why[i]
+    if isinstance(why, str):
+        return why
+    beaten, pct = why
+    f = chosen.fitting
+    cfg_row = int(chosen.scored["cfg_row"].iat[beaten])
+    risks = [name for name, on in (("tight", bool(f["tight"].iat[cfg_row])),
+                                   ("uncalibrated", not bool(f["calibrated"].iat[cfg_row])),
+                                   ("stack caveat", bool(f["caveats"].iat[cfg_row]))) if on]
+    return risk_promotion_note(risks, pct)
+
+
+def ranking_basis(request: PlanRequest, constraints_met: bool = True) -> dict:
+    """What the ranking used, for every reader of the plan (table header, report, web page): the quantile, the
+    key (`total` = cost + hours x time value, `cost` with --time-value 0, or `hours`), the time value and its
+    source, and, when nothing meets --budget/--deadline, that rows are ordered by how far they miss."""
+    tv = float(request.time_value)
+    key = "hours" if request.sort == "time" else ("total" if tv else "cost")
+    out = {"quantile": request.risk, "sort": request.sort, "key": key, "time_value_usd_per_hour": tv,
+           "time_value_source": (ranking.TIME_VALUE_SOURCE if tv == ranking.DEFAULT_TIME_VALUE else "--time-value"),
+           "near_tie_pct": ranking.NEAR_TIE_PCT, "tie_breakers": list(ranking.TIE_BREAKERS),
+           "risk_margin_pct": ranking.RISK_MARGIN_PCT, "band": "p10-p90"}
+    if not constraints_met:
+        out["order"] = "miss"  # closest first: by how far each row misses the budget / deadline (select._violation)
+    return out
 
 
 def _managed(spec, counts, method: str, request: PlanRequest) -> list:
@@ -252,7 +284,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
                   usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
-        notes=_notes(cfg, request, spec) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
+        notes=_notes(cfg, request, spec, str(o.get("notes") or "")) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
                                              else []) + list(extra_notes),
     )
 

@@ -23,7 +23,14 @@ from typing import Any
 
 from advisor import techniques
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.estimate.throughput import band_quantile, liger_runs_on, quantile_factor, segment, table
+from advisor.estimate.throughput import (
+    MIN_CALIBRATED_ROWS,
+    band_quantile,
+    liger_runs_on,
+    quantile_factor,
+    segment,
+    table,
+)
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention
@@ -253,9 +260,10 @@ def _shape(micro_batch: int, seq_len: int, grad_accum: int | None, padded: bool)
 
 
 def is_calibrated(gpu, stack: Stack) -> bool:
-    """Whether the time model has held-out calibration rows for this GPU class x method (mfu.json bands)."""
+    """Whether the time model has at least MIN_CALIBRATED_ROWS held-out calibration rows for this GPU class x
+    method (mfu.json bands); fewer rows take the band of held-out GPU classes (throughput._band_entry)."""
     entry = ((table().get("bands") or {}).get("segments") or {}).get(segment(gpu, stack))
-    return bool(entry and entry.get("rows", 0) > 0)
+    return bool(entry and entry.get("rows", 0) >= MIN_CALIBRATED_ROWS)
 
 
 def _factor(t: StepNumbers, cfg: Config, q: float) -> float:

@@ -106,7 +106,7 @@ def _by_region(off, request: PlanRequest, rejections: Rejections):
         keep = keep | geo.matches(off["region"].astype(str), countries, continents)
     rejections.add(f"--regions {','.join(request.regions)}: host elsewhere or in an unknown country",
                    int((~keep).sum()))
-    return off[keep]
+    return listed_only(off[keep], request, rejections)
 
 
 def _by_seller(off, request: PlanRequest, rejections: Rejections):
@@ -227,6 +227,24 @@ def _one_of_billed_alike(off, spot: bool, rejections: Rejections):
     rejections.add("billed as another instance type listed in the same region at the same price (that one is "
                    "kept; pricing/crosscheck.py BILLED_AS)", int(same.sum()), _examples(off.loc[same]))
     return off[~same].reset_index(drop=True)
+
+
+LISTED_ONLY = "region-listed-not-availability"  # a sheet that lists every region whatever the capacity
+
+
+def listed_only(off, request: PlanRequest, rejections: Rejections):
+    """With --regions: rows whose sheet lists the instance in every region regardless of capacity (noted
+    LISTED_ONLY; scripts/build_snapshot.py) do not show availability in that region; they are left out while a
+    row with known availability remains, else kept, each saying so (wording.listed_only_note)."""
+    import numpy as np
+
+    listed = np.asarray(mentions(off["notes"], LISTED_ONLY), bool) if "notes" in off else np.zeros(len(off), bool)
+    if not listed.any() or listed.all():
+        return off
+    rejections.add(f"--regions {','.join(request.regions)}: the sheet lists this instance in every region whatever "
+                   f"its capacity ({LISTED_ONLY}), so availability there is unknown", int(listed.sum()),
+                   _examples(off.loc[listed]))
+    return off[~listed]
 
 
 def collapse_regions(off, spot: bool):

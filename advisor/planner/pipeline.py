@@ -75,6 +75,11 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
         result.warnings = [text if w == result.remedy else w for w in result.warnings]
         result.remedy = text
         result.assumptions["remedy_plans"] = runs
+    elif search_remedies and result.constraints_met and result.candidates and (request.deadline_hours or request.budget):
+        text, runs = remedy.near_misses(request, result.candidates[0], lambda relaxed: plan(
+            relaxed, offers=offers, estimator=estimator, search_remedies=False))
+        result.warnings += [text] if text else []
+        result.assumptions["near_miss_plans"] = runs
     return result
 
 

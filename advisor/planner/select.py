@@ -38,6 +38,7 @@ class Selection:
     constraints_met: bool = True
     why: dict = None  # position -> why it was preferred within a near-tie
     rule: dict = None  # position -> the tie rule that promoted it (ranking.TIE_BREAKERS)
+    undated_spot: int = 0  # spot offers left out of the spot line and remedies: no spot observation date
 
     def __post_init__(self):
         self.why = self.why or {}
@@ -68,6 +69,7 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
                                                       np.array([c.nodes for c in configs], float)),
         "vcpus_need": [host.vcpus_needed(c.per_node) for c in configs],
         "bf16": [c.stack.precision.endswith("bf16") or c.stack.precision == "fp32" for c in configs],
+        "caveats": [bool(ranking.stack_caveats(c.gpu, c.stack)) for c in configs],
     })
     cfg["row"] = np.arange(len(cfg))
     is_full = (cfg["method"] == "full").to_numpy()
@@ -185,7 +187,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    primary = (tie, hours, cost) if request.sort == "cost" else (tie, cost, hours)
+    total = ranking.total(cost, hours, request.time_value)  # time has a value: cost + hours x --time-value
+    primary = (tie, hours, total) if request.sort == "cost" else (tie, cost, hours)
 
     notice, met = "", True
     if sel.any() and not meets.any():
@@ -205,13 +208,15 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     why: dict = {}
     rule: dict = {}
     if met and len(ranked):
-        key = cost if request.sort == "cost" else hours
+        key = total if request.sort == "cost" else hours
         prefs = ranking.preferences(sc, fitting, priced, request)
         gpus = fitting["gpus"].to_numpy()[cfg_row]
         nodes = fitting["nodes"].to_numpy()[cfg_row]
         ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
                                                         "cheaper" if request.sort == "cost" else "faster",
-                                                        hours if request.sort == "cost" else None)
+                                                        hours if request.sort == "cost" else None,
+                                                        ranking.risky(fitting, cfg_row),
+                                                        cost if request.sort == "cost" else None)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
@@ -226,14 +231,16 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     final = np.concatenate((ranked, order[~np.isin(order, ranked)])) if len(ranked) else order
     best = {column: _best_per(priced[column], offer_row, final) for column in ("gpu_model", "provider")}
     baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
-    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
+    undated_spot = ranking.undated_spot(priced)[offer_row]
+    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late & ~undated_spot)  # a spot price dated on its own
     spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
     suspect = ranking.spot_suspect(priced)[offer_row]
     plausible = spot_pool[~suspect[spot_pool]]
     spot_best = (plausible if len(plausible) else spot_pool)[:1]
+    undated_spot_rows = int(len(np.unique(offer_row[usable & is_spot & undated_spot])))
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
-                     spot=spot_best, constraints_met=met, why=why, rule=rule)
+                     spot=spot_best, constraints_met=met, why=why, rule=rule, undated_spot=undated_spot_rows)
 
 
 def _recipe(fitting, cfg_row, host_ok_asked, request: PlanRequest, rejections: Rejections):

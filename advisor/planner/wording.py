@@ -3,11 +3,14 @@ warnings, the remedy when nothing meets the budget or the deadline, and where pr
 
 from __future__ import annotations
 
+from advisor.estimate.throughput import MIN_CALIBRATED_ROWS
 from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
+from advisor.planner.offers import LISTED_ONLY
+from advisor.planner.ranking import RISK_MARGIN_PCT, stack_caveats
 from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
 from advisor.planner.select import Selection
-from advisor.results import Candidate
+from advisor.results import NEAR_TIE_NOTE, Candidate
 from advisor.units import BILLION, MILLION, money
 
 
@@ -70,7 +73,7 @@ def _warnings(chosen: Selection, candidates: list[Candidate], request: PlanReque
     if candidates and candidates[0].fit.tight:
         out.append("The top pick is within the estimator's measured error band of its GPU memory limit (tight).")
     if request.spot and spot is None:
-        out.append("--spot: no spot price among the matching offers.")
+        out.append(no_spot_words(chosen.undated_spot))
     return out
 
 
@@ -82,7 +85,14 @@ def _disputed(notes: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
+def listed_only_note(request: PlanRequest) -> str:
+    """A row kept under --regions though its sheet lists every region whatever the capacity."""
+    return (f"region listed, availability unknown: the sheet lists this instance in every region whatever its "
+            f"capacity ({LISTED_ONLY}); no row with known availability in --regions {','.join(request.regions)} "
+            "remained, so check capacity there before planning on it")
+
+
+def _notes(cfg: Config, request: PlanRequest, spec=None, offer_notes: str | None = None) -> list[str]:
     """What this candidate trades away, in words."""
     st, out, t = cfg.stack, [], cfg.timed
     if st.method == "full" and st.precision in ("bf16", "fp16") and not st.sharding.startswith("zero"):
@@ -95,10 +105,14 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
     if st.optimizer in _configs.EIGHT_BIT and "optimizer" not in request.pins:
         out.append(_configs.ONLY_8BIT_NOTE)
     if t is not None and not t.calibrated:
-        out.append("uncalibrated: the time model has no held-out rows for this GPU class and method (a wider band)")
+        out.append(uncalibrated_note())
     if cfg.fitted.tight:
-        out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band")
+        out.append(f"tight: peak within {TIGHT_FRACTION:.0%} of the memory limit, the estimator's measured error band; "
+                   f"loses to a safe row up to {RISK_MARGIN_PCT:g}% dearer")
+    out.extend(caveat_note(key, cfg.gpu.name) for key in stack_caveats(cfg.gpu, st))
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
+    if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
+        out.append(listed_only_note(request))
     if padding > 1.0005:
         out.append(f"padded batches of {t.micro_batch} rows compute {padding:.3f}× the kept tokens (the dataset's "
                    "lengths; --packed computes only the kept tokens)")
@@ -109,6 +123,41 @@ def _notes(cfg: Config, request: PlanRequest, spec=None) -> list[str]:
 
 
 HOST_UNKNOWN_NOTE = "host RAM unknown"
+
+
+def no_spot_words(undated: int) -> str:
+    """--spot found no spot price to show: none at all, or only undated ones (left out of the spot line)."""
+    if not undated:
+        return "--spot: no spot price among the matching offers."
+    return (f"--spot: no dated spot price among the matching offers; {undated:,} spot price{'s' if undated != 1 else ''} "
+            "without an observation date of its own left out of the spot line and remedies (an undated spot price "
+            "can be far from today's market).")
+
+
+def uncalibrated_note() -> str:
+    """A row whose time model has fewer than MIN_CALIBRATED_ROWS held-out rows for its GPU class and method."""
+    return (f"uncalibrated: the time model has fewer than {MIN_CALIBRATED_ROWS} held-out rows for this GPU class and "
+            "method (the band of held-out GPU classes, wider; ranked at its quantile)")
+
+
+def caveat_note(key: str, gpu_name: str = "") -> str:
+    """One software-stack caveat (ranking.STACK_CAVEATS) in words, with what it costs the row in the ranking."""
+    words = {
+        "rocm-bitsandbytes": "ROCm: bitsandbytes (QLoRA's NF4 weights, 8-bit optimizers) supports AMD GPUs only "
+                             "experimentally (huggingface.co/docs/bitsandbytes installation)",
+        "aarch64-host": f"aarch64 host: {gpu_name or 'this GPU'}'s Grace CPU is ARM; flash-attn has no prebuilt aarch64 "
+                        "wheel (builds from source, Dao-AILab/flash-attention#1866), and bitsandbytes' and vLLM's "
+                        "aarch64 wheels differ from x86_64's",
+    }.get(key, key)
+    return f"stack caveat: {words}; loses to a safe row up to {RISK_MARGIN_PCT:g}% dearer"
+
+
+def risk_promotion_note(risks: list[str], pct: float) -> str:
+    """A safe row placed above a cheaper risky one by the risk margin (ranking.RISK_MARGIN_PCT)."""
+    what = ", ".join(risks) or "risky"
+    return (f"{NEAR_TIE_NOTE} (within the {RISK_MARGIN_PCT:g}% risk margin of a cheaper option that is {what}, "
+            f"{max(pct, 0.0):.1f}% dearer here) for: a safe row (calibrated, clear of the memory limit, no stack "
+            "caveat)")
 
 
 def crossings(c: Candidate, request: PlanRequest) -> list[str]:
