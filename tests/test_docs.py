@@ -243,7 +243,8 @@ def test_an_example_run_in_process_prints_what_its_own_process_prints():
     """The in-process run (CliRunner, the fixed environment as overrides) is the console script's
     output: one example, both ways, byte for byte."""
     examples = _readme_examples()
-    [ex] = [e for e in examples.examples(README) if e.command.startswith("gpu-advisor models")]
+    models = (USAGE / "models.md").read_text(encoding="utf-8")
+    [ex] = [e for e in examples.examples(models) if e.command.startswith("gpu-advisor models")]
     before = dict(examples.STARTED)
     assert examples.printed(ex.command) == examples.printed(ex.command, own_process=True)
     assert examples.STARTED["own process"] == before["own process"] + 1
@@ -281,3 +282,25 @@ def test_the_readme_speed_figures_are_the_benchmarks_own_output_with_date_and_ba
     assert re.fullmatch(head, header(repeat)), "the pattern no longer matches what the benchmark prints"
     assert re.fullmatch(head, lines[0]), lines[0]
     assert re.search(r"bare imports \(.*\): best [\d.]+ s, median [\d.]+ s; ratio [\d.]+x best", lines[1]), lines[1]
+
+
+def test_the_sample_measured_json_beside_the_calibrate_page_is_one_calibrate_accepts(tmp_path, monkeypatch):
+    """docs/usage/measured.json is a real `launch.sh --benchmark` file (the tiny Llama of the tests, on a CPU):
+    calibrate validates, compares and stores it, and the calibrate page names every field it holds."""
+    import json
+
+    from click.testing import CliRunner
+    from launch_fixtures import write_tiny_llama
+
+    from cli import cli
+
+    sample = USAGE / "measured.json"
+    page = (USAGE / "calibrate.md").read_text(encoding="utf-8")
+    assert "measured.json" in {t.partition("#")[0] for t in _relative_links(USAGE / "calibrate.md")}
+    fields = json.loads(sample.read_text(encoding="utf-8"))
+    assert not [k for k in fields if f"`{k}`" not in page], "calibrate.md does not name every field of the sample"
+    config = write_tiny_llama(tmp_path / "tiny")
+    monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    done = CliRunner().invoke(cli, ["calibrate", str(sample), "--model", str(config), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert len(list((tmp_path / "cache" / "measurements").glob("*.json"))) == 1
