@@ -244,6 +244,37 @@ def test_tokens_without_a_network_stops_at_the_probe_even_when_name_lookup_hangs
     assert (hub_down.local, hub_down.lookups, hub_down.remote) == (1, 1, 0)
 
 
+def test_the_real_local_cache_lookup_reaches_no_network_so_the_probe_is_the_only_lookup(capsys, tmp_path,
+                                                                                        monkeypatch):
+    """With the real transformers and huggingface_hub: looking in the local cache asks no name server (the
+    library's per-request agent registry fetch is what took ~30 s with no network), and the probe is the
+    one lookup before the refusal."""
+    import socket
+    import threading
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _detect_agent
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                 "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(tmp_path / "agent_harnesses.json"))  # none cached
+    monkeypatch.setattr(_detect_agent, "_registry", None)
+    lookups = []
+
+    def no_network(host, *args, **kwargs):
+        lookups.append(threading.current_thread().name)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "hello"}) + "\n")
+    line = one_line_error(*gpu_advisor(capsys, "tokens", data, "--tokenizer", "acme-absent/tokenizer-0")[::2])
+    assert lookups == ["hub-probe"] and "cannot be reached" in line
+    assert constants.HF_HUB_OFFLINE is False  # the offline switch was for the lookup only
+
+
 def test_prices_limit_n_returns_n_rows_one_per_instance_type_when_a_gpu_is_named(capsys):
     """`prices list --gpu H100 --limit 3` lists the three cheapest H100 instance types (each at its cheapest
     region), not one row for the one GPU; --all still lists every row, and the footer says which."""

@@ -332,7 +332,8 @@ def _from_pretrained(auto, where: str, local: bool):
 
     token = settings.hf_token()
     try:
-        return auto.from_pretrained(where, token=token, local_files_only=True)
+        with _hub_offline():
+            return auto.from_pretrained(where, token=token, local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached: ask the Hub below
         if local:
             raise
@@ -344,6 +345,23 @@ def _from_pretrained(auto, where: str, local: bool):
         return auto.from_pretrained(where, token=token)
     finally:
         hub_log.setLevel(level)
+
+
+@contextlib.contextmanager
+def _hub_offline():
+    """huggingface_hub in offline mode for the local-cache lookup: `local_files_only` alone still reaches the
+    network, because every request's headers name the calling agent from a registry fetched from the Hub
+    (huggingface_hub 2.4.0, utils/_headers.py `_http_user_agent` -> utils/_detect_agent.py `_fetch_registry`,
+    skipped only when `constants.HF_HUB_OFFLINE`); with no network that lookup's name resolution alone took
+    about 30 s before the one-line refusal."""
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
 
 
 DATA_EXTRA = "gpu-cost-advisor[data]"  # tokenizers, pyarrow, datasets and transformers without torch (pyproject.toml)
