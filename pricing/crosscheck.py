@@ -113,49 +113,75 @@ def prepare(df, origin: str = "price_origin"):
 def candidates(df, obs, tiers, origin: str = "price_origin"):
     """Every (row position i, observation j) pair that rule 1 allows, with its specificity (0: same
     product, 1: same GPU count, 2: per-GPU price). Only catalog rows (not user rows, not the
-    observation sheet's own offers) are paired."""
+    observation sheet's own offers) are paired. Vectorised: one merge on (provider, GPU), then column
+    arithmetic, no Python per pair (PAIRS counts the pairs built, for tests)."""
     import numpy as np
     import pandas as pd
 
     catalog = _catalog(df, origin)
-    products = set(zip(df.loc[catalog, "provider"], df.loc[catalog, "instance_type"].str.lower()))
+    rows = df.loc[catalog]
+    provider = rows["provider"].to_numpy(dtype=object)
+    itype, region = _lower(rows["instance_type"]), _lower(rows["region"])
     o = obs[obs["tier"].isin(tiers)]
-    left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": df.loc[catalog, "provider"].to_numpy(),
-                         "gpu_model": df.loc[catalog, "gpu_model"].to_numpy(),
-                         "region": df.loc[catalog, "region"].str.lower().to_numpy(),
-                         "itype": df.loc[catalog, "instance_type"].str.lower().to_numpy(),
-                         "count": df.loc[catalog, "gpu_count"].to_numpy(dtype=float)})
-    product = [v or "" for v in _lower(o["product"])]
-    right = pd.DataFrame({"j": np.arange(len(o)), "provider": o["provider"].to_numpy(),
-                          "gpu_model": o["gpu_model"].to_numpy(), "o_region": _lower(o["region"]),
-                          "product": product, "unit": o["price_unit"].to_numpy(),
-                          "o_count": o["gpu_count"].to_numpy(dtype=float),
-                          "names": [(p, x) in products for p, x in zip(o["provider"], product)]})
+    o_provider, o_region = o["provider"].to_numpy(dtype=object), _lower(o["region"])
+    product = np.where(pd.isna(_lower(o["product"])), "", _lower(o["product"])).astype(object)
+    names = pd.MultiIndex.from_arrays([o_provider, product]).isin(pd.MultiIndex.from_arrays([provider, itype]))
+    left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": provider,
+                         "gpu_model": rows["gpu_model"].to_numpy(dtype=object), "region": region, "itype": itype,
+                         "billed": _billed_as(provider, itype), "group": _price_group(provider, region),
+                         "count": rows["gpu_count"].to_numpy(dtype=float)})
+    right = pd.DataFrame({"j": np.arange(len(o)), "provider": o_provider,
+                          "gpu_model": o["gpu_model"].to_numpy(dtype=object), "o_region": o_region,
+                          "product": product, "unit": o["price_unit"].to_numpy(dtype=object),
+                          "o_count": o["gpu_count"].to_numpy(dtype=float), "names": names,
+                          "o_group": _price_group(o_provider, o_region)})
     m = left.merge(right, on=["provider", "gpu_model"])
+    PAIRS["built"] += len(m)
     if not len(m):
         return m.assign(spec=pd.Series(dtype=int), near=pd.Series(dtype=int))
-    same = (m["o_region"].isna() | (m["o_region"] == m["region"])).to_numpy()
-    alike = np.array([_priced_alike(p, a, b) for p, a, b in zip(m["provider"], m["region"], m["o_region"])], bool)
-    billed = np.array([BILLED_AS.get((p, x), x) for p, x in zip(m["provider"], m["itype"])], dtype=object)
-    spec = np.select([m["names"] & (m["product"] == billed),
-                      ~m["names"] & (m["unit"] == "instance") & (m["o_count"] == m["count"]),
-                      ~m["names"] & (m["unit"] == "gpu")], [0, 1, 2], -1)
+    o_region, names = m["o_region"].to_numpy(dtype=object), m["names"].to_numpy(bool)
+    same = pd.isna(o_region) | (o_region == m["region"].to_numpy(dtype=object))
+    group = m["group"].to_numpy(dtype=object)
+    alike = ~same & pd.notna(group) & (group == m["o_group"].to_numpy(dtype=object))
+    unit = m["unit"].to_numpy(dtype=object)
+    spec = np.select([names & (m["product"].to_numpy(dtype=object) == m["billed"].to_numpy(dtype=object)),
+                      ~names & (unit == "instance") & (m["o_count"].to_numpy() == m["count"].to_numpy()),
+                      ~names & (unit == "gpu")], [0, 1, 2], -1)
     m = m.assign(spec=spec, near=np.where(same, 0, 1))[(same | alike) & (spec >= 0)]
     return m.reset_index(drop=True)
 
 
-def _priced_alike(provider: str, region, other) -> bool:
-    """Whether `provider` lists the same prices in `region` and `other` (SAME_PRICE_REGIONS)."""
-    if not isinstance(other, str) or region == other:
-        return False
-    return any(region in group and other in group for group in SAME_PRICE_REGIONS.get(provider, ()))
+PAIRS = {"built": 0}  # candidate pairs built since import: tests count work with it, never a stopwatch
+
+
+def _billed_as(provider, itype):
+    """Each row's product as billed (BILLED_AS), else its own (lower-cased) instance type."""
+    out = itype.copy()
+    for (p, x), billed in BILLED_AS.items():
+        out[(provider == p) & (itype == x)] = billed
+    return out
+
+
+def _price_group(provider, region):
+    """A label shared by the regions a provider prices alike (SAME_PRICE_REGIONS); None elsewhere."""
+    import numpy as np
+
+    out = np.full(len(region), None, dtype=object)
+    for p, groups in SAME_PRICE_REGIONS.items():
+        for k, group in enumerate(groups):
+            out[(provider == p) & np.isin(region.astype(str), sorted(group))] = f"{p}#{k}"
+    return out
 
 
 def _lower(values):
-    """Lower-cased text cells as an object array; empty cells stay None."""
+    """Lower-cased text cells as an object array; empty cells (and non-text ones) are None."""
     import numpy as np
+    import pandas as pd
 
-    return np.array([v.lower() if isinstance(v, str) and v else None for v in values], dtype=object)
+    s = pd.Series(np.asarray(values, dtype=object), dtype=object)
+    text = s.where(s.map(lambda v: isinstance(v, str) and v != ""))  # one call per cell: ~2,000 cells, not pairs
+    low = np.asarray(text.str.lower(), dtype=object)
+    return np.where(pd.isna(low), None, low)
 
 
 def _catalog(df, origin: str):
