@@ -261,7 +261,36 @@ def _read_trusted(path: Path, sheet: str):
         return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {str(exc).removeprefix(sheet + ': ')}")]
     except Exception as exc:  # noqa: BLE001 - a damaged cache file is reported, not fatal
         return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {exc}")]
-    return validate(df, sheet)
+    good, problems = validate(df, sheet)
+    rows = good.attrs.get("rows")
+    good = split_conflated(good)
+    good.attrs["rows"] = rows
+    return good, problems
+
+
+CONFLATED = "conflated_instance_type"  # note on a row whose catalog name also stands for another GPU identity
+
+
+def split_conflated(df):
+    """GPU identity is model + memory + form factor (the canonical gpu_model and gpu_memory_gb). A catalog that
+    gives one (provider, instance_type) to two identities (SkyPilot's vast catalog names an A100 40 GB and an
+    A100 80 GB host both `1x-A100_SXM4-32-65536`, telling them apart only by AcceleratorName) would make one name
+    stand for two prices. Each such row's instance_type gets its identity appended (`... [A100-80GB]`) and a note
+    `conflated_instance_type:<catalog name>`, so every key names one GPU."""
+    if not len(df):
+        return df
+    identity = df["gpu_model"].astype(str) + "/" + df["gpu_memory_gb"].astype(str)
+    kinds = identity.groupby([df["provider"], df["instance_type"]], sort=False).transform("nunique")
+    shared = (kinds > 1).to_numpy()
+    if not shared.any():
+        return df
+    df = df.copy()
+    rows = df.index[shared]
+    tags = CONFLATED + ":" + df.loc[rows, "instance_type"].astype(str)
+    old = df.loc[rows, "notes"]
+    df.loc[rows, "notes"] = old.where(old.notna() & (old != ""), None).str.cat(tags, sep=";").fillna(tags)
+    df.loc[rows, "instance_type"] = df.loc[rows, "instance_type"] + " [" + df.loc[rows, "gpu_model"] + "]"
+    return df
 
 
 def _read_bundled():
@@ -282,7 +311,7 @@ def _read_bundled():
     sizes = [len(p) for p in parts]
     df, probs = validate(pd.concat(parts, ignore_index=True), "bundled sheets (pricing/data)")
     rank = np.repeat(10**6 + np.arange(len(parts)), sizes)[np.asarray(df.attrs.pop("rows"), dtype=int) - 1]
-    return df.assign(**{ORIGIN: "bundled", "_rank": rank}), probs
+    return split_conflated(df).assign(**{ORIGIN: "bundled", "_rank": rank}), probs
 
 
 def _iso(stamps):
@@ -452,7 +481,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     df["age_days"] = age_days(df["observed_at"], now)
     df["stale"] = stale_mask(df["age_days"], stale_days)
     df["fetched_at"] = _iso(df["fetched_at"])
-    for col in ("observed_at", "checked_at", "spot_checked_at"):
+    for col in ("observed_at", "checked_at", "spot_checked_at", "spot_observed_at"):
         df[col] = _iso(df[col])
     cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"] + list(crosscheck.COLUMNS)
     out = df[cols]

@@ -79,6 +79,7 @@ def offers(df, obs, origin: str = "price_origin", sheet: str = "observations"):
         good[col] = status[col].to_numpy(dtype=object)
     for col in ("checked_at", "spot_checked_at"):
         good[col] = pd.to_datetime(status[col], utc=True)  # both indexes run 0..n-1
+    good["spot_observed_at"] = good["spot_checked_at"]  # the spot price's own observation
     return good, problems
 
 

@@ -95,7 +95,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     if len(off) == 0:
         why = "; ".join(f"{r.count} × {r.reason}" for r in rejections.to_list())
         raise AdvisorError("No usable offer: every row matching the filters was left out" + (f" ({why})." if why else "."))
-    off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
+    off = off.assign(price_date=_observed(off), spot_price_date=_spot_observed(off), fabric_gbps=_fabric(off))
     off = _one_of_billed_alike(off, request.spot, rejections)
     off = collapse_regions(off, request.spot)
     off = cheapest(off, max(request.top, 10), request.spot, rejections)
@@ -156,6 +156,18 @@ def _observed(off):
 
 
 DATE_UNKNOWN = "date unknown"
+
+
+def _spot_observed(off):
+    """The date each spot price was observed (`spot_observed_at`, pricing.crosscheck): the spot observation's or
+    the row's own, "undated" where none; never the on-demand price's date. No spot price: ""."""
+    import numpy as np
+
+    has = off["spot_price_hour"].notna().to_numpy()
+    if "spot_observed_at" not in off:  # a library user's own frame: its dates are its own
+        return np.where(has, _observed(off), "")
+    dates = per_distinct(off["spot_observed_at"], lambda stamp: str(stamp)[:10] or "undated", na="undated")
+    return np.where(has, dates, "")
 
 
 def _fabric(off):
