@@ -346,6 +346,25 @@ def stale_mask(ages, stale_days: float | None = None):
     return np.isnan(ages) | (ages > limit)
 
 
+# THE AGE POLICY past the limit. A dated price older than the staleness limit still ranks, its age stated, up to
+# EXPIRE_FACTOR times the limit (180 days at 60): it is "aged", not gone, so the sheet does not lose every row the
+# day one tracker's observations pass the limit (the 2026-10-09/10 rows behind most top rows all pass it on
+# 2026-12-09/10). Past that it counts as undated. Why 3: of the sheet's pairs of observations of one product
+# 60-90 days apart 48 % of 44 differ by more than 5 %, 90-180 days apart all 16 do (OBSERVATIONS.md,
+# "Staleness"): by three limits a price has certainly moved and says nothing about today's.
+EXPIRE_FACTOR = 3.0
+
+
+def aged_mask(ages, stale_days: float | None = None):
+    """Rows whose price is stale by age alone: dated, older than the limit, within EXPIRE_FACTOR x the limit.
+    They rank with their age stated; a fresh price still heads the plan (advisor.planner.offers)."""
+    import numpy as np
+
+    limit = cache.stale_days() if stale_days is None else stale_days
+    ages = np.asarray(ages, dtype=float)
+    return ~np.isnan(ages) & (ages > limit) & (ages <= EXPIRE_FACTOR * limit)
+
+
 def _observed(df, include_bundled: bool):
     """The dated observation sheet applied to the chosen rows (pricing.crosscheck, the one rule),
     plus the offers only it prices (pricing.observed_offers) -> (frame, problems). The sheet is

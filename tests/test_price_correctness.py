@@ -199,3 +199,39 @@ def test_vectorised_pairs_match_the_rule_pair_by_pair_and_are_counted(tmp_path):
     got = set(zip(m["i"], m["j"], m["spec"], m["near"]))
     assert got == _reference_pairs(df, obs, ("on-demand",))
     assert crosscheck.PAIRS["built"] - before == 2 * 3 + 2 * 1  # gcp rows x gcp observations, aws x aws: one merge
+
+
+def test_the_age_policy_ages_prices_past_the_limit_and_expires_them_at_three_limits():
+    ages = [np.nan, 10, 60, 61, 180, 181]
+    assert loader.stale_mask(ages, 60).tolist() == [True, False, False, True, True, True]
+    assert loader.aged_mask(ages, 60).tolist() == [False, False, False, True, True, False]
+
+
+def test_a_fresh_price_heads_the_plan_over_a_cheaper_aged_one():
+    from advisor.planner.offers import fresh_first
+
+    priced = pd.DataFrame({"stale": [True, False, True]})
+    why, rule = {}, {}
+    ranked = fresh_first(np.array([2, 0, 1]), priced, np.array([0, 1, 2]), why, rule)
+    assert ranked.tolist() == [1, 2, 0] and rule == {1: "fresh price"}
+    assert fresh_first(np.array([1, 0]), priced, np.array([0, 1, 2]), {}, {}).tolist() == [1, 0]
+
+
+def test_past_the_limit_prices_rank_with_their_age_and_a_fresh_one_heads(monkeypatch, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import cli
+
+    # 2026-12-15: the 2026-10-09/10 observations behind most top rows are 66 days old, past the 60-day limit
+    monkeypatch.setenv("GPU_ADVISOR_TODAY", "2026-12-15")
+    monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    res = CliRunner().invoke(cli, ["plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M", "--format",
+                                   "json"])
+    assert res.exit_code == 0, res.output
+    top = [c["offer"] for c in json.loads(res.stdout)["candidates"][:10]]
+    assert not top[0]["stale"] and top[0]["price_date"] >= "2026-10-16"  # a fresh price heads
+    aged = [o for o in top if o["stale"]]
+    assert aged, "prices past the limit still rank"
+    assert all("price_age:" in o["notes"] and o["price_date"][:4] == "2026" for o in aged)

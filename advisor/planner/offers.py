@@ -20,6 +20,7 @@ from advisor.planner.request import PlanRequest, check_choice
 from pricing import geo, load_offers
 from pricing.cache import stale_days
 from pricing.crosscheck import BILLED_AS
+from pricing.loader import EXPIRE_FACTOR, aged_mask
 from pricing.fabrics import cluster_gbps, providers
 from pricing.gpus import canonical_name, get_gpu
 from pricing.schema import mentions, per_distinct
@@ -134,15 +135,46 @@ def _complete_prices(off, rejections: Rejections):
 
 
 def _fresh_only(off, request: PlanRequest, rejections: Rejections):
-    """Drop stale rows (undated, or older than the threshold: pricing.loader.stale_mask) while a fresh
-    offer exists; with only stale rows left, keep them (the plan warns)."""
+    """The age policy (pricing.loader.aged_mask): while a fresh offer exists, undated prices and prices older than
+    EXPIRE_FACTOR x the limit are left out; a price merely past the limit ranks, stale, its age in its notes (a
+    fresh price still heads the plan: fresh_first). With only stale rows left, all are kept (the plan warns)."""
+    import numpy as np
+
     stale = off["stale"].fillna(False).astype(bool).to_numpy() if "stale" in off else None
     if stale is None or request.allow_stale or not stale.any() or stale.all():
         return off
+    ages = off["age_days"].to_numpy(dtype=float) if "age_days" in off else np.full(len(off), np.nan)
+    aged = stale & aged_mask(ages)
+    out = stale & ~aged
+    rejections.add(f"stale price (undated, or older than {EXPIRE_FACTOR * stale_days():g} days) while fresh "
+                   "offers exist; --allow-stale ranks them too", int(out.sum()), _examples(off.loc[out]))
+    off = off.assign(notes=_aged_notes(off, aged, ages))
+    return off.loc[~out].reset_index(drop=True)
 
-    rejections.add(f"stale price (undated or older than {stale_days():g} days) while fresh "
-                   "offers exist; --allow-stale ranks them too", int(stale.sum()), _examples(off.loc[stale]))
-    return off.loc[~stale].reset_index(drop=True)
+
+def _aged_notes(off, aged, ages):
+    """Each aged row's notes with `price_age:<days> days (over the <limit>-day limit)` added."""
+    notes = off["notes"].to_numpy(dtype=object).copy()
+    for i in aged.nonzero()[0]:
+        tag = f"price_age:{ages[i]:.0f} days (over the {stale_days():g}-day limit)"
+        notes[i] = f"{notes[i]};{tag}" if isinstance(notes[i], str) and notes[i] else tag
+    return notes
+
+
+def fresh_first(ranked, priced, offer_row, why: dict, rule: dict):
+    """A stale price never heads the plan while a fresh one is ranked (DESIGN, recommendation policy): the best
+    fresh candidate moves to the top, saying why. `ranked`: candidate indexes, best first."""
+    import numpy as np
+
+    if not len(ranked) or "stale" not in priced:
+        return ranked
+    stale = priced["stale"].fillna(False).astype(bool).to_numpy()[offer_row]
+    if not stale[ranked[0]] or stale[ranked].all():
+        return ranked
+    pick = int(ranked[np.argmax(~stale[ranked])])
+    why[pick] = "a fresh price heads the plan: the cheaper rows above it are priced past the staleness limit"
+    rule[pick] = "fresh price"
+    return np.concatenate(([pick], ranked[ranked != pick])).astype(int)
 
 
 def _observed(off):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from advisor.planner import costing, host, ranking
 from advisor.planner.configs import Config
+from advisor.planner.offers import fresh_first
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
 from advisor.units import GB, gb
@@ -212,6 +213,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
                                                         "cheaper" if request.sort == "cost" else "faster",
                                                         hours if request.sort == "cost" else None)
+        ranked = fresh_first(ranked, priced, offer_row, why, rule)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
