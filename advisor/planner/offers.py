@@ -20,9 +20,9 @@ from advisor.planner.request import PlanRequest, check_choice
 from pricing import geo, load_offers
 from pricing.cache import stale_days
 from pricing.crosscheck import BILLED_AS
-from pricing.loader import EXPIRE_FACTOR, aged_mask
 from pricing.fabrics import cluster_gbps, providers
 from pricing.gpus import canonical_name, get_gpu
+from pricing.loader import EXPIRE_FACTOR, aged_mask
 from pricing.schema import mentions, per_distinct
 
 
