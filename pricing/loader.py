@@ -430,17 +430,10 @@ def _across_sheets(users) -> list[Problem]:
     return out
 
 
-def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
-         include_bundled: bool = True, stale_days: float | None = None, now=None, skip_bad_rows: bool = False):
-    """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
-    touches the network. A user sheet with a row that cannot be used is refused (PriceInputError
-    naming the first such row, as a spreadsheet numbers it) unless `skip_bad_rows`: the plan would
-    otherwise run without a price the user meant to give."""
-    import pandas as pd
-
-    del offline
-    frames, problems = [], []
-    users = []
+def _user_frames(user_sheets, skip_bad_rows: bool):
+    """([frame per --prices sheet], problems): each sheet read and validated; one that yields nothing, or has a
+    bad row (unless `skip_bad_rows`), is refused (PriceInputError); keys repeated across sheets are reported."""
+    frames, problems, users = [], [], []
     for p in user_sheets or ():
         df, probs = read_sheet(p)
         if not len(df):
@@ -458,14 +451,53 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
         problems += probs
     if len(users) > 1:
         problems += _across_sheets(users)
+    return frames, problems
+
+
+def _cache_frames():
+    """([frame per fetch-cache sheet, newest fetch first], problems)."""
+    frames, problems = [], []
+    sheets = cache.cached_sheets()
+    sheets.sort(key=lambda s: (s[2] or {}).get("fetched_at", ""), reverse=True)
+    for rank, (name, path, _meta) in enumerate(sheets, start=1):
+        df, probs = _read_trusted(path, str(path))
+        df.attrs.pop("rows", None)
+        frames.append(df.assign(**{ORIGIN: f"cache:{name}", "_rank": rank}))
+        problems += probs
+    return frames, problems
+
+
+def _discounted(df, discounts):
+    """Negotiated rates (`--discount aws=0.3`) on the public sheets' prices; a user's own row only when its
+    apply_discount says yes. An unknown provider is refused, naming the ones loaded."""
+    found = sorted(df["provider"].unique())
+    for prov, frac in parse_discounts(discounts or {}).items():
+        if prov not in found:
+            raise unknown("--discount", prov, found)
+        # public sheets only: a user's row is discounted only when its apply_discount says yes
+        own = df[ORIGIN].eq("user").to_numpy() & ~df["_discount"].fillna(False).astype(bool).to_numpy()
+        mask = (df["provider"] == prov).to_numpy() & ~own
+        df.loc[mask, "price_hour"] *= 1 - frac
+        df.loc[mask, "spot_price_hour"] *= 1 - frac
+        tag = f"discount {frac:.0%}"
+        df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n, tag=tag: f"{n};{tag}" if n else tag)
+    return df
+
+
+def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
+         include_bundled: bool = True, stale_days: float | None = None, now=None, skip_bad_rows: bool = False):
+    """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
+    touches the network. A user sheet with a row that cannot be used is refused (PriceInputError
+    naming the first such row, as a spreadsheet numbers it) unless `skip_bad_rows`: the plan would
+    otherwise run without a price the user meant to give."""
+    import pandas as pd
+
+    del offline
+    frames, problems = _user_frames(user_sheets, skip_bad_rows)
     if include_cache:
-        sheets = cache.cached_sheets()
-        sheets.sort(key=lambda s: (s[2] or {}).get("fetched_at", ""), reverse=True)
-        for rank, (name, path, _meta) in enumerate(sheets, start=1):
-            df, probs = _read_trusted(path, str(path))
-            df.attrs.pop("rows", None)
-            frames.append(df.assign(**{ORIGIN: f"cache:{name}", "_rank": rank}))
-            problems += probs
+        more, probs = _cache_frames()
+        frames += more
+        problems += probs
     if include_bundled:
         df, probs = _read_bundled()
         frames.append(df)
@@ -484,18 +516,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     df, more = _observed(df, include_bundled)
     problems += more
 
-    found = sorted(df["provider"].unique())
-    for prov, frac in parse_discounts(discounts or {}).items():
-        if prov not in found:
-            raise unknown("--discount", prov, found)
-        # public sheets only: a user's row is discounted only when its apply_discount says yes
-        own = df[ORIGIN].eq("user").to_numpy() & ~df["_discount"].fillna(False).astype(bool).to_numpy()
-        mask = (df["provider"] == prov).to_numpy() & ~own
-        df.loc[mask, "price_hour"] *= 1 - frac
-        df.loc[mask, "spot_price_hour"] *= 1 - frac
-        tag = f"discount {frac:.0%}"
-        df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n, tag=tag: f"{n};{tag}" if n else tag)
-
+    df = _discounted(df, discounts)
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]
     df["age_days"] = age_days(df["observed_at"], now)
     df["stale"] = stale_mask(df["age_days"], stale_days)
