@@ -347,12 +347,12 @@ def stale_mask(ages, stale_days: float | None = None):
 
 
 # THE AGE POLICY past the limit. A dated price older than the staleness limit still ranks, its age stated, up to
-# EXPIRE_FACTOR times the limit (180 days at 60): it is "aged", not gone, so the sheet does not lose every row the
+# EXPIRE_FACTOR times the limit (90 days at 60): it is "aged", not gone, so the sheet does not lose every row the
 # day one tracker's observations pass the limit (the 2026-10-09/10 rows behind most top rows all pass it on
-# 2026-12-09/10). Past that it counts as undated. Why 3: of the sheet's pairs of observations of one product
-# 60-90 days apart 48 % of 44 differ by more than 5 %, 90-180 days apart all 16 do (OBSERVATIONS.md,
-# "Staleness"): by three limits a price has certainly moved and says nothing about today's.
-EXPIRE_FACTOR = 3.0
+# 2026-12-09/10). Past that it counts as undated. Why 1.5: of the sheet's pairs of observations of one product
+# 60-90 days apart 48 % of 44 differ by more than 5 % (even odds: a price worth ranking with its age said), 90-180
+# days apart all 16 do (OBSERVATIONS.md, "Staleness"): past 90 days the price has moved and says nothing of today's.
+EXPIRE_FACTOR = 1.5
 
 
 def aged_mask(ages, stale_days: float | None = None):

@@ -201,8 +201,8 @@ def test_vectorised_pairs_match_the_rule_pair_by_pair_and_are_counted(tmp_path):
     assert crosscheck.PAIRS["built"] - before == 2 * 3 + 2 * 1  # gcp rows x gcp observations, aws x aws: one merge
 
 
-def test_the_age_policy_ages_prices_past_the_limit_and_expires_them_at_three_limits():
-    ages = [np.nan, 10, 60, 61, 180, 181]
+def test_the_age_policy_ages_prices_past_the_limit_and_expires_them_at_one_and_a_half_limits():
+    ages = [np.nan, 10, 60, 61, 90, 91]
     assert loader.stale_mask(ages, 60).tolist() == [True, False, False, True, True, True]
     assert loader.aged_mask(ages, 60).tolist() == [False, False, False, True, True, False]
 

@@ -4,8 +4,8 @@ Loads the sheets (user > cache > bundled, `pricing.load_offers`), drops rows wit
 on-demand price, canonicalises GPU names, applies the provider / region / GPU filters (an
 unknown name is an error listing the valid ones) and the GPU-count limits, and records every
 row it leaves out in the plan's rejections. Prices a senior engineer would not sign are left
-out with their reason: GPU-only prices without their host VM, and stale prices while a fresh
-offer exists (`--allow-stale` keeps them). Each row gains the date its source observed the
+out with their reason: GPU-only prices without their host VM, and undated or long-stale prices while a
+fresh offer exists (`--allow-stale` keeps them; a price merely past the limit ranks, its age stated). Each row gains the date its source observed the
 price and the inter-node fabric it can form clusters over (pricing.fabrics, or the sheet's own
 `cluster_gbps`); identical offers in several regions become one row that lists the others.
 """

@@ -213,6 +213,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
                                                         "cheaper" if request.sort == "cost" else "faster",
                                                         hours if request.sort == "cost" else None)
+    if not request.allow_stale:  # a stale price never heads the plan while a fresh one is ranked
         ranked = fresh_first(ranked, priced, offer_row, why, rule)
     if not sel.any():
         met = False
