@@ -137,11 +137,9 @@ def prepare(df, origin: str = "price_origin"):
     return df
 
 
-def candidates(df, obs, tiers, origin: str = "price_origin"):
-    """Every (row position i, observation j) pair that rule 1 allows, with its specificity (0: same
-    product, 1: same GPU count, 2: per-GPU price). Only catalog rows (not user rows, not the
-    observation sheet's own offers) are paired. Vectorised: one merge on (provider, GPU), then column
-    arithmetic, no Python per pair (PAIRS counts the pairs built, for tests)."""
+def catalog_side(df, origin: str = "price_origin"):
+    """(left frame, listed products) of the catalog rows rule 1 pairs: computed once per frame and reused by each
+    candidates call on it (the rows' names, regions and counts do not change while the rule runs)."""
     import numpy as np
     import pandas as pd
 
@@ -149,14 +147,27 @@ def candidates(df, obs, tiers, origin: str = "price_origin"):
     rows = df.loc[catalog]
     provider = rows["provider"].to_numpy(dtype=object)
     itype, region = _lower(rows["instance_type"]), _lower(rows["region"])
-    o = obs[obs["tier"].isin(tiers)]
-    o_provider, o_region = o["provider"].to_numpy(dtype=object), _lower(o["region"])
-    product = np.where(pd.isna(_lower(o["product"])), "", _lower(o["product"])).astype(object)
-    names = pd.MultiIndex.from_arrays([o_provider, product]).isin(pd.MultiIndex.from_arrays([provider, itype]))
     left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": provider,
                          "gpu_model": rows["gpu_model"].to_numpy(dtype=object), "region": region, "itype": itype,
                          "billed": _billed_as(provider, itype), "group": _price_group(provider, region),
                          "count": rows["gpu_count"].to_numpy(dtype=float)})
+    return left, pd.MultiIndex.from_arrays([provider, itype])
+
+
+def candidates(df, obs, tiers, origin: str = "price_origin", side=None):
+    """Every (row position i, observation j) pair that rule 1 allows, with its specificity (0: same
+    product, 1: same GPU count, 2: per-GPU price). Only catalog rows (not user rows, not the
+    observation sheet's own offers) are paired. Vectorised: one merge on (provider, GPU), then column
+    arithmetic, no Python per pair (PAIRS counts the pairs built, for tests). `side`: catalog_side(df, origin),
+    when the caller has it already."""
+    import numpy as np
+    import pandas as pd
+
+    left, listed = side if side is not None else catalog_side(df, origin)
+    o = obs[obs["tier"].isin(tiers)]
+    o_provider, o_region = o["provider"].to_numpy(dtype=object), _lower(o["region"])
+    product = np.where(pd.isna(_lower(o["product"])), "", _lower(o["product"])).astype(object)
+    names = pd.MultiIndex.from_arrays([o_provider, product]).isin(listed)
     right = pd.DataFrame({"j": np.arange(len(o)), "provider": o_provider,
                           "gpu_model": o["gpu_model"].to_numpy(dtype=object), "o_region": o_region,
                           "product": product, "unit": o["price_unit"].to_numpy(dtype=object),
@@ -220,12 +231,12 @@ def _catalog(df, origin: str):
     return ~user & ~added
 
 
-def best(df, obs, tiers, origin: str = "price_origin"):
+def best(df, obs, tiers, origin: str = "price_origin", side=None, pairs=None):
     """(row positions, observation positions in `obs`): each row's observation by rules 1-2 (newest,
-    then most specific, then sheet order)."""
+    then most specific, then sheet order). `pairs`: candidates(...) when the caller has them already."""
     import numpy as np
 
-    m = candidates(df, obs, tiers, origin)
+    m = candidates(df, obs, tiers, origin, side) if pairs is None else pairs
     if not len(m):
         return np.array([], int), np.array([], int)
     index = np.flatnonzero(obs["tier"].isin(tiers).to_numpy())  # positions in `obs` of the tier's rows
@@ -251,10 +262,11 @@ def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
     own = df["observed_at"].to_numpy(dtype="datetime64[ns]")  # the rows' own dates: what rule 4 compares with
     aggregate = basis(obs) == "aggregate"
     listings, aggregates = obs[~aggregate].reset_index(drop=True), obs[aggregate].reset_index(drop=True)
+    side = catalog_side(df, origin)  # the catalog rows' names do not change while the rule runs
     for col, tiers in TIERS.items():
-        rows, picks = best(df, listings, tiers, origin)
+        rows, picks = best(df, listings, tiers, origin, side)
         df = _judge(df, own, listings, col, rows, picks, tol)
-        df = _market(df, own, aggregates, col, tol, origin)
+        df = _market(df, own, aggregates, col, tol, origin, side)
     return family_shape(_below_every_region(df, listings, tol, origin), origin)
 
 
@@ -271,16 +283,17 @@ def basis(obs):
     return np.where(np.isin(given, ("listing", "aggregate")), given, derived)
 
 
-def _market(df, own, agg, col: str, tol: float, origin: str):
+def _market(df, own, agg, col: str, tol: float, origin: str, side=None):
     """The AGGREGATE RULE for one price column: aggregates confirm or dispute the rows no listing judged (the
     row keeps its price), and every matched row gets the aggregates' range."""
     import numpy as np
     import pandas as pd
 
-    if not len(agg):
-        return df
     tiers = TIERS[col]
-    rows, picks = best(df, agg, tiers, origin)
+    if not agg["tier"].isin(tiers).any():
+        return df
+    pairs = candidates(df, agg, tiers, origin, side)
+    rows, picks = best(df, agg, tiers, origin, pairs=pairs)
     price = df[col].to_numpy(dtype=float)
     keep = ~np.isnan(price[rows])
     rows, picks = rows[keep], picks[keep]
@@ -290,7 +303,7 @@ def _market(df, own, agg, col: str, tol: float, origin: str):
     count = df["gpu_count"].to_numpy(dtype=float)[rows]
     median = agg["per_gpu"].to_numpy(dtype=float)[picks]
     seen = agg["observed_at"].to_numpy(dtype="datetime64[ns]")[picks]
-    low, high, first, sizes = _ranges(df, agg, tiers, origin, rows, seen)
+    low, high, first, sizes = _ranges(agg, tiers, pairs, rows, seen)
     out = {c: df[c].to_numpy(dtype=object).copy() for c in (status, by, "notes")}
     stamps = df[at].to_numpy(dtype="datetime64[ns]").copy()
     observed = df["observed_at"].to_numpy(dtype="datetime64[ns]").copy()
@@ -330,15 +343,15 @@ def _market(df, own, agg, col: str, tol: float, origin: str):
                                         "spot_observed_at": pd.DatetimeIndex(spot_seen).tz_localize("UTC")})
 
 
-def _ranges(df, agg, tiers, origin: str, rows, newest):
+def _ranges(agg, tiers, m, rows, newest):
     """Per row in `rows`: (lowest, highest per-GPU figure, first date) of its aggregates observed in the
-    STALE_DAYS up to `newest` (its newest aggregate's date), and the newest one's sample size (NaN: not stated)."""
+    STALE_DAYS up to `newest` (its newest aggregate's date), and the newest one's sample size (NaN: not stated).
+    `m`: the rows' candidate pairs with the aggregates."""
     import numpy as np
     import pandas as pd
 
     from pricing.cache import stale_days
 
-    m = candidates(df, agg, tiers, origin)
     index = np.flatnonzero(agg["tier"].isin(tiers).to_numpy())
     j = index[m["j"].to_numpy()]
     pairs = pd.DataFrame({"i": m["i"].to_numpy(), "per_gpu": agg["per_gpu"].to_numpy(dtype=float)[j],
