@@ -161,6 +161,9 @@ def _aged_notes(off, aged, ages):
     return notes
 
 
+FRESH_RULE = "fresh price"  # the rule name a candidate promoted by fresh_first carries (Candidate.tie_rule)
+
+
 def fresh_first(ranked, priced, offer_row, why: dict, rule: dict):
     """A stale price never heads the plan while a fresh one is ranked (DESIGN, recommendation policy): the best
     fresh candidate moves to the top, saying why. `ranked`: candidate indexes, best first."""
@@ -173,7 +176,7 @@ def fresh_first(ranked, priced, offer_row, why: dict, rule: dict):
         return ranked
     pick = int(ranked[np.argmax(~stale[ranked])])
     why[pick] = "a fresh price heads the plan: the cheaper rows above it are priced past the staleness limit"
-    rule[pick] = "fresh price"
+    rule[pick] = FRESH_RULE
     return np.concatenate(([pick], ranked[ranked != pick])).astype(int)
 
 
