@@ -15,6 +15,7 @@ import click
 import reports
 from advisor import planner
 from advisor.planner import PlanRequest
+from advisor.planner.offers import FRESH_RULE
 from advisor.results import FLAT, NEAR_TIE_NOTE
 from advisor.text import md, plain
 from advisor.units import GB, money
@@ -239,7 +240,9 @@ def _summary(plan) -> list[str]:
         lines.append(f"Why #1: {why(plan)}")
     marked = [c for c in plan.candidates if c.tie_rule]
     if marked:
-        lines.append(f"{TIE_MARK} ranked above a cheaper row by a near-tie rule: " + "; ".join(
+        how = ("a near-tie rule" if all(c.tie_rule != FRESH_RULE for c in marked)
+               else "a near-tie rule, or to head the plan with a fresh price over cheaper stale ones")
+        lines.append(f"{TIE_MARK} ranked above a cheaper row by {how}: " + "; ".join(
             f"#{c.rank} {c.tie_rule}" for c in marked[:10]) + ".")
     if plan.candidates and plan.candidates[0].offer.country:
         c = plan.candidates[0]

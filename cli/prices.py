@@ -159,7 +159,8 @@ def _table(df, spot: bool, shown: str) -> None:
     checked = ("confirmed", "disputed")
     if df["price_check"].isin(checked).any() or df["spot_check"].isin(checked).any():
         out.append("check: 'confirmed' = a dated public observation agrees (its date is the row's); 'disputed' = it "
-                   "does not, and its dated price is shown in place of the catalog's (pricing/data/OBSERVATIONS.md).")
+                   "does not, and its dated price is shown in place of the catalog's (a market median never replaces "
+                   "a listing's own price; pricing/data/OBSERVATIONS.md).")
     if df["stale"].any():
         out.append(f"STALE: observed more than {stale_days():g} days ago (GPU_ADVISOR_STALE_DAYS), or the source "
                    "gives no date; run `gpu-advisor prices refresh`.")
@@ -179,6 +180,8 @@ def check_label(r, spot: bool) -> str:
                        else (r.price_check, r.checked_at, r.catalog_price_hour))
     if status == "confirmed":
         return f"confirmed {str(at)[:10]}"
+    if status == "disputed" and old == (r.spot_price_hour if spot else r.price_hour):  # an aggregate disputed it
+        return "disputed by market median (own price kept)"
     if status == "disputed":
         return f"disputed (catalog {money(old, 3)})"
     return "observed" if status == "observation" else ""

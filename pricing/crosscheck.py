@@ -4,8 +4,9 @@ The catalogs (the bundled SkyPilot snapshot, the cluster sheet, fetch caches) sa
 costs but mostly not when anyone saw that price. pricing/data/observations.csv holds public prices
 with the date their source states (pricing.observations). THE RULE, applied by the loader to every
 catalog row (never to a user's own sheet: that is their price) and to each price separately
-(on-demand `price_hour` against on-demand and marketplace-median observations, `spot_price_hour`
-against spot observations):
+(on-demand `price_hour` against on-demand observations, `spot_price_hour` against spot observations;
+rules 1-6 read listing observations only, aggregates follow the AGGREGATE RULE below, and the FAMILY RULE
+runs last):
 
 1. Candidates: observations of the same provider, tier and GPU model, in the row's region (an
    observation without a region speaks for every region of its provider; when the region has none,
@@ -35,7 +36,9 @@ against spot observations):
    Spot prices are not floored: they move by region and hour.
 
 The row's `observed_at` follows its on-demand price (the price plans rank by default); a row
-with only a spot price takes its spot observation's date. `price_check` / `spot_check` say what
+with only a spot price takes its spot observation's date. `spot_observed_at` is the spot price's own date:
+the spot observation that confirmed or replaced it, else the row's own date, else none ("undated"),
+never the on-demand price's date. `price_check` / `spot_check` say what
 happened: confirmed, disputed, dated (own date, nothing newer observed), undated, observation (an
 offer the observation sheet itself adds, pricing.observed_offers) or user.
 
@@ -65,7 +68,25 @@ TIERS = {"price_hour": ("on-demand", "marketplace-median"), "spot_price_hour": (
 STATUS = {"price_hour": ("price_check", "checked_by", "checked_at", "catalog_price_hour", "price_disputed"),
           "spot_price_hour": ("spot_check", "spot_checked_by", "spot_checked_at", "catalog_spot_price_hour",
                               "spot_disputed")}
-COLUMNS = tuple(c for cols in STATUS.values() for c in cols[:4]) + ("catalog_source",)  # the columns `apply` adds
+# the range of the aggregate observations that speak for a row's on-demand price (per instance-hour), and the
+# date of its spot price (the spot observation's, the row's own, or none: never the on-demand price's date)
+MARKET = ("market_low", "market_high")
+COLUMNS = (tuple(c for cols in STATUS.values() for c in cols[:4]) + ("catalog_source",) + MARKET
+           + ("spot_observed_at",))  # the columns `apply` adds
+# AGGREGATE RULE. An observation with basis=aggregate (a marketplace median of other sellers' listings, a price
+# index) is no price anyone rents at: it never replaces a row's price. For a row no listing observation
+# judged it confirms (within TOLERANCE: the row takes its date, as rule 3) or disputes (the row keeps its own
+# price and its own date, `market_disputed:<median>@<date>`), and for every row it matches it gives a range:
+# the lowest and highest of the aggregates of that exact GPU identity observed in the STALE_DAYS before the
+# newest one (`market_range:<low>-<high>@<first>..<last>`). A market is said, not averaged, when it is
+# thin (the newest aggregate summarises fewer than THIN_SAMPLE listings, `market_thin:<n>`) or dispersed
+# (the range spans more than DISPERSED of its low end, `market_dispersed`).
+# THIN_SAMPLE: vast's H100 median over 7 offers moved from 3.20 to 4.00 (+25 %) in 11 days (OBSERVATIONS.md,
+# first pass); over 36-50 offers the A100 median stayed within 0.588-0.669 (14 %) over the same days.
+THIN_SAMPLE = 10
+# DISPERSED: four observation tolerances; a spread wider than that is no single price (the same H100 medians
+# span 25 %, the A100-80GB ones 1.07-1.42 = 32 %).
+DISPERSED = 0.20
 USER, OBSERVATION = "user", "observation"
 # Products billed on the same SKUs in the same quantities, so an observation of the second prices the first (rule
 # 1a). GCP bills accelerator-optimized VMs "for their attached GPUs, predefined vCPU, memory, and bundled Local SSD"
@@ -99,6 +120,12 @@ def prepare(df, origin: str = "price_origin"):
     user = (df[origin] == "user").to_numpy() if origin in df else np.zeros(len(df), bool)
     dated = df["observed_at"].notna().to_numpy()
     base = np.where(user, USER, np.where(dated, "dated", "undated")).astype(object)
+    for c in MARKET:
+        if c not in df:
+            df[c] = np.nan
+    if "spot_observed_at" not in df:  # a spot price's date is the row's own until a spot observation says more
+        spot = df["spot_price_hour"].notna().to_numpy()
+        df["spot_observed_at"] = df["observed_at"].where(pd.Series(spot, index=df.index))
     for col, (status, by, at, old, _) in STATUS.items():
         has = df[col].notna().to_numpy()
         fill = np.where(has, base, None)  # type: ignore[call-overload]  # numpy's stubs: None is an object scalar
@@ -110,52 +137,89 @@ def prepare(df, origin: str = "price_origin"):
     return df
 
 
-def candidates(df, obs, tiers, origin: str = "price_origin"):
-    """Every (row position i, observation j) pair that rule 1 allows, with its specificity (0: same
-    product, 1: same GPU count, 2: per-GPU price). Only catalog rows (not user rows, not the
-    observation sheet's own offers) are paired."""
+def catalog_side(df, origin: str = "price_origin"):
+    """(left frame, listed products) of the catalog rows rule 1 pairs: computed once per frame and reused by each
+    candidates call on it (the rows' names, regions and counts do not change while the rule runs)."""
     import numpy as np
     import pandas as pd
 
     catalog = _catalog(df, origin)
-    products = set(zip(df.loc[catalog, "provider"], df.loc[catalog, "instance_type"].str.lower()))
+    rows = df.loc[catalog]
+    provider = rows["provider"].to_numpy(dtype=object)
+    itype, region = _lower(rows["instance_type"]), _lower(rows["region"])
+    left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": provider,
+                         "gpu_model": rows["gpu_model"].to_numpy(dtype=object), "region": region, "itype": itype,
+                         "billed": _billed_as(provider, itype), "group": _price_group(provider, region),
+                         "count": rows["gpu_count"].to_numpy(dtype=float)})
+    return left, pd.MultiIndex.from_arrays([provider, itype])
+
+
+def candidates(df, obs, tiers, origin: str = "price_origin", side=None):
+    """Every (row position i, observation j) pair that rule 1 allows, with its specificity (0: same
+    product, 1: same GPU count, 2: per-GPU price). Only catalog rows (not user rows, not the
+    observation sheet's own offers) are paired. Vectorised: one merge on (provider, GPU), then column
+    arithmetic, no Python per pair (PAIRS counts the pairs built, for tests). `side`: catalog_side(df, origin),
+    when the caller has it already."""
+    import numpy as np
+    import pandas as pd
+
+    left, listed = side if side is not None else catalog_side(df, origin)
     o = obs[obs["tier"].isin(tiers)]
-    left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": df.loc[catalog, "provider"].to_numpy(),
-                         "gpu_model": df.loc[catalog, "gpu_model"].to_numpy(),
-                         "region": df.loc[catalog, "region"].str.lower().to_numpy(),
-                         "itype": df.loc[catalog, "instance_type"].str.lower().to_numpy(),
-                         "count": df.loc[catalog, "gpu_count"].to_numpy(dtype=float)})
-    product = [v or "" for v in _lower(o["product"])]
-    right = pd.DataFrame({"j": np.arange(len(o)), "provider": o["provider"].to_numpy(),
-                          "gpu_model": o["gpu_model"].to_numpy(), "o_region": _lower(o["region"]),
-                          "product": product, "unit": o["price_unit"].to_numpy(),
-                          "o_count": o["gpu_count"].to_numpy(dtype=float),
-                          "names": [(p, x) in products for p, x in zip(o["provider"], product)]})
+    o_provider, o_region = o["provider"].to_numpy(dtype=object), _lower(o["region"])
+    product = np.where(pd.isna(_lower(o["product"])), "", _lower(o["product"])).astype(object)
+    names = pd.MultiIndex.from_arrays([o_provider, product]).isin(listed)
+    right = pd.DataFrame({"j": np.arange(len(o)), "provider": o_provider,
+                          "gpu_model": o["gpu_model"].to_numpy(dtype=object), "o_region": o_region,
+                          "product": product, "unit": o["price_unit"].to_numpy(dtype=object),
+                          "o_count": o["gpu_count"].to_numpy(dtype=float), "names": names,
+                          "o_group": _price_group(o_provider, o_region)})
     m = left.merge(right, on=["provider", "gpu_model"])
+    PAIRS["built"] += len(m)
     if not len(m):
         return m.assign(spec=pd.Series(dtype=int), near=pd.Series(dtype=int))
-    same = (m["o_region"].isna() | (m["o_region"] == m["region"])).to_numpy()
-    alike = np.array([_priced_alike(p, a, b) for p, a, b in zip(m["provider"], m["region"], m["o_region"])], bool)
-    billed = np.array([BILLED_AS.get((p, x), x) for p, x in zip(m["provider"], m["itype"])], dtype=object)
-    spec = np.select([m["names"] & (m["product"] == billed),
-                      ~m["names"] & (m["unit"] == "instance") & (m["o_count"] == m["count"]),
-                      ~m["names"] & (m["unit"] == "gpu")], [0, 1, 2], -1)
+    o_region, names = m["o_region"].to_numpy(dtype=object), m["names"].to_numpy(bool)
+    same = pd.isna(o_region) | (o_region == m["region"].to_numpy(dtype=object))
+    group = m["group"].to_numpy(dtype=object)
+    alike = ~same & pd.notna(group) & (group == m["o_group"].to_numpy(dtype=object))
+    unit = m["unit"].to_numpy(dtype=object)
+    spec = np.select([names & (m["product"].to_numpy(dtype=object) == m["billed"].to_numpy(dtype=object)),
+                      ~names & (unit == "instance") & (m["o_count"].to_numpy() == m["count"].to_numpy()),
+                      ~names & (unit == "gpu")], [0, 1, 2], -1)
     m = m.assign(spec=spec, near=np.where(same, 0, 1))[(same | alike) & (spec >= 0)]
     return m.reset_index(drop=True)
 
 
-def _priced_alike(provider: str, region, other) -> bool:
-    """Whether `provider` lists the same prices in `region` and `other` (SAME_PRICE_REGIONS)."""
-    if not isinstance(other, str) or region == other:
-        return False
-    return any(region in group and other in group for group in SAME_PRICE_REGIONS.get(provider, ()))
+PAIRS = {"built": 0}  # candidate pairs built since import: tests count work with it, never a stopwatch
+
+
+def _billed_as(provider, itype):
+    """Each row's product as billed (BILLED_AS), else its own (lower-cased) instance type."""
+    out = itype.copy()
+    for (p, x), billed in BILLED_AS.items():
+        out[(provider == p) & (itype == x)] = billed
+    return out
+
+
+def _price_group(provider, region):
+    """A label shared by the regions a provider prices alike (SAME_PRICE_REGIONS); None elsewhere."""
+    import numpy as np
+
+    out = np.full(len(region), None, dtype=object)
+    for p, groups in SAME_PRICE_REGIONS.items():
+        for k, group in enumerate(groups):
+            out[(provider == p) & np.isin(region.astype(str), sorted(group))] = f"{p}#{k}"
+    return out
 
 
 def _lower(values):
-    """Lower-cased text cells as an object array; empty cells stay None."""
+    """Lower-cased text cells as an object array; empty cells (and non-text ones) are None."""
     import numpy as np
+    import pandas as pd
 
-    return np.array([v.lower() if isinstance(v, str) and v else None for v in values], dtype=object)
+    s = pd.Series(np.asarray(values, dtype=object), dtype=object)
+    text = s.where(s.map(lambda v: isinstance(v, str) and v != ""))  # one call per cell: ~2,000 cells, not pairs
+    low = np.asarray(text.str.lower(), dtype=object)
+    return np.where(pd.isna(low), None, low)
 
 
 def _catalog(df, origin: str):
@@ -167,12 +231,12 @@ def _catalog(df, origin: str):
     return ~user & ~added
 
 
-def best(df, obs, tiers, origin: str = "price_origin"):
+def best(df, obs, tiers, origin: str = "price_origin", side=None, pairs=None):
     """(row positions, observation positions in `obs`): each row's observation by rules 1-2 (newest,
-    then most specific, then sheet order)."""
+    then most specific, then sheet order). `pairs`: candidates(...) when the caller has them already."""
     import numpy as np
 
-    m = candidates(df, obs, tiers, origin)
+    m = candidates(df, obs, tiers, origin, side) if pairs is None else pairs
     if not len(m):
         return np.array([], int), np.array([], int)
     index = np.flatnonzero(obs["tier"].isin(tiers).to_numpy())  # positions in `obs` of the tier's rows
@@ -196,10 +260,112 @@ def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
     if not len(obs) or not len(df):
         return df
     own = df["observed_at"].to_numpy(dtype="datetime64[ns]")  # the rows' own dates: what rule 4 compares with
+    aggregate = basis(obs) == "aggregate"
+    listings, aggregates = obs[~aggregate].reset_index(drop=True), obs[aggregate].reset_index(drop=True)
+    side = catalog_side(df, origin)  # the catalog rows' names do not change while the rule runs
     for col, tiers in TIERS.items():
-        rows, picks = best(df, obs, tiers, origin)
-        df = _judge(df, own, obs, col, rows, picks, tol)
-    return _below_every_region(df, obs, tol, origin)
+        rows, picks = best(df, listings, tiers, origin, side)
+        df = _judge(df, own, listings, col, rows, picks, tol)
+        df = _market(df, own, aggregates, col, tol, origin, side)
+    return family_shape(_below_every_region(df, listings, tol, origin), origin)
+
+
+def basis(obs):
+    """Each observation's basis: its `basis` column, else derived from its tier (pricing.observations)."""
+    import numpy as np
+
+    from pricing.observations import AGGREGATE_TIERS
+
+    derived = np.where(obs["tier"].isin(AGGREGATE_TIERS).to_numpy(), "aggregate", "listing")
+    if "basis" not in obs:
+        return derived
+    given = obs["basis"].to_numpy(dtype=object)
+    return np.where(np.isin(given, ("listing", "aggregate")), given, derived)
+
+
+def _market(df, own, agg, col: str, tol: float, origin: str, side=None):
+    """The AGGREGATE RULE for one price column: aggregates confirm or dispute the rows no listing judged (the
+    row keeps its price), and every matched row gets the aggregates' range."""
+    import numpy as np
+    import pandas as pd
+
+    tiers = TIERS[col]
+    if not agg["tier"].isin(tiers).any():
+        return df
+    pairs = candidates(df, agg, tiers, origin, side)
+    rows, picks = best(df, agg, tiers, origin, pairs=pairs)
+    price = df[col].to_numpy(dtype=float)
+    keep = ~np.isnan(price[rows])
+    rows, picks = rows[keep], picks[keep]
+    if not len(rows):
+        return df
+    status, by, at, old, _ = STATUS[col]
+    count = df["gpu_count"].to_numpy(dtype=float)[rows]
+    median = agg["per_gpu"].to_numpy(dtype=float)[picks]
+    seen = agg["observed_at"].to_numpy(dtype="datetime64[ns]")[picks]
+    low, high, first, sizes = _ranges(agg, tiers, pairs, rows, seen)
+    out = {c: df[c].to_numpy(dtype=object).copy() for c in (status, by, "notes")}
+    stamps = df[at].to_numpy(dtype="datetime64[ns]").copy()
+    observed = df["observed_at"].to_numpy(dtype="datetime64[ns]").copy()
+    spot_seen = df["spot_observed_at"].to_numpy(dtype="datetime64[ns]").copy()
+    olds = df[old].to_numpy(dtype=float).copy()
+    agree = np.abs(price[rows] / count / median - 1) <= tol + EPSILON
+    mine = own[rows]
+    newer = ~np.isnat(mine) & (mine > seen)
+    free = np.isin(out[status][rows].astype(str), ("dated", "undated")) & ~newer  # no listing judged it
+    judged = free & ~np.isnat(seen)
+    out[status][rows[judged]] = np.where(agree[judged], "confirmed", "disputed")
+    out[by][rows[judged]] = agg["source"].to_numpy(dtype=object)[picks][judged]
+    stamps[rows[judged]] = seen[judged]
+    dates = np.full(len(rows), col == "price_hour") | np.isnan(df["price_hour"].to_numpy(dtype=float)[rows])
+    move = judged & agree
+    observed[rows[move & dates]] = seen[move & dates]
+    if col == "spot_price_hour":
+        spot_seen[rows[move]] = seen[move]
+    olds[rows[judged & ~agree]] = price[rows[judged & ~agree]]  # the catalog's price, kept as the row's price
+    for k in range(len(rows)):
+        i = rows[k]
+        words = [f"market_range:{low[k] * count[k]:.4g}-{high[k] * count[k]:.4g}@{_day(first[k])}..{_day(seen[k])}"]
+        if judged[k] and not agree[k]:
+            words.insert(0, f"market_disputed:{median[k] * count[k]:.4g}@{_day(seen[k])}")
+        if sizes[k] == sizes[k] and sizes[k] < THIN_SAMPLE:
+            words.append(f"market_thin:{sizes[k]:g} listings")
+        if high[k] > low[k] * (1 + DISPERSED):
+            words.append("market_dispersed")
+        out["notes"][i] = _note(out["notes"][i], ";".join(words))
+    extra = {}
+    if col == "price_hour":
+        lows, highs = df["market_low"].to_numpy(dtype=float).copy(), df["market_high"].to_numpy(dtype=float).copy()
+        lows[rows], highs[rows] = low * count, high * count
+        extra = {"market_low": lows, "market_high": highs}
+    return df.assign(**out, **extra, **{old: olds, at: pd.DatetimeIndex(stamps).tz_localize("UTC"),
+                                        "observed_at": pd.DatetimeIndex(observed).tz_localize("UTC"),
+                                        "spot_observed_at": pd.DatetimeIndex(spot_seen).tz_localize("UTC")})
+
+
+def _ranges(agg, tiers, m, rows, newest):
+    """Per row in `rows`: (lowest, highest per-GPU figure, first date) of its aggregates observed in the
+    STALE_DAYS up to `newest` (its newest aggregate's date), and the newest one's sample size (NaN: not stated).
+    `m`: the rows' candidate pairs with the aggregates."""
+    import numpy as np
+    import pandas as pd
+
+    from pricing.cache import stale_days
+
+    index = np.flatnonzero(agg["tier"].isin(tiers).to_numpy())
+    j = index[m["j"].to_numpy()]
+    pairs = pd.DataFrame({"i": m["i"].to_numpy(), "per_gpu": agg["per_gpu"].to_numpy(dtype=float)[j],
+                          "at": agg["observed_at"].to_numpy(dtype="datetime64[ns]")[j],
+                          "size": (agg["sample_size"].to_numpy(dtype=float) if "sample_size" in agg
+                                   else np.full(len(agg), np.nan))[j]})
+    pairs = pairs.merge(pd.DataFrame({"i": rows, "newest": newest}), on="i")
+    pairs = pairs[(pairs["at"] <= pairs["newest"])
+                  & (pairs["at"] >= pairs["newest"] - pd.Timedelta(days=stale_days()))]
+    g = pairs.groupby("i")
+    low, high, first = g["per_gpu"].min(), g["per_gpu"].max(), g["at"].min()
+    size = pairs[pairs["at"] == pairs["newest"]].groupby("i")["size"].max()
+    return (low.reindex(rows).to_numpy(), high.reindex(rows).to_numpy(), first.reindex(rows).to_numpy(),
+            size.reindex(rows).to_numpy())
 
 
 def _judge(df, own, obs, col: str, rows, picks, tol: float):
@@ -238,13 +404,17 @@ def _judge(df, own, obs, col: str, rows, picks, tol: float):
     move = checked & dates & ~newer & ~np.isnat(seen)  # a newer own date stays (rule 4)
     observed = df["observed_at"].to_numpy(dtype="datetime64[ns]").copy()
     observed[rows[move]] = seen[move]
+    spot_seen = df["spot_observed_at"].to_numpy(dtype="datetime64[ns]").copy()
+    if col == "spot_price_hour":  # the spot price's own date: its observation's, never the on-demand one's
+        spot_seen[rows[checked & ~newer]] = seen[checked & ~newer]
     for k in np.flatnonzero(disputed | (newer & ~agree)):
         i = rows[k]
         text = (f"{tag}:{price[i]:.4g}" if disputed[k] else
                 f"observation_older:{per_gpu[k] * count[k]:.4g}@{_day(seen[k])}")
         out["notes"][i] = _note(out["notes"][i], text)
     return df.assign(**out, **{old: olds, col: new_price, at: pd.DatetimeIndex(stamps).tz_localize("UTC"),
-                               "observed_at": pd.DatetimeIndex(observed).tz_localize("UTC")})
+                               "observed_at": pd.DatetimeIndex(observed).tz_localize("UTC"),
+                               "spot_observed_at": pd.DatetimeIndex(spot_seen).tz_localize("UTC")})
 
 
 def _below_every_region(df, obs, tol: float, origin: str):
@@ -321,3 +491,71 @@ def _counts(name: str, rows, obs) -> dict:
                   "newest_observation": None if pd.isna(newest) else newest.strftime("%Y-%m-%d"),
                   "observation_sources": int(obs["source"].nunique()) if len(obs) else 0})
     return entry
+
+
+# FAMILY RULE. Sizes of one instance family that scale the whole machine with the GPUs (the same GPU identity and
+# the same vCPUs and RAM per GPU, in one region) are priced per GPU alike: Azure's NC A100 v4 list is 3.673 per GPU
+# at every size in eastus (NC24ads 3.673, NC48ads 7.346, NC96ads 14.692, ewyluda tracker 2026-10-10 from Azure's
+# retail prices API), GCP's a2-highgpu-1g/2g/4g/8g 3.6734 per GPU (Cyclenerd billing catalog 2026-07-30). Larger
+# sizes may be cheaper per GPU (a volume price: Lambda's gpu_8x_h100_sxm5 3.99 per GPU against gpu_1x's 4.29, Azure's
+# NC64as_T4_v3 4.352 against 4 x 1.204, both list prices), never dearer. A larger size whose price per GPU lies more
+# than FAMILY_TOLERANCE above the family's smallest size is *disputed*
+# (`family_disputed:<old>;family_rule:<family> <n> x <per GPU>@<smallest size>`) and priced linearly from the
+# smallest size, taking its date. The tolerance is the observation tolerance: the same sources' own rounding.
+FAMILY_TOLERANCE = TOLERANCE
+# A family name: the instance type with its size digits replaced by '#'. Azure adds lower-case capability letters
+# after the size; 'i' marks an isolated size of the same family ("i = isolated size",
+# https://learn.microsoft.com/en-us/azure/virtual-machines/vm-naming-conventions, read 2026-12-03), so NC40ads_H100_v5
+# and NC80adis_H100_v5 are one family.
+_AZURE_SIZE = r"^(Standard_[A-Z]+)\d+([a-z]*)_(.+)$"
+
+
+def family(provider: str, instance_type: str) -> str:
+    """The family an instance type belongs to (FAMILY RULE): its name with the size digits replaced by '#'."""
+    import re
+
+    m = re.match(_AZURE_SIZE, instance_type) if provider == "azure" else None
+    if m:
+        return f"{m[1]}#{m[2].replace('i', '')}_{m[3]}"
+    return re.sub(r"\d+", "#", instance_type)
+
+
+def family_shape(df, origin: str = "price_origin", tol: float | None = None):
+    """The FAMILY RULE on a checked frame -> the frame with off-family sizes disputed and priced linearly."""
+    import numpy as np
+    import pandas as pd
+
+    tol = FAMILY_TOLERANCE if tol is None else tol
+    count = df["gpu_count"].to_numpy(dtype=float)
+    todo = _catalog(df, origin) & df["price_hour"].notna().to_numpy() & (count >= 1)
+    if not todo.any():
+        return df
+    rows = df[todo]
+    keys = pd.DataFrame({"pos": np.flatnonzero(todo), "provider": rows["provider"].to_numpy(),
+                         "region": rows["region"].to_numpy(), "gpu": rows["gpu_model"].to_numpy(),
+                         "family": [family(p, t) for p, t in zip(rows["provider"], rows["instance_type"])],
+                         "cpu": (rows["vcpus"] / rows["gpu_count"]).round(3).to_numpy(),
+                         "ram": (rows["ram_gb"] / rows["gpu_count"]).round(1).to_numpy(),
+                         "n": rows["gpu_count"].to_numpy(dtype=float),
+                         "per_gpu": (rows["price_hour"] / rows["gpu_count"]).to_numpy(dtype=float)})
+    group = ["provider", "region", "gpu", "family", "cpu", "ram"]
+    keys = keys[keys.groupby(group, dropna=True)["n"].transform("nunique") > 1].sort_values("n", kind="stable")
+    base = keys.groupby(group, sort=False).head(1)[[*group, "pos", "n", "per_gpu"]]
+    ref = keys.merge(base, on=group, suffixes=("", "_base"))
+    off = ref[(ref["n"] > ref["n_base"]) & (ref["per_gpu"] / ref["per_gpu_base"] - 1 > tol + EPSILON)]
+    if not len(off):
+        return df
+    k, b = off["pos"].to_numpy(), off["pos_base"].to_numpy()
+    price = df["price_hour"].to_numpy(dtype=float).copy()
+    out = {c: df[c].to_numpy(dtype=object).copy() for c in ("price_check", "notes", "source", "checked_by")}
+    observed = df["observed_at"].to_numpy(dtype="datetime64[ns]").copy()
+    itype = df["instance_type"].to_numpy(dtype=object)
+    old = price[k]
+    price[k] = off["per_gpu_base"].to_numpy() * off["n"].to_numpy()
+    observed[k] = observed[b]  # the linear price is the smallest size's: so are its date and source
+    out["source"][k] = out["checked_by"][k] = out["source"][b]
+    out["price_check"][k] = "disputed"
+    for i, was, name, n, per_gpu, base_row in zip(k, old, off["family"], off["n"], off["per_gpu_base"], b):
+        rule = f"family_rule:{name} {n:g} x {per_gpu:.4g}@{itype[base_row]}"
+        out["notes"][i] = _note(out["notes"][i], f"family_disputed:{was:.4g};{rule}")
+    return df.assign(**out, price_hour=price, observed_at=pd.DatetimeIndex(observed).tz_localize("UTC"))

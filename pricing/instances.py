@@ -85,14 +85,16 @@ def resolve_gpu(provider: str, instance_type: str, *labels: str | None,
     text = " ".join(str(x) for x in (instance_type, *labels) if x).lower()
     pcie = "pcie" in text or "pci" in text.replace("pcie", "pci")
     mem = memory_gib_per_gpu if memory_gib_per_gpu and memory_gib_per_gpu > 0 else None
+    return _form_factor(canon, pcie, mem)
+
+
+PCIE_PART = {"A100": "A100-PCIE", "A100-80GB": "A100-80GB-PCIE", "H100": "H100-PCIE"}  # the same GPU, PCIe card
+
+
+def _form_factor(canon: str, pcie: bool, mem: float | None) -> str:
+    """A GPU name refined by what the feed says of its memory and form factor (identity = model + memory + form)."""
     if canon in ("A100", "A100-PCIE") and mem and mem > 60:  # Cudo/Vast label 80 GB parts "A100"
-        canon = "A100-80GB-PCIE" if pcie else "A100-80GB"
-    elif canon == "A100" and pcie:
-        canon = "A100-PCIE"
-    elif canon == "A100-80GB" and pcie:
-        canon = "A100-80GB-PCIE"
-    elif canon == "H100" and mem and 88 < mem < 110:  # 94 GB: the NVL part (Vast 95830 MiB)
-        canon = "H100-NVL"
-    elif canon == "H100" and pcie:
-        canon = "H100-PCIE"
-    return canon
+        return "A100-80GB-PCIE" if pcie else "A100-80GB"
+    if canon == "H100" and mem and 88 < mem < 110:  # 94 GB: the NVL part (Vast 95830 MiB)
+        return "H100-NVL"
+    return PCIE_PART.get(canon, canon) if pcie else canon

@@ -261,7 +261,36 @@ def _read_trusted(path: Path, sheet: str):
         return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {str(exc).removeprefix(sheet + ': ')}")]
     except Exception as exc:  # noqa: BLE001 - a damaged cache file is reported, not fatal
         return empty_frame(), [Problem(sheet, 0, "*", f"unreadable sheet: {exc}")]
-    return validate(df, sheet)
+    good, problems = validate(df, sheet)
+    rows = good.attrs.get("rows")
+    good = split_conflated(good)
+    good.attrs["rows"] = rows
+    return good, problems
+
+
+CONFLATED = "conflated_instance_type"  # note on a row whose catalog name also stands for another GPU identity
+
+
+def split_conflated(df):
+    """GPU identity is model + memory + form factor (the canonical gpu_model and gpu_memory_gb). A catalog that
+    gives one (provider, instance_type) to two identities (SkyPilot's vast catalog names an A100 40 GB and an
+    A100 80 GB host both `1x-A100_SXM4-32-65536`, telling them apart only by AcceleratorName) would make one name
+    stand for two prices. Each such row's instance_type gets its identity appended (`... [A100-80GB]`) and a note
+    `conflated_instance_type:<catalog name>`, so every key names one GPU."""
+    if not len(df):
+        return df
+    identity = df["gpu_model"].astype(str) + "/" + df["gpu_memory_gb"].astype(str)
+    kinds = identity.groupby([df["provider"], df["instance_type"]], sort=False).transform("nunique")
+    shared = (kinds > 1).to_numpy()
+    if not shared.any():
+        return df
+    df = df.copy()
+    rows = df.index[shared]
+    tags = CONFLATED + ":" + df.loc[rows, "instance_type"].astype(str)
+    old = df.loc[rows, "notes"]
+    df.loc[rows, "notes"] = old.where(old.notna() & (old != ""), None).str.cat(tags, sep=";").fillna(tags)
+    df.loc[rows, "instance_type"] = df.loc[rows, "instance_type"] + " [" + df.loc[rows, "gpu_model"] + "]"
+    return df
 
 
 def _read_bundled():
@@ -282,7 +311,7 @@ def _read_bundled():
     sizes = [len(p) for p in parts]
     df, probs = validate(pd.concat(parts, ignore_index=True), "bundled sheets (pricing/data)")
     rank = np.repeat(10**6 + np.arange(len(parts)), sizes)[np.asarray(df.attrs.pop("rows"), dtype=int) - 1]
-    return df.assign(**{ORIGIN: "bundled", "_rank": rank}), probs
+    return split_conflated(df).assign(**{ORIGIN: "bundled", "_rank": rank}), probs
 
 
 def _iso(stamps):
@@ -315,6 +344,25 @@ def stale_mask(ages, stale_days: float | None = None):
     limit = cache.stale_days() if stale_days is None else stale_days
     ages = np.asarray(ages, dtype=float)
     return np.isnan(ages) | (ages > limit)
+
+
+# THE AGE POLICY past the limit. A dated price older than the staleness limit still ranks, its age stated, up to
+# EXPIRE_FACTOR times the limit (90 days at 60): it is "aged", not gone, so the sheet does not lose every row the
+# day one tracker's observations pass the limit (the 2026-10-09/10 rows behind most top rows all pass it on
+# 2026-12-09/10). Past that it counts as undated. Why 1.5: of the sheet's pairs of observations of one product
+# 60-90 days apart 48 % of 44 differ by more than 5 % (even odds: a price worth ranking with its age said), 90-180
+# days apart all 16 do (OBSERVATIONS.md, "Staleness"): past 90 days the price has moved and says nothing of today's.
+EXPIRE_FACTOR = 1.5
+
+
+def aged_mask(ages, stale_days: float | None = None):
+    """Rows whose price is stale by age alone: dated, older than the limit, within EXPIRE_FACTOR x the limit.
+    They rank with their age stated; a fresh price still heads the plan (advisor.planner.offers)."""
+    import numpy as np
+
+    limit = cache.stale_days() if stale_days is None else stale_days
+    ages = np.asarray(ages, dtype=float)
+    return ~np.isnan(ages) & (ages > limit) & (ages <= EXPIRE_FACTOR * limit)
 
 
 def _observed(df, include_bundled: bool):
@@ -382,17 +430,10 @@ def _across_sheets(users) -> list[Problem]:
     return out
 
 
-def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
-         include_bundled: bool = True, stale_days: float | None = None, now=None, skip_bad_rows: bool = False):
-    """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
-    touches the network. A user sheet with a row that cannot be used is refused (PriceInputError
-    naming the first such row, as a spreadsheet numbers it) unless `skip_bad_rows`: the plan would
-    otherwise run without a price the user meant to give."""
-    import pandas as pd
-
-    del offline
-    frames, problems = [], []
-    users = []
+def _user_frames(user_sheets, skip_bad_rows: bool):
+    """([frame per --prices sheet], problems): each sheet read and validated; one that yields nothing, or has a
+    bad row (unless `skip_bad_rows`), is refused (PriceInputError); keys repeated across sheets are reported."""
+    frames, problems, users = [], [], []
     for p in user_sheets or ():
         df, probs = read_sheet(p)
         if not len(df):
@@ -410,14 +451,53 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
         problems += probs
     if len(users) > 1:
         problems += _across_sheets(users)
+    return frames, problems
+
+
+def _cache_frames():
+    """([frame per fetch-cache sheet, newest fetch first], problems)."""
+    frames, problems = [], []
+    sheets = cache.cached_sheets()
+    sheets.sort(key=lambda s: (s[2] or {}).get("fetched_at", ""), reverse=True)
+    for rank, (name, path, _meta) in enumerate(sheets, start=1):
+        df, probs = _read_trusted(path, str(path))
+        df.attrs.pop("rows", None)
+        frames.append(df.assign(**{ORIGIN: f"cache:{name}", "_rank": rank}))
+        problems += probs
+    return frames, problems
+
+
+def _discounted(df, discounts):
+    """Negotiated rates (`--discount aws=0.3`) on the public sheets' prices; a user's own row only when its
+    apply_discount says yes. An unknown provider is refused, naming the ones loaded."""
+    found = sorted(df["provider"].unique())
+    for prov, frac in parse_discounts(discounts or {}).items():
+        if prov not in found:
+            raise unknown("--discount", prov, found)
+        # public sheets only: a user's row is discounted only when its apply_discount says yes
+        own = df[ORIGIN].eq("user").to_numpy() & ~df["_discount"].fillna(False).astype(bool).to_numpy()
+        mask = (df["provider"] == prov).to_numpy() & ~own
+        df.loc[mask, "price_hour"] *= 1 - frac
+        df.loc[mask, "spot_price_hour"] *= 1 - frac
+        tag = f"discount {frac:.0%}"
+        df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n, tag=tag: f"{n};{tag}" if n else tag)
+    return df
+
+
+def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
+         include_bundled: bool = True, stale_days: float | None = None, now=None, skip_bad_rows: bool = False):
+    """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
+    touches the network. A user sheet with a row that cannot be used is refused (PriceInputError
+    naming the first such row, as a spreadsheet numbers it) unless `skip_bad_rows`: the plan would
+    otherwise run without a price the user meant to give."""
+    import pandas as pd
+
+    del offline
+    frames, problems = _user_frames(user_sheets, skip_bad_rows)
     if include_cache:
-        sheets = cache.cached_sheets()
-        sheets.sort(key=lambda s: (s[2] or {}).get("fetched_at", ""), reverse=True)
-        for rank, (name, path, _meta) in enumerate(sheets, start=1):
-            df, probs = _read_trusted(path, str(path))
-            df.attrs.pop("rows", None)
-            frames.append(df.assign(**{ORIGIN: f"cache:{name}", "_rank": rank}))
-            problems += probs
+        more, probs = _cache_frames()
+        frames += more
+        problems += probs
     if include_bundled:
         df, probs = _read_bundled()
         frames.append(df)
@@ -436,23 +516,12 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
     df, more = _observed(df, include_bundled)
     problems += more
 
-    found = sorted(df["provider"].unique())
-    for prov, frac in parse_discounts(discounts or {}).items():
-        if prov not in found:
-            raise unknown("--discount", prov, found)
-        # public sheets only: a user's row is discounted only when its apply_discount says yes
-        own = df[ORIGIN].eq("user").to_numpy() & ~df["_discount"].fillna(False).astype(bool).to_numpy()
-        mask = (df["provider"] == prov).to_numpy() & ~own
-        df.loc[mask, "price_hour"] *= 1 - frac
-        df.loc[mask, "spot_price_hour"] *= 1 - frac
-        tag = f"discount {frac:.0%}"
-        df.loc[mask, "notes"] = df.loc[mask, "notes"].map(lambda n, tag=tag: f"{n};{tag}" if n else tag)
-
+    df = _discounted(df, discounts)
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]
     df["age_days"] = age_days(df["observed_at"], now)
     df["stale"] = stale_mask(df["age_days"], stale_days)
     df["fetched_at"] = _iso(df["fetched_at"])
-    for col in ("observed_at", "checked_at", "spot_checked_at"):
+    for col in ("observed_at", "checked_at", "spot_checked_at", "spot_observed_at"):
         df[col] = _iso(df[col])
     cols = list(COLUMNS) + [ORIGIN, "price_per_gpu_hour", "age_days", "stale"] + list(crosscheck.COLUMNS)
     out = df[cols]

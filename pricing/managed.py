@@ -119,31 +119,40 @@ def _rows(path: str, stamp: float) -> tuple[dict, ...]:
     text = files.read_text(Path(path), path)
     out = []
     for i, row in enumerate(csv.DictReader(text.splitlines()), start=1):
-        where = f"{path}: row {i}"
-        _check_text(row, where)
-        missing = [c for c in ("provider", "service", "methods", "source") if not (row.get(c) or "").strip()]
-        if missing:
-            raise PriceInputError(f"{where}: column '{missing[0]}' is empty")
-        methods = {m.strip().lower() for m in row["methods"].split(";") if m.strip()}
-        if not methods <= set(METHODS):
-            raise PriceInputError(f"{where}: methods must be among {', '.join(METHODS)} (got {row['methods']!r})")
-        objectives = {o.strip().lower() for o in (row.get("objectives") or "sft").split(";") if o.strip()} or {"sft"}
-        if not objectives <= set(OBJECTIVES):
-            raise PriceInputError(f"{where}: objectives must be among {', '.join(OBJECTIVES)} (got {row['objectives']!r})")
-        unit = (row.get("unit") or "m_tokens").strip().lower()
-        if unit not in UNITS:
-            raise PriceInputError(f"{where}: unit must be one of {', '.join(UNITS)} (got {row['unit']!r})")
-        low = _num(row, "usd_per_m_tokens", where, required=True)
-        high = _num(row, "usd_per_m_tokens_high", where)
-        if high is not None and high < low:
-            raise PriceInputError(f"{where}: usd_per_m_tokens_high is below usd_per_m_tokens")
-        out.append({**{c: (row.get(c) or "").strip() or None for c in COLUMNS}, "methods": methods,
-                    "models": {_key(m) for m in (row.get("models") or "").split(";") if m.strip()},
-                    "min_params_b": _num(row, "min_params_b", where) or 0.0,
-                    "max_params_b": _num(row, "max_params_b", where), "usd_per_m_tokens": low,
-                    "usd_per_m_tokens_high": high, "min_charge_usd": _num(row, "min_charge_usd", where) or 0.0,
-                    "objectives": objectives, "unit": unit})
+        out.append(_row(row, f"{path}: row {i}"))
     return tuple(out)
+
+
+def _row(row: dict, where: str) -> dict:
+    """One sheet row, parsed and checked (PriceInputError naming the row and column)."""
+    _check_text(row, where)
+    missing = [c for c in ("provider", "service", "methods", "source") if not (row.get(c) or "").strip()]
+    if missing:
+        raise PriceInputError(f"{where}: column '{missing[0]}' is empty")
+    methods = _choices(row, "methods", METHODS, where, "")
+    objectives = _choices(row, "objectives", OBJECTIVES, where, "sft")
+    unit = (row.get("unit") or "m_tokens").strip().lower()
+    if unit not in UNITS:
+        raise PriceInputError(f"{where}: unit must be one of {', '.join(UNITS)} (got {row['unit']!r})")
+    low = _num(row, "usd_per_m_tokens", where, required=True)
+    high = _num(row, "usd_per_m_tokens_high", where)
+    if high is not None and high < low:
+        raise PriceInputError(f"{where}: usd_per_m_tokens_high is below usd_per_m_tokens")
+    return {**{c: (row.get(c) or "").strip() or None for c in COLUMNS}, "methods": methods,
+            "models": {_key(m) for m in (row.get("models") or "").split(";") if m.strip()},
+            "min_params_b": _num(row, "min_params_b", where) or 0.0,
+            "max_params_b": _num(row, "max_params_b", where), "usd_per_m_tokens": low,
+            "usd_per_m_tokens_high": high, "min_charge_usd": _num(row, "min_charge_usd", where) or 0.0,
+            "objectives": objectives, "unit": unit}
+
+
+def _choices(row: dict, column: str, allowed, where: str, default: str) -> set[str]:
+    """A ';'-separated cell as a set of lower-case names, each in `allowed` (empty: {default}, if any)."""
+    got = {v.strip().lower() for v in (row.get(column) or default).split(";") if v.strip()}
+    got = got or ({default} if default else set())
+    if not got <= set(allowed):
+        raise PriceInputError(f"{where}: {column} must be among {', '.join(allowed)} (got {row[column]!r})")
+    return got
 
 
 def rows(path: Path | None = None) -> tuple[dict, ...]:

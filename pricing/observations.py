@@ -17,6 +17,12 @@ file, the row (as a spreadsheet numbers it: the header is row 1) and the column:
 * observed_at and read_at: ISO dates, at most a day ahead of the real clock, observed_at <= read_at
   (a price is read on or after the day its source states it);
 * source: a URL (http/https), `github:owner/repo path @commit` or `hf:owner/dataset ...`;
+* basis: `listing` (a seller's own stated price for a product it rents) or `aggregate` (a statistic over
+  other sellers' listings: a marketplace median, a price index, a range); empty is derived from the tier
+  (`marketplace-median` is an aggregate, every other tier a listing), and a `marketplace-median` row
+  cannot be a listing. An aggregate never prices a row (pricing.crosscheck, AGGREGATE rule); sample_size
+  is how many listings it summarises (a whole number from 1, aggregates only; empty: not stated). These
+  two columns come last and may be missing from a row written before they existed (the row is padded);
 * text cells: the schema's text rules (at most MAX_TEXT_CHARS, no control or bidi characters);
 * the same observation twice (DUPLICATE_KEY: same thing, tier, day and source): the first row is
   kept and the later one reported as a duplicate.
@@ -54,7 +60,11 @@ from pricing.schema import (
 SHEET = Path(__file__).parent / "data" / "observations.csv"
 ENV = "GPU_ADVISOR_OBSERVATIONS"  # another observation sheet in place of the bundled one (tests, a team's own)
 COLUMNS = ("provider", "product", "region", "gpu_model", "gpu_count", "tier", "price_hour", "price_unit",
-           "currency", "observed_at", "source", "read_at", "vcpus", "ram_gb", "notes")
+           "currency", "observed_at", "source", "read_at", "vcpus", "ram_gb", "notes", "basis", "sample_size")
+# the last columns, added after rows were written: a row that stops before them is padded with empty cells
+TRAILING = ("basis", "sample_size")
+BASES = ("listing", "aggregate")  # a seller's own price for one product | a statistic over other listings
+AGGREGATE_TIERS = ("marketplace-median",)  # tiers that are aggregates by definition (basis derived from them)
 REQUIRED = ("provider", "gpu_model", "tier", "price_hour", "price_unit", "currency", "observed_at", "source",
             "read_at")
 # on-demand: the list price anyone can rent at; spot: interruptible; reserved-*: a committed term;
@@ -99,6 +109,9 @@ def read(path=None, now=None):
     latest = (now or dt.datetime.now(dt.UTC)) + dt.timedelta(seconds=FUTURE_SKEW_SECONDS)
     good, seen = [], {}
     for number, cells in records:
+        short = len(header) - len(cells)
+        if 0 < short <= len(TRAILING) and all(h in TRAILING for h in header[len(cells):]):
+            cells = [*cells, *[""] * short]  # written before the trailing columns existed
         if len(cells) != len(header):
             problems.append(Problem(sheet, number, "*", f"has {len(cells)} fields, header has {len(header)}"))
             continue
@@ -124,7 +137,8 @@ def frame(rows: list[dict]):
 
     cols = list(COLUMNS) + ["row", "per_gpu"]
     df = pd.DataFrame(rows, columns=cols)
-    for c in ("gpu_count", "price_hour", "vcpus", "ram_gb", "per_gpu"):
+    df["basis"] = df["basis"].astype(object)
+    for c in ("gpu_count", "price_hour", "vcpus", "ram_gb", "per_gpu", "sample_size"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
     for c in ("observed_at", "read_at"):
         df[c] = pd.to_datetime(df[c], utc=True)
@@ -182,8 +196,27 @@ def check_row(raw: dict, latest) -> tuple[dict, list[tuple[str, str, object]]]:
         errs.append(("source", "must cite a URL (https://...), github:owner/repo path @commit or hf:owner/dataset",
                      cells["source"]))
     errs += _numbers(row, cells)
+    errs += _basis(row, cells)
     errs += _dates(row, cells, latest)
     return row, errs
+
+
+def _basis(row: dict, cells: dict) -> list[tuple[str, str, object]]:
+    """basis (derived from the tier when empty) and sample_size (aggregates only, a whole number from 1)."""
+    basis = (cells["basis"] or "").lower() or ("aggregate" if cells["tier"] in AGGREGATE_TIERS else "listing")
+    row["basis"] = basis
+    if basis not in BASES:
+        return [("basis", f"must be one of {', '.join(BASES)}", cells["basis"])]
+    if basis == "listing" and cells["tier"] in AGGREGATE_TIERS:
+        return [("basis", f"tier {cells['tier']} is a statistic over listings: basis must be aggregate",
+                 cells["basis"])]
+    size, why = _number(cells, "sample_size")
+    row["sample_size"] = size
+    if why:
+        return [("sample_size", why, cells["sample_size"])]
+    if size is not None and (basis != "aggregate" or size < 1 or size % 1):
+        return [("sample_size", "must be a whole number from 1, on an aggregate row only", cells["sample_size"])]
+    return []
 
 
 def _number(cells: dict, col: str):

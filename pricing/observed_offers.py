@@ -45,7 +45,6 @@ def offers(df, obs, origin: str = "price_origin", sheet: str = "observations"):
     import numpy as np
     import pandas as pd
 
-
     if not len(obs):
         return pd.DataFrame(), []
     covered = set(candidates(df, obs, CHECKED_TIERS, origin)["j"].tolist())
@@ -54,13 +53,7 @@ def offers(df, obs, origin: str = "price_origin", sheet: str = "observations"):
     free = obs[[i not in used and t in PRICED_TIERS + SPOT_TIERS for i, t in enumerate(obs["tier"])]]
     if not len(free):
         return pd.DataFrame(), []
-    groups: dict[tuple, list[dict]] = {}
-    for r in free.to_dict("records"):  # a few hundred rows: plain dicts beat pandas per group
-        r["region"] = r["region"] if isinstance(r["region"], str) and r["region"] else "unknown"
-        r["n"] = r["gpu_count"] if r["gpu_count"] == r["gpu_count"] else 1.0
-        kind = r["tier"] if r["tier"] in ("community", "marketplace-median") else "list"
-        seller = r["product"].split("/")[0] if isinstance(r["product"], str) and "/" in r["product"] else ""
-        groups.setdefault((r["provider"], r["region"], r["gpu_model"], r["n"], kind, seller), []).append(r)
+    groups = _groups(free)
     shapes = _shapes(df)
     rows = _distinct([_row(groups[k], shapes) for k in sorted(groups)])
     keys = set(zip(df["provider"], df["region"], df["instance_type"]))
@@ -71,6 +64,14 @@ def offers(df, obs, origin: str = "price_origin", sheet: str = "observations"):
     good, problems = validate(raw[[c for c in COLUMNS if c in raw]], sheet)
     kept = np.asarray(good.attrs.pop("rows"), dtype=int) - 1
     status = raw.iloc[kept].reset_index(drop=True)
+    return _marked(good, status, origin), problems
+
+
+def _marked(good, status, origin: str):
+    """The validated offers with their origin and crosscheck's status columns ('observation', sources, dates)."""
+    import numpy as np
+    import pandas as pd
+
     good[origin] = "bundled"
     # numpy's stubs do not take None as the object scalar it is here
     good["price_check"] = np.where(good["price_hour"].notna(), OBSERVATION, None)  # type: ignore[call-overload]
@@ -79,7 +80,20 @@ def offers(df, obs, origin: str = "price_origin", sheet: str = "observations"):
         good[col] = status[col].to_numpy(dtype=object)
     for col in ("checked_at", "spot_checked_at"):
         good[col] = pd.to_datetime(status[col], utc=True)  # both indexes run 0..n-1
-    return good, problems
+    good["spot_observed_at"] = good["spot_checked_at"]  # the spot price's own observation
+    return good
+
+
+def _groups(free) -> dict[tuple, list[dict]]:
+    """The observations by (provider, region, GPU, count, kind, seller): one offer each (module docstring)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in free.to_dict("records"):  # a few hundred rows: plain dicts beat pandas per group
+        r["region"] = r["region"] if isinstance(r["region"], str) and r["region"] else "unknown"
+        r["n"] = r["gpu_count"] if r["gpu_count"] == r["gpu_count"] else 1.0
+        kind = r["tier"] if r["tier"] in ("community", "marketplace-median") else "list"
+        seller = r["product"].split("/")[0] if isinstance(r["product"], str) and "/" in r["product"] else ""
+        groups.setdefault((r["provider"], r["region"], r["gpu_model"], r["n"], kind, seller), []).append(r)
+    return groups
 
 
 def _distinct(rows: list[dict]) -> list[dict]:

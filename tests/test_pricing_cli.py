@@ -59,7 +59,10 @@ def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unk
     assert mine.split()[5:8] == ["80", "208", "1,800"] and mine.endswith(today)  # dated, fresh: no STALE
     undated = [line for line in lines if "bundled" in line and "date unknown" in line and "disputed" not in line]
     assert undated and all(line.endswith("date unknown STALE") for line in undated)  # nobody observed these
-    floored = [line for line in lines if "date unknown" in line and "disputed" in line]  # below every region's price
+    market = [line for line in lines if line.startswith("vast") and "H100_SXM" in line]
+    assert market and all(line.endswith("disputed by market median (own price kept)") for line in market)
+    # below every region's price (a listing a market median disputes keeps its own price: not these)
+    floored = [line for line in lines if "date unknown" in line and "disputed" in line and "market" not in line]
     assert floored and all(line.split()[8:10] == ["n/a", "n/a"] and "(catalog $" in line for line in floored)
     # a cited page (2026-09-20), confirmed by a dated observation of the same price (2026-10-10)
     [cw] = [line for line in lines if line.startswith("coreweave") and "HGX-H100-8x" in line]

@@ -243,6 +243,7 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
                  gpu_model=str(o["gpu_model"]), gpu_count=int(o["gpu_count"]), price_hour=float(o["price_hour"]),
                  spot_price_hour=None if spot_price is None or spot_price != spot_price else float(spot_price),
                  source=str(o.get("source", "")), price_date=str(o.get("price_date") or "date unknown")[:40],
+                 spot_price_date=str(o.get("spot_price_date") or "")[:40] if spot_price == spot_price else "",
                  stale=bool(stale) if isinstance(stale, (bool, np.bool_)) else False,
                  interconnect=str(o.get("interconnect") or ""), notes=str(o.get("notes") or ""),
                  also_in=list(dict.fromkeys((list(also) if isinstance(also, (list, tuple)) else []) + also_regions)),

@@ -4,8 +4,8 @@ Loads the sheets (user > cache > bundled, `pricing.load_offers`), drops rows wit
 on-demand price, canonicalises GPU names, applies the provider / region / GPU filters (an
 unknown name is an error listing the valid ones) and the GPU-count limits, and records every
 row it leaves out in the plan's rejections. Prices a senior engineer would not sign are left
-out with their reason: GPU-only prices without their host VM, and stale prices while a fresh
-offer exists (`--allow-stale` keeps them). Each row gains the date its source observed the
+out with their reason: GPU-only prices without their host VM, and undated or long-stale prices while a
+fresh offer exists (`--allow-stale` keeps them; a price merely past the limit ranks, its age stated). Each row gains the date its source observed the
 price and the inter-node fabric it can form clusters over (pricing.fabrics, or the sheet's own
 `cluster_gbps`); identical offers in several regions become one row that lists the others.
 """
@@ -22,6 +22,7 @@ from pricing.cache import stale_days
 from pricing.crosscheck import BILLED_AS
 from pricing.fabrics import cluster_gbps, providers
 from pricing.gpus import canonical_name, get_gpu
+from pricing.loader import EXPIRE_FACTOR, aged_mask
 from pricing.schema import mentions, per_distinct
 
 
@@ -49,7 +50,7 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     if len(off) == 0:
         why = "; ".join(f"{r.count} × {r.reason}" for r in rejections.to_list())
         raise AdvisorError("No usable offer: every row matching the filters was left out" + (f" ({why})." if why else "."))
-    off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
+    off = off.assign(price_date=_observed(off), spot_price_date=_spot_observed(off), fabric_gbps=_fabric(off))
     off = _one_of_billed_alike(off, request.spot, rejections)
     off = collapse_regions(off, request.spot)
     off = cheapest(off, max(request.top, 10), request.spot, rejections)
@@ -175,15 +176,49 @@ def _complete_prices(off, rejections: Rejections):
 
 
 def _fresh_only(off, request: PlanRequest, rejections: Rejections):
-    """Drop stale rows (undated, or older than the threshold: pricing.loader.stale_mask) while a fresh
-    offer exists; with only stale rows left, keep them (the plan warns)."""
+    """The age policy (pricing.loader.aged_mask): while a fresh offer exists, undated prices and prices older than
+    EXPIRE_FACTOR x the limit are left out; a price merely past the limit ranks, stale, its age in its notes (a
+    fresh price still heads the plan: fresh_first). With only stale rows left, all are kept (the plan warns)."""
+    import numpy as np
+
     stale = off["stale"].fillna(False).astype(bool).to_numpy() if "stale" in off else None
     if stale is None or request.allow_stale or not stale.any() or stale.all():
         return off
+    ages = off["age_days"].to_numpy(dtype=float) if "age_days" in off else np.full(len(off), np.nan)
+    aged = stale & aged_mask(ages)
+    out = stale & ~aged
+    rejections.add(f"stale price (undated, or older than {EXPIRE_FACTOR * stale_days():g} days) while fresh "
+                   "offers exist; --allow-stale ranks them too", int(out.sum()), _examples(off.loc[out]))
+    off = off.assign(notes=_aged_notes(off, aged, ages))
+    return off.loc[~out].reset_index(drop=True)
 
-    rejections.add(f"stale price (undated or older than {stale_days():g} days) while fresh "
-                   "offers exist; --allow-stale ranks them too", int(stale.sum()), _examples(off.loc[stale]))
-    return off.loc[~stale].reset_index(drop=True)
+
+def _aged_notes(off, aged, ages):
+    """Each aged row's notes with `price_age:<days> days (over the <limit>-day limit)` added."""
+    notes = off["notes"].to_numpy(dtype=object).copy()
+    for i in aged.nonzero()[0]:
+        tag = f"price_age:{ages[i]:.0f} days (over the {stale_days():g}-day limit)"
+        notes[i] = f"{notes[i]};{tag}" if isinstance(notes[i], str) and notes[i] else tag
+    return notes
+
+
+FRESH_RULE = "fresh price"  # the rule name a candidate promoted by fresh_first carries (Candidate.tie_rule)
+
+
+def fresh_first(ranked, priced, offer_row, why: dict, rule: dict):
+    """A stale price never heads the plan while a fresh one is ranked (DESIGN, recommendation policy): the best
+    fresh candidate moves to the top, saying why. `ranked`: candidate indexes, best first."""
+    import numpy as np
+
+    if not len(ranked) or "stale" not in priced:
+        return ranked
+    stale = priced["stale"].fillna(False).astype(bool).to_numpy()[offer_row]
+    if not stale[ranked[0]] or stale[ranked].all():
+        return ranked
+    pick = int(ranked[np.argmax(~stale[ranked])])
+    why[pick] = "a fresh price heads the plan: the cheaper rows above it are priced past the staleness limit"
+    rule[pick] = FRESH_RULE
+    return np.concatenate(([pick], ranked[ranked != pick])).astype(int)
 
 
 def _observed(off):
@@ -197,6 +232,18 @@ def _observed(off):
 
 
 DATE_UNKNOWN = "date unknown"
+
+
+def _spot_observed(off):
+    """The date each spot price was observed (`spot_observed_at`, pricing.crosscheck): the spot observation's or
+    the row's own, "undated" where none; never the on-demand price's date. No spot price: ""."""
+    import numpy as np
+
+    has = off["spot_price_hour"].notna().to_numpy()
+    if "spot_observed_at" not in off:  # a library user's own frame: its dates are its own
+        return np.where(has, _observed(off), "")
+    dates = per_distinct(off["spot_observed_at"], lambda stamp: str(stamp)[:10] or "undated", na="undated")
+    return np.where(has, dates, "")
 
 
 def _fabric(off):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from advisor.planner import costing, host, ranking
 from advisor.planner.configs import Config
+from advisor.planner.offers import fresh_first
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
 from advisor.units import GB, gb
@@ -217,6 +218,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
                                                         hours if request.sort == "cost" else None,
                                                         ranking.risky(fitting, cfg_row),
                                                         cost if request.sort == "cost" else None)
+    if not request.allow_stale:  # a stale price never heads the plan while a fresh one is ranked
+        ranked = fresh_first(ranked, priced, offer_row, why, rule)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()

@@ -31,6 +31,7 @@ class Offer(BaseModel):
     spot_price_hour: float | None = None
     source: str = ""
     price_date: str = Field("", description="date the source observed the price (YYYY-MM-DD)")
+    spot_price_date: str = Field("", description="date the spot price was observed (YYYY-MM-DD, 'undated'; '' no spot)")
     stale: bool = False
     interconnect: str = ""
     notes: str = ""
@@ -43,7 +44,8 @@ class Offer(BaseModel):
     ram_gb: float | None = Field(None, description="host RAM per node (GB), where listed")
     vcpus: int | None = Field(None, description="host vCPUs per node, where listed")
 
-    @field_validator("provider", "region", "instance_type", "price_date", "interconnect", "country", "country_name")
+    @field_validator("provider", "region", "instance_type", "price_date", "spot_price_date", "interconnect", "country",
+                     "country_name")
     @classmethod
     def _name(cls, v: str, info) -> str:
         return check_text(v, info.field_name)
