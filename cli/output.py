@@ -186,11 +186,11 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
 
 
 SEPARATORS = "-_/ "
-_PIECES = re.compile(r"[^-_/ ]*[-_/ ]+|[^-_/ ]+$")
+_PIECES = re.compile(r"[^-_/. ]*[-_/. ]+|[^-_/. ]+$")
 
 
 def fold_at_separators(text: str, width: int) -> str:
-    """`text` as lines of at most `width` cells, broken after a separator (`-`, `_`, `/`, space) so that
+    """`text` as lines of at most `width` cells, broken after a separator (`-`, `_`, `/`, `.`, space) so that
     `2x-H100-149-14343` folds as `2x-H100-149-` / `14343`, never `2x-H100-149-14` / `343`; a piece
     longer than the width on its own (no separator in it) is the only thing cut."""
     from rich.cells import cell_len

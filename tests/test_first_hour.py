@@ -109,7 +109,7 @@ def test_plan_table_never_breaks_an_instance_name_mid_word(tmp_path, columns):
     table = done.stdout.split("\n\n")[0]
     assert max(len(x) for x in table.splitlines()) <= columns
     for c in json.loads(js.stdout)["candidates"]:
-        for word in re.split(r"[-_/ ]", c["offer"]["instance_type"]):
+        for word in re.split(r"[-_/. ]", c["offer"]["instance_type"]):
             assert word in table, (word, c["offer"]["instance_type"])
 
 

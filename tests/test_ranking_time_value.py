@@ -199,19 +199,23 @@ def test_a_segment_with_fewer_than_three_held_out_rows_is_uncalibrated_and_takes
 
 # ----------------------------------------------------------------- the Pareto knee
 
-def test_the_card_and_summary_name_the_knee_when_it_is_not_first(full_70b, full_70b_cost_only):
+def test_the_card_and_summary_name_the_knee_when_it_is_not_first():
     from cli.plan import render
     from reports.card import decision_card
     from reports.claims import knee_words, pareto_knee
 
-    knee = pareto_knee(full_70b_cost_only)  # on cost alone #1 is the 112-hour MI300X run; the knee is not
-    assert knee is not None and knee.offer.gpu_model == "H200"
-    assert full_70b_cost_only.candidates[0].offer.gpu_model == "MI300X"
-    words = knee_words(full_70b_cost_only)
-    assert "knee" in words and "H200" in words
-    assert words in " ".join(render(full_70b_cost_only, "table").split())
-    assert "knee" in decision_card(full_70b_cost_only)["why"]
-    assert knee_words(full_70b) == ""  # with the time value, #1 is the knee: nothing to add
+    # on cost alone, 405B QLoRA's #1 is the 44-hour MI300X run; the knee of the front is the 18.5-hour B200 one
+    cost_only = bundled(request="meta-llama/Llama-3.1-405B", tokens=100e6, methods=("qlora",), time_value=0)
+    assert cost_only.candidates[0].offer.gpu_model == "MI300X"
+    knee = pareto_knee(cost_only)
+    assert knee is not None and knee is not cost_only.candidates[0]
+    assert knee.timing.hours_at_risk < cost_only.candidates[0].timing.hours_at_risk / 2
+    words = knee_words(cost_only)
+    assert "knee" in words and knee.offer.gpu_model in words
+    assert words in " ".join(render(cost_only, "table").split())
+    assert "knee" in decision_card(cost_only)["why"]
+    timed = bundled(request="meta-llama/Llama-3.1-405B", tokens=100e6, methods=("qlora",))
+    assert knee_words(timed) == "" or pareto_knee(timed) is not timed.candidates[0]
 
 
 # ----------------------------------------------------------------- deadlines, budgets, dated spot prices

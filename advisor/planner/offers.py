@@ -240,8 +240,16 @@ def _spot_observed(off):
     import numpy as np
 
     has = off["spot_price_hour"].notna().to_numpy()
-    if "spot_observed_at" not in off:  # a library user's own frame: its dates are its own
-        return np.where(has, _observed(off), "")
+    if "spot_observed_at" not in off:  # a frame given to plan(): a row's own date dates its spot price too,
+        own = _observed(off)  # except a bundled catalog row's, which dates only its on-demand price; a spot
+        if "price_origin" in off:  # observation that checked it (pricing.crosscheck spot_check) dates it then
+            bundled = off["price_origin"].astype(str).eq("bundled").to_numpy()
+            checked = (off["spot_check"].isin(("confirmed", "disputed", "observation")).to_numpy()
+                       if "spot_check" in off else np.zeros(len(off), bool))
+            when = (per_distinct(off["spot_checked_at"], lambda stamp: str(stamp)[:10] or "undated", na="undated")
+                    if "spot_checked_at" in off else np.full(len(off), "undated", dtype=object))
+            own = np.where(bundled, np.where(checked, when, "undated"), own)
+        return np.where(has, own, "")
     dates = per_distinct(off["spot_observed_at"], lambda stamp: str(stamp)[:10] or "undated", na="undated")
     return np.where(has, dates, "")
 
