@@ -551,26 +551,25 @@ def _meta(path: Path, what: str, required: bool = True):
         raise _bad(exc) from None
 
 
-def _saved_folder(folder: Path, what: str):
-    """The 'train' split (or the one dataset) of a save_to_disk folder, every file it names checked first:
-    a regular file inside the folder, the shards together at most MAX_WHOLE_BYTES."""
+def _train_split(folder: Path, what: str) -> tuple[Path, str]:
+    """A DatasetDict folder's 'train' split (its dataset_dict.json checked), or the folder itself."""
     splits = folder / "dataset_dict.json"
-    if os.path.lexists(splits):
-        meta = _meta(splits, what)
-        names = meta.get("splits") if isinstance(meta, dict) else None
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise BadInput(f"{what}: dataset_dict.json has no list of split names; refused.")
-        if "train" not in names:
-            raise BadInput(f"{what}: a DatasetDict without a 'train' split (splits: {', '.join(map(plain, names))}).")
-        folder = folder / "train"
-        what = f"{what}/train"
-        if kind_of(folder, what) != "folder":
-            raise BadInput(f"{what}: is not a folder; refused.")
-    if not os.path.lexists(folder / "state.json"):
-        raise BadInput(f"{what}: the folder is not a dataset written by datasets' save_to_disk.")
-    state = _meta(folder / "state.json", what)
-    _meta(folder / "dataset_info.json", what, required=False)
-    shards = state.get("_data_files") if isinstance(state, dict) else None
+    if not os.path.lexists(splits):
+        return folder, what
+    meta = _meta(splits, what)
+    names = meta.get("splits") if isinstance(meta, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadInput(f"{what}: dataset_dict.json has no list of split names; refused.")
+    if "train" not in names:
+        raise BadInput(f"{what}: a DatasetDict without a 'train' split (splits: {', '.join(map(plain, names))}).")
+    folder, what = folder / "train", f"{what}/train"
+    if kind_of(folder, what) != "folder":
+        raise BadInput(f"{what}: is not a folder; refused.")
+    return folder, what
+
+
+def _check_shards(folder: Path, what: str, shards) -> None:
+    """state.json's data files: plain names of regular files in the folder, at most MAX_WHOLE_BYTES in all."""
     if not isinstance(shards, list) or not shards or not all(
             isinstance(s, dict) and isinstance(s.get("filename"), str) for s in shards):
         raise BadInput(f"{what}: state.json lists no data files; refused.")
@@ -585,6 +584,17 @@ def _saved_folder(folder: Path, what: str):
             raise _bad(exc) from None
         if total > MAX_WHOLE_BYTES:
             raise BadInput(f"{what}: its data files are larger than the {MAX_WHOLE_BYTES >> 30} GiB limit; refused.")
+
+
+def _saved_folder(folder: Path, what: str):
+    """The 'train' split (or the one dataset) of a save_to_disk folder, every file it names checked first:
+    a regular file inside the folder, the shards together at most MAX_WHOLE_BYTES."""
+    folder, what = _train_split(folder, what)
+    if not os.path.lexists(folder / "state.json"):
+        raise BadInput(f"{what}: the folder is not a dataset written by datasets' save_to_disk.")
+    state = _meta(folder / "state.json", what)
+    _meta(folder / "dataset_info.json", what, required=False)
+    _check_shards(folder, what, state.get("_data_files") if isinstance(state, dict) else None)
     datasets = need("datasets")
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
