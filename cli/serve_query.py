@@ -25,6 +25,7 @@ from cli.plan import command_line, plan as plan_command
 from cli.workload_sources import SOURCE_KEYS
 
 _LEADING_FLAG = re.compile(r"^--([a-z0-9][a-z0-9-]*)")  # "--examples: ..." -> "examples: ..."
+_QUOTED_FLAG = re.compile(r"'--([a-z0-9][a-z0-9-]*)'")
 MAX_FIELDS = 40  # names in one query: the plan has about 50 options, a page sets a handful
 MAX_VALUE_CHARS = 600  # a model name is at most 512 characters (advisor.models.MAX_NAME_CHARS)
 # Query names of `plan` options the server does not take, and why (the answer names the reason).
@@ -123,8 +124,8 @@ def parse(pairs: Iterable[tuple[str, str]], server_args: list[str]) -> Scenario:
     pairs = tuple(filled(pairs))
     try:
         ctx = plan_command.make_context("plan", to_args(pairs) + list(server_args))
-    except click.UsageError as exc:
-        raise BadInput(exc.format_message()) from None
+    except click.UsageError as exc:  # "Invalid value for '--max-nodes'": the query's name, max-nodes
+        raise BadInput(_QUOTED_FLAG.sub(r"'\1'", exc.format_message())) from None
     options = {k: v for k, v in ctx.params.items() if k not in ("fmt", "report")}
     _refuse_local_model(options.get("model"))
     try:
