@@ -11,6 +11,7 @@ are the server's, given when it starts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from advisor.planner import PlanRequest
 from cli.plan import command_line, plan as plan_command
 from cli.workload_sources import SOURCE_KEYS
 
+_LEADING_FLAG = re.compile(r"^--([a-z0-9][a-z0-9-]*)")  # "--examples: ..." -> "examples: ..."
+_QUOTED_FLAG = re.compile(r"'--([a-z0-9][a-z0-9-]*)'")
 MAX_FIELDS = 40  # names in one query: the plan has about 50 options, a page sets a handful
 MAX_VALUE_CHARS = 600  # a model name is at most 512 characters (advisor.models.MAX_NAME_CHARS)
 # Query names of `plan` options the server does not take, and why (the answer names the reason).
@@ -121,12 +124,15 @@ def parse(pairs: Iterable[tuple[str, str]], server_args: list[str]) -> Scenario:
     pairs = tuple(filled(pairs))
     try:
         ctx = plan_command.make_context("plan", to_args(pairs) + list(server_args))
-    except click.UsageError as exc:
-        raise BadInput(exc.format_message()) from None
+    except click.UsageError as exc:  # "Invalid value for '--max-nodes'": the query's name, max-nodes
+        raise BadInput(_QUOTED_FLAG.sub(r"'\1'", exc.format_message())) from None
     options = {k: v for k, v in ctx.params.items() if k not in ("fmt", "report")}
     _refuse_local_model(options.get("model"))
-    request = PlanRequest.from_options({k: v for k, v in options.items()
-                                        if k not in SOURCE_KEYS and k != "plan_file"})
+    try:
+        request = PlanRequest.from_options({k: v for k, v in options.items()
+                                            if k not in SOURCE_KEYS and k != "plan_file"})
+    except BadInput as exc:  # the sentence names the query parameter, as the page's link spells it
+        raise BadInput(_LEADING_FLAG.sub(r"\1", str(exc), count=1)) from None
     options["command"] = command_line(options, fmt="table")
     key = request.model_dump_json(exclude={"command"})
     return Scenario(options=options, key=key, query=encode(pairs), pairs=pairs)

@@ -82,36 +82,17 @@ def apply(options: dict[str, Any]):
     view = {**file, **{k: v for k, v in options.items() if v not in (None, ())}}  # what the plan will read
     extra: dict[str, Any] = {}
     warnings: list[str] = []
-    dataset, text_field, messages_field = given["dataset"], given["text_field"], given["messages_field"]
-    group, micro_batch = False, 1
+    read = _Read(given["dataset"], given["text_field"], given["messages_field"])
     if given["from_config"]:
-        cfg = read_config(given["from_config"])
-        _fill(options, cfg.options, file)
-        view.update({k: v for k, v in options.items() if v not in (None, ())})
-        shown = {**{k: v for k, v in cfg.options.items() if k != "pins"}, **cfg.options.get("pins", {})}
-        pins = ", ".join(f"{k}={v}" for k, v in shown.items())
-        click.echo(f"config ({cfg.framework}): {plain(pins)}", err=True)
-        for note in cfg.notes:
-            click.echo(f"config: {plain(note)}", err=True)
-        if cfg.unknown:
-            warnings.append(f"--from-config {plain(cfg.path)}: settings not understood, not used: "
-                            f"{', '.join(cfg.unknown)}")
-        if cfg.ignored:
-            click.echo(f"config: no effect on memory, time or cost: {', '.join(cfg.ignored)}", err=True)
-        extra.update(config_framework=cfg.framework, config_unknown=", ".join(cfg.unknown),
-                     config_ignored=", ".join(cfg.ignored))
-        if not dataset and not text_field and not messages_field:
-            text_field, messages_field = cfg.text_field, cfg.messages_field
-        dataset = dataset or (cfg.dataset if view.get("tokens") in (None, "") else None)
-        group, micro_batch = cfg.group_by_length, cfg.micro_batch or 1
-    if dataset:
-        _count_into(options, view, dataset, given["tokenizer"], text_field, messages_field, micro_batch, group,
-                    extra)
+        _config_into(options, given["from_config"], file, view, read, extra, warnings)
+    if read.dataset:
+        _count_into(options, view, read.dataset, given["tokenizer"], read.text_field, read.messages_field,
+                    read.micro_batch, read.group, extra)
     elif not given["from_config"] and (given["tokenizer"] or given["text_field"] or given["messages_field"]):
         raise BadInput("--tokenizer / --text-field / --messages-field: only with --dataset.")
+    warnings += extra.pop("_warnings", [])
     for w in warnings:
         click.echo(f"warning: {w}", err=True)
-
     lengths = extra.pop("_lengths", None)
 
     def record(plan):
@@ -121,6 +102,37 @@ def apply(options: dict[str, Any]):
                                        "warnings": [*plan.warnings, *warnings], "workload_lengths": lengths})
 
     return record
+
+
+class _Read:
+    """What the sources say to count: the dataset and its fields, and the config's batching."""
+
+    def __init__(self, dataset, text_field, messages_field):
+        self.dataset, self.text_field, self.messages_field = dataset, text_field, messages_field
+        self.group, self.micro_batch = False, 1
+
+
+def _config_into(options, path, file, view, read: _Read, extra, warnings) -> None:
+    """--from-config: its settings fill the options the flags and the plan file left empty, said on stderr."""
+    cfg = read_config(path)
+    _fill(options, cfg.options, file)
+    view.update({k: v for k, v in options.items() if v not in (None, ())})
+    shown = {**{k: v for k, v in cfg.options.items() if k != "pins"}, **cfg.options.get("pins", {})}
+    pins = ", ".join(f"{k}={v}" for k, v in shown.items())
+    click.echo(f"config ({cfg.framework}): {plain(pins)}", err=True)
+    for note in cfg.notes:
+        click.echo(f"config: {plain(note)}", err=True)
+    if cfg.unknown:
+        warnings.append(f"--from-config {plain(cfg.path)}: settings not understood, not used: "
+                        f"{', '.join(cfg.unknown)}")
+    if cfg.ignored:
+        click.echo(f"config: no effect on memory, time or cost: {', '.join(cfg.ignored)}", err=True)
+    extra.update(config_framework=cfg.framework, config_unknown=", ".join(cfg.unknown),
+                 config_ignored=", ".join(cfg.ignored))
+    if not read.dataset and not read.text_field and not read.messages_field:
+        read.text_field, read.messages_field = cfg.text_field, cfg.messages_field
+    read.dataset = read.dataset or (cfg.dataset if view.get("tokens") in (None, "") else None)
+    read.group, read.micro_batch = cfg.group_by_length, cfg.micro_batch or 1
 
 
 def _count_into(options, view, dataset, tokenizer, text_field, messages_field, micro_batch, group, extra) -> None:
@@ -149,7 +161,13 @@ def _count_into(options, view, dataset, tokenizer, text_field, messages_field, m
                  dataset_padded_tokens=round(s.padded_tokens), dataset_padding_waste=round(s.padding_waste, 4),
                  dataset_loss_tokens=None if result.loss_tokens is None else round(result.loss_tokens),
                  dataset_truncated_rows_share=round(s.truncated_rows_share, 4),
-                 dataset_suggested_seq_len=s.suggested_seq_len, _lengths=lengths_of(s))
+                 dataset_suggested_seq_len=s.suggested_seq_len)
+    try:
+        extra["_lengths"] = lengths_of(s)
+    except ValueError:  # pydantic's ValidationError: past what a plan file records (advisor/results/plan.py)
+        note = (f"--dataset {plain(result.dataset)}: its longest row is {s.max:,} tokens (suggested seq_len "
+                f"{s.suggested_seq_len:,}), past the lengths a plan's chart records; the plan leaves the chart out")
+        extra["_warnings"] = [note]
 
 
 def lengths_of(stats):

@@ -639,16 +639,21 @@ def binary_kind(head: bytes) -> str | None:
 
 
 # --------------------------------------------------------------------------- CSV out
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_FORMULA_RE = r"^[=+\-@\t\r]"
+# Their look-alikes too: every character Unicode's NFKC folds to = + - or @ (fullwidth, small, super- and
+# subscript forms; spreadsheets with an East Asian input method read a fullwidth ＝ as =), and U+2212 MINUS SIGN.
+FORMULA_LOOKALIKES = ("\u207a", "\u207c", "\u208a", "\u208c", "\ufb29", "\ufe62", "\ufe63", "\ufe66", "\ufe6b",
+                      "\uff0b", "\uff0d", "\uff1d", "\uff20", "\u2212")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", *FORMULA_LOOKALIKES)
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # ASCII digits only
+_FORMULA_RE = "^[" + "".join(re.escape(c) for c in FORMULA_START) + "]"
 
 
 def csv_safe(value):
     """A cell value that a spreadsheet shows as text instead of running it as a formula.
 
     Rule (OWASP "CSV injection", as spreadsheet exporters do it): a *string* that starts with
-    ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a single quote in front
+    ``=``, ``+``, ``-``, ``@`` (or a look-alike: FORMULA_LOOKALIKES), a tab or a carriage return gets a
+    single quote in front
     (``=HYPERLINK(..)`` -> ``'=HYPERLINK(..)``), unless the whole string is a plain decimal
     number such as ``-0.5``, ``+3`` or ``-1e-3`` (left alone: it is a number either way).
     Non-strings (numbers, None, dates) are returned unchanged.

@@ -251,9 +251,9 @@ HOSTILE = '<script>window.__pwned=1</script>"\'&'
 
 
 @pytest.mark.parametrize("query, says", [
-    (q(model=LLAMA, tokens="-5"), "--tokens"),
-    (q(model=LLAMA, tokens="1M", methods="bogus"), "--methods"),
-    (q(model=LLAMA, tokens="1M", max_nodes="0"), "--max-nodes"),
+    (q(model=LLAMA, tokens="-5"), "tokens: "),  # the query parameter's name, as the link spells it
+    (q(model=LLAMA, tokens="1M", methods="bogus"), "methods: "),
+    (q(model=LLAMA, tokens="1M", max_nodes="0"), "'max-nodes'"),
     (q(model=LLAMA, tokens="1M", spot="maybe"), "spot"),
     (q(model=LLAMA, tokens="1M", colour="blue"), "unknown parameter 'colour'"),
     (q(model=LLAMA, tokens="1M", prices="/etc/passwd"), "prices: not taken"),

@@ -536,6 +536,7 @@ def write_bundle(files: Mapping[str, str], out_dir: str | os.PathLike, force: bo
             raise BadInput(f"--out: folder {shown} exists and is not empty; pass --force to overwrite its bundle files.")
         if not out.parent.exists():
             out.parent.mkdir(parents=True)
+        sweep_staging(out)
         staging = _staging_folder(out)
         for name, text in files.items():
             atomic_write(staging / name, text, mode=0o755 if name.endswith((".sh", ".py")) else 0o644)
@@ -562,13 +563,53 @@ def _staging_folder(out: Path) -> Path:
     import secrets
 
     for _ in range(8):
-        path = out.parent / f".{out.name[:64]}.partial-{secrets.token_hex(4)}"
+        path = out.parent / f".{out.name[:64]}.partial-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             path.mkdir()
             return path
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "cannot create a staging folder", str(out.parent))
+
+
+def sweep_staging(out: Path) -> list[Path]:
+    """Remove the staging folders a killed run left beside `out` (SIGKILL skips write_bundle's cleanup):
+    those named for a process that no longer runs, and older unnamed ones (`.partial-<hex>`) an hour old.
+    A folder of a live run, or one that cannot be removed, is left alone. Returns what was removed."""
+    import re
+    import shutil
+    import time
+
+    pattern = re.compile(re.escape(f".{out.name[:64]}.partial-") + r"(?:(\d+)-)?[0-9a-f]{8}")
+    removed = []
+    try:
+        entries = list(os.scandir(out.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        if m.group(1) is not None and _running(int(m.group(1))):
+            continue
+        if m.group(1) is None and time.time() - entry.stat(follow_symlinks=False).st_mtime < 3600:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of this id runs (ours, or another user's that we may not signal)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
 
 
 _OS_HINTS = {

@@ -29,12 +29,13 @@ from advisor.model.spec import (
 from advisor.objective import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.planner.ranking import DEFAULT_TIME_VALUE, MAX_TIME_VALUE
 from advisor.stacks import METHODS, Stack
-from advisor.text import plain
+from advisor.text import plain, refused_char
 from advisor.workload.measurements import gather
 from pricing import geo
 from pricing.errors import PriceInputError
 from pricing.files import load_yaml, read_text
 
+_LIST_FLAGS = {"gpus": "--gpu"}  # list fields whose flag is not the field's name
 RISKS = {"p50": 0.5, "p80": 0.8, "p90": 0.9}  # quantile of the run's duration the ranking uses
 DEFAULT_RISK = "p80"  # a figure the run stays under four times in five (docs/plans.md "Ranking basis")
 DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given, up to LONG_CONTEXT tokens per row
@@ -45,6 +46,8 @@ DEFAULT_GLOBAL_BATCH = 64  # sequences per optimizer step when none is given, up
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**19
 MIN_OPTIMIZER_STEPS = 100  # fewer steps than this: the plan warns and names the flag that changes it
 MAX_TOP = 10_000  # candidates a plan lists
+MIN_USD = 0.01  # the smallest budget: a cent, the finest amount a plan prints (advisor/units.py money)
+MIN_HOURS = 1 / 60  # the shortest deadline, a minute: provisioning alone takes minutes (a plan's setup hours)
 # Fields that must be whole numbers, booleans or one of a few words in a plan file or a library call
 # (pydantic's lax mode would read 2.7 as an error but "yes" as True: a plan file says true/false).
 _BOOL_FIELDS = ("spot", "allow_stale", "no_marketplace", "distinct", "padded", "use_stored_measurements", "skip_bad_rows")
@@ -65,6 +68,40 @@ def parse_count(value: Any, option: str, maximum: float = MAX_TOKENS) -> float |
     return float(parse_param_count(value, maximum, f"--{option}"))
 
 
+def parse_whole(value: Any, option: str, maximum: float = MAX_TOKENS) -> int | None:
+    """A count of things that come whole (examples, pairs, prompts): '10k', 5000, 1e6; 1.5 is refused, never
+    rounded to 2 (None and '' stay None)."""
+    n = parse_count(value, option, maximum)
+    if n is None:
+        return None
+    exact = _exact(value)
+    if exact is not None and abs(exact - n) > 1e-9 * n:
+        raise BadInput(f"--{option}: expected a whole number (got {plain(value)[:40]!r}).")
+    return int(n)
+
+
+def _exact(value: Any) -> float | None:
+    """The number a count spells before rounding ('1.5' -> 1.5, '2.5k' -> 2500.0); None where unreadable."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip().replace("_", "").replace(",", "").lower()
+    mult = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}.get(text[-1:], 1.0)
+    try:
+        return float(text[:-1] if mult != 1.0 else text) * mult
+    except (ValueError, OverflowError):
+        return None
+
+
+def check_text(option: str, value: Any) -> None:
+    """Refuse a value holding a control character, line break or bidirectional override (U+000A, U+0085,
+    U+2028, ...) under the option's name, before any work (the plan would refuse it only in its record)."""
+    if isinstance(value, str):
+        bad = refused_char(value)
+        if bad:
+            raise BadInput(f"{option}: the control character {bad} is refused (give printable text: no line "
+                           "breaks, escape sequences or bidirectional overrides).")
+
+
 def parse_hours(value: Any, option: str = "deadline") -> float | None:
     """'36', '36h', '2d', '90m', '1w' -> hours (None and '' stay None)."""
     if value is None or value == "":
@@ -74,11 +111,13 @@ def parse_hours(value: Any, option: str = "deadline") -> float | None:
     try:
         hours = float(text[:-1]) * mult if mult else float(text)
     except (ValueError, OverflowError):
-        raise BadInput(f"--{option}: expected hours such as 36, 36h, 2d or 90m (got {value!r:.80}).") from None
+        raise BadInput(f"--{option}: expected hours such as 36, 36h, 2d or 90m (got {plain(value)[:80]!r}).") from None
     if not math.isfinite(hours) or hours <= 0:
-        raise BadInput(f"--{option}: must be a positive, finite duration (got {value!r:.80}).")
+        raise BadInput(f"--{option}: must be a positive, finite duration (got {plain(value)[:80]!r}).")
+    if hours < MIN_HOURS:
+        raise BadInput(f"--{option}: at least one minute (1m; got {plain(value)[:80]!r}).")
     if hours > MAX_HOURS:
-        raise BadInput(f"--{option}: at most {MAX_HOURS:,} hours (got {value!r:.80}).")
+        raise BadInput(f"--{option}: at most {MAX_HOURS:,} hours (got {plain(value)[:80]!r}).")
     return hours
 
 
@@ -205,8 +244,24 @@ class PlanRequest(BaseModel):
 
     @field_validator("methods", "providers", "regions", "gpus", "prices", "discount", mode="before")
     @classmethod
-    def _lists(cls, v: Any) -> tuple[str, ...]:
-        return parse_list(v)
+    def _lists(cls, v: Any, info) -> tuple[str, ...]:
+        """A comma list (or a list of them); a value that is only commas names nothing and is refused, never
+        read as 'not given' (which would run unfiltered)."""
+        option = _LIST_FLAGS.get(info.field_name, f"--{info.field_name}")
+        for item in v if isinstance(v, (list, tuple)) else [v]:
+            check_text(option, item)
+        out = parse_list(v)
+        raw = "".join(str(x) for x in (v if isinstance(v, (list, tuple)) else [v]) if x is not None)
+        if not out and raw.strip():
+            raise BadInput(f"{option}: {plain(raw)[:40]!r} names nothing; give a comma list of names, or leave "
+                           "the option out.")
+        return out
+
+    @field_validator("model", "sort", "risk", mode="before")
+    @classmethod
+    def _text(cls, v: Any, info) -> Any:
+        check_text(f"--{info.field_name}", v)
+        return v
 
     @field_validator("regions", mode="after")
     @classmethod
@@ -260,56 +315,13 @@ class PlanRequest(BaseModel):
         self.methods = tuple(dict.fromkeys(check_choice("--methods", self.methods, METHODS))) or METHODS
         self.sort = self.sort.lower() if isinstance(self.sort, str) else self.sort
         self.risk = self.risk.lower() if isinstance(self.risk, str) else self.risk
-        for name, value in (("epochs", self.epochs), ("tokens", self.tokens)):
-            if not math.isfinite(value) or value <= 0:
-                raise BadInput(f"--{name}: must be a positive, finite number (got {value}).")
-
         for key, value in self.pins.items():  # a switch is true/false, not 'no' (which pydantic reads as False)
             if Stack.model_fields[key].annotation is bool and not isinstance(value, bool):
                 raise BadInput(f"--{key.replace('_', '-')}: expected true or false (got {value!r:.80}).")
-        if self.epochs > MAX_EPOCHS:
-            raise BadInput(f"--epochs: at most {MAX_EPOCHS:,} (got {self.epochs:g}).")
-        if self.tokens > MAX_TOKENS:
-            raise BadInput(f"--tokens: at most {MAX_TOKENS:,} tokens per epoch (got {self.tokens:.3g}).")
-        if self.budget is not None and self.budget > MAX_USD:
-            raise BadInput(f"--budget: at most {MAX_USD:,} USD (got {self.budget:.3g}).")
-        for name, value in (("setup-hours", self.setup_hours), ("checkpoint-every", self.checkpoint_interval_hours)):
-            if value is not None and value > MAX_HOURS:
-                raise BadInput(f"--{name}: at most {MAX_HOURS:,} hours (got {value:g}).")
-        if self.checkpoint_interval_hours is not None and self.checkpoint_interval_hours <= 0:
-            raise BadInput(f"--checkpoint-every: must be a positive number of hours (got {self.checkpoint_interval_hours:g}).")
-        if self.interruptions_per_hour is not None and not 0 <= self.interruptions_per_hour <= 1000:
-            raise BadInput(f"interruptions_per_hour: must be between 0 and 1,000 (got {self.interruptions_per_hour:g}).")
-        if self.network_gbps is not None and not 0 < self.network_gbps <= 100_000:
-            raise BadInput(f"network_gbps: must be between 0 and 100,000 Gb/s (got {self.network_gbps:g}).")
-        if not 0 <= self.headroom < 1:
-            raise BadInput(f"--headroom: must be a fraction in [0, 1), got {self.headroom}.")
-        if self.mfu is not None and not 0 < self.mfu <= 1:
-            raise BadInput(f"--mfu: must be a fraction in (0, 1], got {self.mfu}.")
-        if not 0 <= self.time_value <= MAX_TIME_VALUE:
-            raise BadInput(f"--time-value: must be between 0 and {MAX_TIME_VALUE:,.0f} USD per hour (got {self.time_value:g}).")
-        if self.sort not in ("cost", "time"):
-            raise BadInput(f"--sort: expected cost or time, got {self.sort!r}.")
-        if self.risk not in RISKS:
-            raise BadInput(f"--risk: expected one of {', '.join(RISKS)}, got {self.risk!r}.")
-        if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):
-            raise BadInput(f"--budget: must be a positive amount of USD (got {self.budget}).")
-        if not all(math.isfinite(f) and f >= 1.0 for f in self.padding):
-            raise BadInput("--padded: padding factors must be finite and at least 1 (computed >= kept tokens).")
-        if self.setup_hours is not None and not (math.isfinite(self.setup_hours) and self.setup_hours >= 0):
-            raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {self.setup_hours}).")
-        o = self.objective
-        if "seq_len" not in self.model_fields_set and not o.is_sft:  # a library caller's objective sets the row
-            self.seq_len = o.grpo_seq_len() if o.kind == "grpo" else DPO_MAX_LENGTH
-        if o.kind == "grpo" and self.sequences_per_step % o.num_generations:
-            raise BadInput(f"--global-batch: GRPO's global batch counts completions, {self.sequences_per_step} is not a "
-                           f"multiple of --num-generations {o.num_generations} (TRL refuses it: "
-                           "grpo_config.py:1131-1135).")
-        if o.kind == "grpo" and self.seq_len != o.grpo_seq_len():
-            raise BadInput(f"--seq-len: {self.seq_len} differs from --max-prompt-length + --max-completion-length "
-                           f"({o.grpo_seq_len()}); give one or the other.")
+        for check in (_check_workload, _check_money_and_time, _check_rates, _check_words, _check_objective,
+                      _check_global_batch):
+            check(self)
         if self.measured:  # a bad measured.json is refused before any planning (exit 2)
-
             self._measurements = gather(self.measured, self.use_stored_measurements)
         return self
 
@@ -357,6 +369,87 @@ class PlanRequest(BaseModel):
         return cls(**_to_fields(merged))
 
 
+def _check_workload(r: PlanRequest) -> None:
+    """Epochs, tokens and the padding factors: positive, finite, in range."""
+    for name, value in (("epochs", r.epochs), ("tokens", r.tokens)):
+        if not math.isfinite(value) or value <= 0:
+            raise BadInput(f"--{name}: must be a positive, finite number (got {value}).")
+    if r.epochs > MAX_EPOCHS:
+        raise BadInput(f"--epochs: at most {MAX_EPOCHS:,} (got {r.epochs:g}).")
+    if r.tokens > MAX_TOKENS:
+        raise BadInput(f"--tokens: at most {MAX_TOKENS:,} tokens per epoch (got {r.tokens:.3g}).")
+    if not all(math.isfinite(f) and f >= 1.0 for f in r.padding):
+        raise BadInput("--padded: padding factors must be finite and at least 1 (computed >= kept tokens).")
+
+
+def _check_money_and_time(r: PlanRequest) -> None:
+    """The budget (a cent to MAX_USD), the deadline (a minute up: parse_hours), setup and checkpoint hours."""
+    if r.budget is not None and not (math.isfinite(r.budget) and r.budget > 0):
+        raise BadInput(f"--budget: must be a positive amount of USD (got {r.budget}).")
+    if r.budget is not None and r.budget > MAX_USD:
+        raise BadInput(f"--budget: at most {MAX_USD:,} USD (got {r.budget:.3g}).")
+    if r.budget is not None and r.budget < MIN_USD:
+        raise BadInput(f"--budget: at least {MIN_USD} USD, the smallest amount a plan shows (got {r.budget:.3g}).")
+    for name, value in (("setup-hours", r.setup_hours), ("checkpoint-every", r.checkpoint_interval_hours)):
+        if value is not None and value > MAX_HOURS:
+            raise BadInput(f"--{name}: at most {MAX_HOURS:,} hours (got {value:g}).")
+    if r.checkpoint_interval_hours is not None and r.checkpoint_interval_hours <= 0:
+        raise BadInput(f"--checkpoint-every: must be a positive number of hours (got {r.checkpoint_interval_hours:g}).")
+    if r.setup_hours is not None and not (math.isfinite(r.setup_hours) and r.setup_hours >= 0):
+        raise BadInput(f"--setup-hours: must be a finite number of hours >= 0 (got {r.setup_hours}).")
+    if not 0 <= r.time_value <= MAX_TIME_VALUE:
+        raise BadInput(f"--time-value: must be between 0 and {MAX_TIME_VALUE:,.0f} USD per hour (got {r.time_value:g}).")
+
+
+def _check_rates(r: PlanRequest) -> None:
+    """Fractions and rates in their ranges."""
+    if r.interruptions_per_hour is not None and not 0 <= r.interruptions_per_hour <= 1000:
+        raise BadInput(f"interruptions_per_hour: must be between 0 and 1,000 (got {r.interruptions_per_hour:g}).")
+    if r.network_gbps is not None and not 0 < r.network_gbps <= 100_000:
+        raise BadInput(f"network_gbps: must be between 0 and 100,000 Gb/s (got {r.network_gbps:g}).")
+    if not 0 <= r.headroom < 1:
+        raise BadInput(f"--headroom: must be a fraction in [0, 1), got {r.headroom}.")
+    if r.mfu is not None and not 0 < r.mfu <= 1:
+        raise BadInput(f"--mfu: must be a fraction in (0, 1], got {r.mfu}.")
+
+
+def _check_words(r: PlanRequest) -> None:
+    if r.sort not in ("cost", "time"):
+        raise BadInput(f"--sort: expected cost or time, got {plain(r.sort)[:40]!r}.")
+    if r.risk not in RISKS:
+        raise BadInput(f"--risk: expected one of {', '.join(RISKS)}, got {plain(r.risk)[:40]!r}.")
+
+
+def _check_objective(r: PlanRequest) -> None:
+    """The row length of a DPO / GRPO request, and GRPO's whole prompt groups per step."""
+    o = r.objective
+    if "seq_len" not in r.model_fields_set and not o.is_sft:  # a library caller's objective sets the row
+        r.seq_len = o.grpo_seq_len() if o.kind == "grpo" else DPO_MAX_LENGTH
+    if o.kind != "grpo":
+        return
+    if r.sequences_per_step % o.num_generations:
+        raise BadInput(f"--global-batch: GRPO's global batch counts completions, {r.sequences_per_step} is not a "
+                       f"multiple of --num-generations {o.num_generations} (TRL refuses it: "
+                       "grpo_config.py:1131-1135).")
+    if r.seq_len != o.grpo_seq_len():
+        raise BadInput(f"--seq-len: {r.seq_len} differs from --max-prompt-length + --max-completion-length "
+                       f"({o.grpo_seq_len()}); give one or the other.")
+
+
+def _check_global_batch(r: PlanRequest) -> None:
+    """--global-batch-tokens holds whole rows of --seq-len: at least one, at most MAX_BATCH (never rounded
+    up to a row, or past the batch the shapes allow, without saying so)."""
+    n = r.global_batch_tokens
+    if n is None or r.global_batch:
+        return
+    if n < r.seq_len:
+        raise BadInput(f"--global-batch-tokens: {n:,} tokens is less than one row of --seq-len {r.seq_len:,}; give "
+                       f"at least {r.seq_len:,} (or --global-batch N sequences).")
+    if n / r.seq_len > MAX_BATCH:
+        raise BadInput(f"--global-batch-tokens: at most {MAX_BATCH:,} rows of --seq-len {r.seq_len:,} per step "
+                       f"({MAX_BATCH * r.seq_len:,} tokens; got {n:,}).")
+
+
 # CLI/plan-file spelling -> PlanRequest field
 _ALIASES = {"deadline": "deadline_hours", "gpu": "gpus", "model_arg": "model", "checkpoint_every": "checkpoint_interval_hours",
             "bnb_legacy": "bnb_saves_inputs"}
@@ -384,14 +477,7 @@ def _objective(out: dict[str, Any]) -> None:
         objective = objective_of(pop_objective(out))
     seq = out.get("seq_len")
     if objective.kind == "grpo":
-        if seq not in (None, "") and objective.prompt_length is None:
-            seq = int(seq)
-            if seq <= objective.max_completion_length:
-                raise BadInput(f"--seq-len: {seq} leaves no prompt beside --max-completion-length "
-                               f"{objective.max_completion_length}.")
-            objective = objective.model_copy(update={"prompt_length": seq - objective.max_completion_length})
-        elif seq in (None, ""):
-            out["seq_len"] = objective.grpo_seq_len()
+        objective = _grpo_row(out, objective, seq)
         out.setdefault("vllm_searched", not vllm_given)
     elif objective.kind == "dpo" and seq in (None, ""):
         out["seq_len"] = DPO_MAX_LENGTH  # DPOConfig.max_length default (trl/trainer/dpo_config.py:195)
@@ -400,13 +486,43 @@ def _objective(out: dict[str, Any]) -> None:
         raise BadInput("--pairs: preference pairs are DPO's unit; add --objective dpo (or give --tokens).")
     if prompts not in (None, "") and objective.kind != "grpo":
         raise BadInput("--prompts: prompts are GRPO's unit; add --objective grpo (or give --tokens).")
+    n_pairs, n_prompts = parse_whole(pairs, "pairs"), parse_whole(prompts, "prompts")
     if out.get("tokens") in (None, ""):
         row = int(out.get("seq_len") or (objective.grpo_seq_len() if objective.kind == "grpo" else 2048))
-        if pairs not in (None, ""):
-            out["tokens"] = parse_count(pairs, "pairs") * 2 * row
-        elif prompts not in (None, ""):
-            out["tokens"] = parse_count(prompts, "prompts") * objective.num_generations * row
+        if n_pairs is not None:
+            out["tokens"] = _tokens_of("pairs", n_pairs, 2, row, "2 rows")
+        elif n_prompts is not None:
+            out["tokens"] = _tokens_of("prompts", n_prompts, objective.num_generations, row,
+                                       f"{objective.num_generations} completions")
+    elif n_pairs is not None or n_prompts is not None:
+        raise BadInput(f"--{'pairs' if n_pairs is not None else 'prompts'}: give the workload as --tokens or in "
+                       "the objective's units, not both.")
     out["objective"] = objective
+
+
+def _grpo_row(out: dict[str, Any], objective: Objective, seq: Any) -> Objective:
+    """A GRPO row is prompt + completion: --seq-len sets the prompt beside --max-completion-length, else the
+    objective's row is the sequence length."""
+    if seq in (None, ""):
+        out["seq_len"] = objective.grpo_seq_len()
+        return objective
+    if objective.prompt_length is not None:
+        return objective
+    seq = int(seq)
+    if seq <= objective.max_completion_length:
+        raise BadInput(f"--seq-len: {seq} leaves no prompt beside --max-completion-length "
+                       f"{objective.max_completion_length}.")
+    return objective.model_copy(update={"prompt_length": seq - objective.max_completion_length})
+
+
+def _tokens_of(option: str, count: int, rows: int, row: int, each: str) -> float:
+    """Tokens per epoch through the policy for `count` units of `rows` rows of `row` tokens, at most MAX_TOKENS
+    (refused under the option the user gave, not --tokens)."""
+    tokens = float(count) * rows * row
+    if tokens > MAX_TOKENS:
+        raise BadInput(f"--{option}: {count:.3g} {option} are {tokens:.3g} tokens per epoch ({each} of {row:,} "
+                       f"tokens each); at most {MAX_TOKENS:.0e} tokens are accepted.".replace("e+", "e"))
+    return tokens
 
 
 def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
@@ -429,17 +545,29 @@ def _to_fields(options: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(out["all_stacks"], bool):
             raise BadInput(f"--all-stacks: expected true or false (got {out['all_stacks']!r:.80}).")
         out["distinct"] = not out.pop("all_stacks")
-    examples, avg = out.pop("examples", None), out.pop("avg_tokens", None)
-    if out.get("tokens") in (None, ""):
-        e, a = parse_count(examples, "examples"), parse_count(avg, "avg-tokens")
-        if e is None or a is None:
-            raise BadInput("--tokens: give the dataset size as --tokens N, or --examples N with --avg-tokens T.")
-        out["tokens"] = e * a
+    _examples(out)
     if out.get("global_batch_tokens") not in (None, ""):
         out["global_batch_tokens"] = int(parse_count(out["global_batch_tokens"], "global-batch-tokens") or 0) or None
     if not out.get("model"):
         raise BadInput("--model: which model? Pass a catalog name, Hugging Face id or config.json path.")
     return out
+
+
+def _examples(out: dict[str, Any]) -> None:
+    """--examples × --avg-tokens -> tokens; both checked whenever given (never dropped beside --tokens)."""
+    examples, avg = out.pop("examples", None), out.pop("avg_tokens", None)
+    e, a = parse_whole(examples, "examples"), parse_count(avg, "avg-tokens")
+    if out.get("tokens") not in (None, ""):
+        if e is not None or a is not None:
+            raise BadInput(f"--{'examples' if e is not None else 'avg-tokens'}: give the dataset size as --tokens N "
+                           "or as --examples N with --avg-tokens T, not both.")
+        return
+    if e is None or a is None:
+        raise BadInput("--tokens: give the dataset size as --tokens N, or --examples N with --avg-tokens T.")
+    if e * a > MAX_TOKENS:
+        raise BadInput(f"--examples: {e:.3g} examples × --avg-tokens {a:.3g} are {e * a:.3g} tokens per epoch; at "
+                       f"most {MAX_TOKENS:.0e} are accepted.".replace("e+", "e"))
+    out["tokens"] = e * a
 
 
 MAX_PLAN_FILE_BYTES = 1_000_000  # a plan file is a few lines

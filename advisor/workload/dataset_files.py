@@ -19,13 +19,17 @@ limit                     value               why
 ``MAX_STREAM_BYTES``      256 GiB             a JSON-lines file, streamed in 4 MiB blocks (two passes:
                                               count, then read the sampled rows)
 ``MAX_ROWS``              100,000,000 rows    any format (the lengths of every row are held, 8 bytes each)
+``MAX_COLUMNS``           10,000 columns      a CSV header or a table; a training set has a text or messages
+                                              column beside a few others (a 100,000-column CSV took pyarrow
+                                              and the duplicate-name check minutes)
 ========================  ==================  ===========================================================
 
 Text is UTF-8: a UTF-16 file (byte-order mark or NUL bytes), a gzip/zip/Parquet file under a text name, and
 invalid UTF-8 (overlong forms, surrogates, stray bytes) inside a row are each refused with the file and the
 row or line named. Rows are JSON-lines rows or CSV records, so a quoted CSV cell may hold line breaks
 (pyarrow's newlines_in_values) and a 10 MB cell is one row. Blank JSON lines (nothing, or a lone carriage
-return) are not rows, for pyarrow either. Work is counted for tests: bytes through pricing.files.BYTES_READ,
+return) are not rows, for pyarrow either; a line ending in a bare carriage return (classic Mac text) ends a
+row as pyarrow reads it, so it is read as a line break. Work is counted for tests: bytes through pricing.files.BYTES_READ,
 rows handed to a parser in `ROWS_PARSED`.
 """
 
@@ -37,6 +41,7 @@ import json
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +60,7 @@ MAX_DEPTH = 100
 MAX_WHOLE_BYTES = 2 << 30
 MAX_STREAM_BYTES = 256 << 30
 MAX_ROWS = 100_000_000
+MAX_COLUMNS = 10_000
 MAX_META_BYTES = 1_000_000  # state.json, dataset_dict.json, dataset_info.json of a save_to_disk folder
 BLOCK = 4 * MIB  # JSON lines are read in blocks of this size
 BATCH_BYTES = 256 * MIB  # rows handed to pyarrow at once, at most (and at most `rows` of them)
@@ -220,6 +226,7 @@ def _blocks(f) -> Iterator[bytes]:
         block = f.read(BLOCK)
         if not block:
             break
+        block = _line_breaks(block, f)
         cut = block.rfind(b"\n")
         if cut < 0:
             carry.append(block)
@@ -231,6 +238,21 @@ def _blocks(f) -> Iterator[bytes]:
         carry, held = [block[cut + 1:]], len(block) - cut - 1
     if held:
         yield b"".join(carry) + b"\n"
+
+
+_BARE_CR = re.compile(rb"\r(?!\n)")
+
+
+def _line_breaks(block: bytes, f) -> bytes:
+    """`block` with each bare carriage return (a line that ends in CR alone) read as a line feed, as pyarrow
+    splits rows; a CR LF cut between two blocks is kept whole (one more byte read). Scans only when the
+    block holds a CR that is not part of CR LF."""
+    if block.endswith(b"\r"):
+        block += f.read(1)
+    crs = block.count(b"\r")
+    if crs == 0 or crs == block.count(b"\r\n"):
+        return block
+    return _BARE_CR.sub(b"\n", block)
 
 
 def _too_long(what: str, row: int) -> BadInput:
@@ -253,7 +275,9 @@ class TableSource(Source):
     def __init__(self, table, what: str):
         self.table, self.what, self.rows = table, what, table.num_rows
         names = list(table.column_names)
-        twice = sorted({n for n in names if names.count(n) > 1})
+        if len(names) > MAX_COLUMNS:
+            raise _too_wide(what, len(names))
+        twice = sorted(n for n, k in Counter(names).items() if k > 1)
         if twice:
             raise BadInput(f"{what}: column {plain(twice[0])!r} appears more than once; rename one of them.")
         if self.rows > MAX_ROWS:
@@ -429,11 +453,29 @@ def _json_array(path: Path, what: str) -> JsonLinesSource:
     return JsonLinesSource(None, what, lines)
 
 
+def _too_wide(what: str, columns: int) -> BadInput:
+    return BadInput(f"{what}: more than the {MAX_COLUMNS:,} columns a dataset may have (at least {columns:,}); keep "
+                    "the text or messages column and a few others.")
+
+
+def _header_columns(head: bytes) -> int:
+    """Columns of the CSV header line in the file's first bytes (a lower bound when the line is longer)."""
+    import csv
+
+    line = head.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    try:
+        return len(next(csv.reader([line]), []))
+    except csv.Error:
+        return 0
+
+
 def _csv(path: Path, what: str, head: bytes, size: int):
     """CSV records, quoted cells with line breaks included (newlines_in_values), each at most MAX_ROW_BYTES;
-    UTF-8 checked first, naming the line."""
+    UTF-8 checked first, naming the line; a header of more than MAX_COLUMNS refused before pyarrow reads it."""
     pa, pa_csv = need("pyarrow"), need("pyarrow.csv")
     _text_head(head, what, "CSV text")
+    if _header_columns(head) > MAX_COLUMNS:
+        raise _too_wide(what, _header_columns(head))
     with _open(path, what, MAX_WHOLE_BYTES) as f:
         line = 1
         try:
@@ -509,26 +551,25 @@ def _meta(path: Path, what: str, required: bool = True):
         raise _bad(exc) from None
 
 
-def _saved_folder(folder: Path, what: str):
-    """The 'train' split (or the one dataset) of a save_to_disk folder, every file it names checked first:
-    a regular file inside the folder, the shards together at most MAX_WHOLE_BYTES."""
+def _train_split(folder: Path, what: str) -> tuple[Path, str]:
+    """A DatasetDict folder's 'train' split (its dataset_dict.json checked), or the folder itself."""
     splits = folder / "dataset_dict.json"
-    if os.path.lexists(splits):
-        meta = _meta(splits, what)
-        names = meta.get("splits") if isinstance(meta, dict) else None
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise BadInput(f"{what}: dataset_dict.json has no list of split names; refused.")
-        if "train" not in names:
-            raise BadInput(f"{what}: a DatasetDict without a 'train' split (splits: {', '.join(map(plain, names))}).")
-        folder = folder / "train"
-        what = f"{what}/train"
-        if kind_of(folder, what) != "folder":
-            raise BadInput(f"{what}: is not a folder; refused.")
-    if not os.path.lexists(folder / "state.json"):
-        raise BadInput(f"{what}: the folder is not a dataset written by datasets' save_to_disk.")
-    state = _meta(folder / "state.json", what)
-    _meta(folder / "dataset_info.json", what, required=False)
-    shards = state.get("_data_files") if isinstance(state, dict) else None
+    if not os.path.lexists(splits):
+        return folder, what
+    meta = _meta(splits, what)
+    names = meta.get("splits") if isinstance(meta, dict) else None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BadInput(f"{what}: dataset_dict.json has no list of split names; refused.")
+    if "train" not in names:
+        raise BadInput(f"{what}: a DatasetDict without a 'train' split (splits: {', '.join(map(plain, names))}).")
+    folder, what = folder / "train", f"{what}/train"
+    if kind_of(folder, what) != "folder":
+        raise BadInput(f"{what}: is not a folder; refused.")
+    return folder, what
+
+
+def _check_shards(folder: Path, what: str, shards) -> None:
+    """state.json's data files: plain names of regular files in the folder, at most MAX_WHOLE_BYTES in all."""
     if not isinstance(shards, list) or not shards or not all(
             isinstance(s, dict) and isinstance(s.get("filename"), str) for s in shards):
         raise BadInput(f"{what}: state.json lists no data files; refused.")
@@ -543,6 +584,17 @@ def _saved_folder(folder: Path, what: str):
             raise _bad(exc) from None
         if total > MAX_WHOLE_BYTES:
             raise BadInput(f"{what}: its data files are larger than the {MAX_WHOLE_BYTES >> 30} GiB limit; refused.")
+
+
+def _saved_folder(folder: Path, what: str):
+    """The 'train' split (or the one dataset) of a save_to_disk folder, every file it names checked first:
+    a regular file inside the folder, the shards together at most MAX_WHOLE_BYTES."""
+    folder, what = _train_split(folder, what)
+    if not os.path.lexists(folder / "state.json"):
+        raise BadInput(f"{what}: the folder is not a dataset written by datasets' save_to_disk.")
+    state = _meta(folder / "state.json", what)
+    _meta(folder / "dataset_info.json", what, required=False)
+    _check_shards(folder, what, state.get("_data_files") if isinstance(state, dict) else None)
     datasets = need("datasets")
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()

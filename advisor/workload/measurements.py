@@ -47,7 +47,7 @@ from advisor.errors import BadInput
 from advisor.estimate.engine import Engine
 from advisor.estimate.throughput import band
 from advisor.model.catalog import check_model_name
-from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_PARAMS, MAX_SEQ_LEN
 from advisor.results import StepNumbers, check_gpu
 from advisor.results.checks import _check_tree
 from advisor.stacks import Shape, Stack
@@ -66,6 +66,12 @@ MAX_BYTES = 2**50  # a petabyte: no GPU or host comes near
 MAX_TOKENS_PER_SEC = 1e10
 MAX_ALLOC_RETRIES = 10**9
 PLAUSIBLE_FLOOR = 1e-7  # the lowest share of the plausibility ceiling a measured rate may be (module docstring)
+# The floor whatever the run: PLAUSIBLE_FLOOR of the forward pass of the largest model taken (MAX_PARAMS, 1e14
+# parameters: 2e14 FLOPs a token) on a 1 TFLOP/s GPU (the slowest card of pricing/data/gpus.csv does 5.5): 5e-10
+# tokens/s. Checked when a run is read, so no run below it is stored, matched or planned with, even one whose
+# ceiling cannot be computed (check_plausible).
+SLOWEST_TFLOPS = 1.0
+MIN_TOKENS_PER_SEC = PLAUSIBLE_FLOOR * SLOWEST_TFLOPS * TERA / (2 * MAX_PARAMS)
 EARLIEST_YEAR = 2000  # measured_at before this is not a date of a run of this tool
 EXTRAPOLATION_HORIZON = 16.0  # shape ratio at which the band is the time model's own (module docstring)
 MEASURED = "measured on"  # how a band_basis from a measured run starts (`is_measured`)
@@ -187,6 +193,10 @@ class Measurement(BaseModel):
     @model_validator(mode="after")
     def _numbers(self) -> Measurement:
         _positive(self.tokens_per_sec, "tokens_per_sec", MAX_TOKENS_PER_SEC)
+        if self.tokens_per_sec < MIN_TOKENS_PER_SEC:
+            raise ValueError(f"tokens_per_sec: {self.tokens_per_sec:.6g} is below {PLAUSIBLE_FLOOR:g} of what the "
+                             f"slowest GPU could do on the largest model ({MIN_TOKENS_PER_SEC:g} tokens/s); not a "
+                             "measured rate")
         if self.wall_seconds is not None:
             _positive(self.wall_seconds, "wall_seconds", 1e7)
         if self.stack.gpus != self.gpu_count * self.nodes:

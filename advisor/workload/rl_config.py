@@ -13,8 +13,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import yaml
+
 from advisor.errors import BadInput
-from advisor.objective import DPO_LOSSES, DPO_MAX_LENGTH, GRPO_GENERATIONS, GRPO_LOSSES
+from advisor.objective import (
+    DPO_LOSSES,
+    DPO_MAX_LENGTH,
+    GRPO_GENERATIONS,
+    GRPO_LOSSES,
+    OPTION_FIELDS,
+    objective_of,
+    pop_objective,
+)
 from advisor.text import plain
 
 # GRPOConfig fields only GRPO has (grpo_config.py): any of them makes the config a GRPO run
@@ -49,6 +59,9 @@ IGNORED = {
     "transformers_continuous_batching_config", "reward_model_name_or_path", "dataset_train_split",
     "dataset_test_split", "dataset_config", "dataset_streaming",
 }
+# Plan option -> the TRL config key it is read from, where the two are spelled apart (the others are the same)
+KEY_OF = {"vllm": "vllm_mode", "vllm_sleep": "vllm_enable_sleep_mode", "ref_model": "precompute_ref_log_probs",
+          "importance_sampling": "vllm_importance_sampling_correction", "objective": "loss_type"}
 # Keys TRL 1.16.0's DPOConfig / GRPOConfig refuse (TypeError): older TRL releases or ms-swift
 NOT_IN_TRL_1_16 = ("max_prompt_length", "rpo_alpha", "use_liger_loss", "reference_free")
 
@@ -84,7 +97,7 @@ def read(k, out: dict[str, Any], pins: dict[str, Any], method: str, micro_batch:
             k.notes.append(f"{name}: not a TRL 1.16.0 {kind.upper()}Config field (older TRL or ms-swift; "
                            "DPOConfig/GRPOConfig raise TypeError on it): not modelled")
     _precision(k, pins, method)
-    beta = k.num("beta")
+    beta = _num(k, "beta")
     if beta is not None:
         out["beta"] = beta
     loss = k.names("loss_type")
@@ -99,6 +112,38 @@ def read(k, out: dict[str, Any], pins: dict[str, Any], method: str, micro_batch:
         _dpo(k, out, method)
     else:
         _grpo(k, out, micro_batch, accum)
+    _validate(k, out)
+
+
+def _num(k, key: str) -> float | None:
+    """A number from the config; text that YAML would have read as a number unquoted ('0.1' in quotes) is
+    refused: TRL's HfArgumentParser takes a YAML string for a float field as text. Exponents without a dot
+    (5e-2), which PyYAML itself reads as text, stay numbers (training_config.typed)."""
+    value = k.data.get(key)
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            loaded = yaml.safe_load(value)
+        except yaml.YAMLError:
+            loaded = None
+        if isinstance(loaded, (int, float)) and not isinstance(loaded, bool):
+            raise BadInput(f"{k.what}: {key}: expected a number, not the quoted text {plain(value)!r} (remove the "
+                           "quotes).")
+    return k.num(key)
+
+
+def _validate(k, out: dict[str, Any]) -> None:
+    """The objective these settings make, built now so a value out of range is refused under the config's
+    file and key (the plan's own check would name a flag the user never typed)."""
+    fields = {option: out[option] for option in OPTION_FIELDS if option in out}
+    try:
+        objective_of(pop_objective(fields))
+    except ValueError as exc:  # BadInput, or the Objective's own check (ObjectiveError)
+        flag, _, rest = str(exc).partition(": ")
+        option = flag.lstrip("-").split(" ")[0].replace("-", "_")
+        key = KEY_OF.get(option, option)
+        if key == "steps_per_generation" and key not in k.data:
+            key = "generation_batch_size"  # read as steps_per_generation (_steps)
+        raise BadInput(f"{k.what}: {key}: {rest}") from None
 
 
 def _precision(k, pins: dict[str, Any], method: str) -> None:
@@ -138,34 +183,56 @@ def _grpo(k, out: dict[str, Any], micro_batch: int | None, accum: int | None) ->
     if c is not None:
         out["max_completion_length"] = c
     if k.bool("use_vllm", False):
-        mode = k.text("vllm_mode", "colocate")
-        if mode not in ("colocate", "server"):
-            raise BadInput(f"{k.what}: vllm_mode: expected colocate or server (got {plain(mode)[:20]!r}).")
-        out["vllm"] = mode
-        util = k.num("vllm_gpu_memory_utilization")
-        if util is not None and mode == "colocate":
-            if not 0 < util <= 1:
-                raise BadInput(f"{k.what}: vllm_gpu_memory_utilization: expected a fraction in (0, 1] (got {util}).")
-            out["vllm_gpu_memory_utilization"] = util
-        mml = k.int("vllm_max_model_length")
-        out["vllm_max_model_length"] = mml if mml is not None else "model"
-        if mml is None:
-            k.notes.append("vllm_max_model_length not set: vLLM takes the model's context, which its KV pool must "
-                           "hold for one request (or it refuses to start)")
-        tp = k.int("vllm_tensor_parallel_size")
-        if tp is not None and mode == "colocate":
-            out["vllm_tensor_parallel_size"] = tp
-        if k.bool("vllm_enable_sleep_mode", False) and mode == "colocate":
-            out["vllm_sleep"] = True
-        if k.bool("vllm_importance_sampling_correction", True) is False:
-            out["importance_sampling"] = False
+        _vllm(k, out)
     else:
-        out["vllm"] = "none"
-        for name in ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
-                     "vllm_enable_sleep_mode", "vllm_importance_sampling_correction"):
-            if name in k.data:
-                k.raw(name)
-                k.notes.append(f"{name}: use_vllm is false, so it has no effect")
+        _no_vllm(k, out)
+    _steps(k, out, micro_batch)
+    k.bool("ds3_gather_for_generation", True)
+    _grpo_notes(k)
+    # the global batch counts completions and must hold whole prompt groups (grpo_config.py:1131-1135)
+    per_gpu = (micro_batch or 8) * (accum or 1)
+    if per_gpu % g:
+        out["global_batch"] = math.lcm(per_gpu, g)
+        k.notes.append(f"global batch {per_gpu} completions is not a multiple of num_generations {g}: planned at "
+                       f"{out['global_batch']}")
+
+
+def _vllm(k, out: dict[str, Any]) -> None:
+    """use_vllm: true -- the mode and its settings (grpo_config.py:587-680)."""
+    mode = k.text("vllm_mode", "colocate")
+    if mode not in ("colocate", "server"):
+        raise BadInput(f"{k.what}: vllm_mode: expected colocate or server (got {plain(mode)[:20]!r}).")
+    out["vllm"] = mode
+    util = _num(k, "vllm_gpu_memory_utilization")
+    if util is not None and mode == "colocate":
+        if not 0 < util <= 1:
+            raise BadInput(f"{k.what}: vllm_gpu_memory_utilization: expected a fraction in (0, 1] (got {util}).")
+        out["vllm_gpu_memory_utilization"] = util
+    mml = k.int("vllm_max_model_length")
+    out["vllm_max_model_length"] = mml if mml is not None else "model"
+    if mml is None:
+        k.notes.append("vllm_max_model_length not set: vLLM takes the model's context, which its KV pool must "
+                       "hold for one request (or it refuses to start)")
+    tp = k.int("vllm_tensor_parallel_size")
+    if tp is not None and mode == "colocate":
+        out["vllm_tensor_parallel_size"] = tp
+    if k.bool("vllm_enable_sleep_mode", False) and mode == "colocate":
+        out["vllm_sleep"] = True
+    if k.bool("vllm_importance_sampling_correction", True) is False:
+        out["importance_sampling"] = False
+
+
+def _no_vllm(k, out: dict[str, Any]) -> None:
+    out["vllm"] = "none"
+    for name in ("vllm_mode", "vllm_gpu_memory_utilization", "vllm_max_model_length", "vllm_tensor_parallel_size",
+                 "vllm_enable_sleep_mode", "vllm_importance_sampling_correction"):
+        if name in k.data:
+            k.raw(name)
+            k.notes.append(f"{name}: use_vllm is false, so it has no effect")
+
+
+def _steps(k, out: dict[str, Any], micro_batch: int | None) -> None:
+    """num_iterations, and steps_per_generation (or generation_batch_size over the micro-batch)."""
     mu = k.int("num_iterations")
     if mu is not None:
         out["num_iterations"] = mu
@@ -176,16 +243,12 @@ def _grpo(k, out: dict[str, Any], micro_batch: int | None, accum: int | None) ->
     elif gen_batch is not None and micro_batch:
         out["steps_per_generation"] = max(1, gen_batch // micro_batch)
         k.notes.append("generation_batch_size: read as steps_per_generation on one GPU")
-    k.bool("ds3_gather_for_generation", True)
+
+
+def _grpo_notes(k) -> None:
     if k.bool("cast_lm_head_to_fp32", False):
         k.notes.append("cast_lm_head_to_fp32: the log-prob head's fp32 copy is not modelled")
     if k.bool("use_transformers_paged", False) or k.bool("use_transformers_continuous_batching", False):
         k.notes.append("transformers continuous batching / paged generation: modelled as plain generate")
     if k.bool("sync_ref_model", False):
         k.notes.append("sync_ref_model: the reference copy is mixed with the policy every few steps (memory as a copy)")
-    # the global batch counts completions and must hold whole prompt groups (grpo_config.py:1131-1135)
-    per_gpu = (micro_batch or 8) * (accum or 1)
-    if per_gpu % g:
-        out["global_batch"] = math.lcm(per_gpu, g)
-        k.notes.append(f"global batch {per_gpu} completions is not a multiple of num_generations {g}: planned at "
-                       f"{out['global_batch']}")
