@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.errors import BadInput
-from advisor.results import Candidate
+from advisor.results import Candidate, ranked_cost, ranked_hours
 
 APPROVAL_SCHEMA = 1
 # Where the trainer callback stops: early enough before the hours cap that the final checkpoint is written inside
@@ -119,8 +119,6 @@ def approve(plan_data: dict, plan_file: str, c: Candidate, *, by: str, cap: str,
             now: dt.datetime | None = None) -> Approval:
     """The sealed approval of candidate `c` (already checked by advisor.launch.plan_checks) of the plan whose parsed
     JSON is `plan_data`."""
-    from advisor.results import ranked_cost, ranked_hours
-
     when = (now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds")
     return Approval(
         plan_digest=digest(plan_data), plan_file=plan_file, project=project, rank=c.rank or 1,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from advisor.approval import check_against
+from advisor.approval import Approval, check_against
 from advisor.errors import BadInput
 from advisor.launch import caps
 from advisor.launch.bundle import build_bundle, write_bundle
@@ -20,6 +20,8 @@ from advisor.model.spec import ModelSpec
 from advisor.text import plain
 from cli.plan import build_plan, plan_options
 from cli.report import load_plan, plan_data
+from pricing.errors import PriceInputError
+from pricing.files import load_json, read_text
 
 
 @click.command()
@@ -92,10 +94,6 @@ def bundle_files(plan, candidate, dataset: str, approval=None) -> tuple[dict[str
 def load_approval(path: Path):
     """approval.json, size-limited and validated (advisor/approval.py); one line naming the file and field."""
     from pydantic import ValidationError
-
-    from advisor.approval import Approval
-    from pricing.errors import PriceInputError
-    from pricing.files import load_json, read_text
 
     try:
         data = load_json(read_text(path, f"--approval: {plain(path)}", max_bytes=1_000_000),

@@ -8,6 +8,8 @@ import json
 
 import click
 
+from advisor.ledger.store import open_ledger
+from advisor.ledger.summary import project_lines, run_lines
 from advisor.text import plain
 from cli.output import output_options, render_rows
 from pricing import settings
@@ -18,8 +20,6 @@ ledger_option = click.option("--ledger", "ledger", default=None, metavar="URL",
 
 
 def open_from_option(url: str | None):
-    from advisor.ledger.store import open_ledger
-
     return open_ledger(url or settings.ledger_url())
 
 
@@ -35,8 +35,6 @@ def _money(x: float) -> str:
 @ledger_option
 def ledger(project: str | None, fmt: str, ledger: str | None) -> None:
     """Approved vs actual per run and per project: the burn-down and the p50/p90 of what remains."""
-    from advisor.ledger.summary import project_lines, run_lines
-
     book = open_from_option(ledger)
     runs = run_lines(book.approvals(project), book.runs())
     projects = project_lines(runs)

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import click
 
-from advisor.errors import AdvisorError
+from advisor.errors import AdvisorError, BadInput
 from advisor.text import plain
 from cli.plan import build_plan
 from cli.serve_app import App
 from cli.serve_http import Server
 from cli.serve_jobs import Planner
+from cli.serve_ledger import LedgerView
+from pricing import settings
 from pricing.loader import load, read_sheet, sources_status
 
 
@@ -48,12 +50,17 @@ def price_sheets(prices: tuple[str, ...], discounts: tuple[str, ...], skip_bad_r
               help="extra price sheet (CSV/JSON/YAML) for every plan; repeatable; wins over the bundled one")
 @click.option("--discount", multiple=True, help="provider=fraction for every plan, e.g. aws=0.3; repeatable")
 @click.option("--skip-bad-rows", is_flag=True, help="leave out rows of a --prices sheet that cannot be read")
+@click.option("--ledger", default=None, metavar="URL",
+              help="the ledger /project shows (sqlite:///path or postgresql://...) [GPU_ADVISOR_LEDGER, else the "
+                   "user's SQLite file]")
+@click.option("--token", default=None, help="beyond loopback, /project needs this token (Authorization: Bearer)")
 @click.pass_context
 def serve(ctx: click.Context, port: int, host: str, prices: tuple[str, ...], discount: tuple[str, ...],
-          skip_bad_rows: bool) -> None:
+          skip_bad_rows: bool, ledger: str | None, token: str | None) -> None:
     """A local web page: a plan form, the decision card and ranked table for any inputs, 2-4 scenarios side by
     side, and the plan JSON, Markdown report and launch bundle as downloads. Every page's URL carries its
     inputs (the same names as `gpu-advisor plan`'s options), so a link reproduces the page. Ctrl-C stops it."""
+    token = _token(token)
     gc.enable()  # cli.run turns the collector off for short commands; a server runs for days
     sheets = price_sheets(prices, discount, skip_bad_rows)
     server_args = [*(f"--prices={p}" for p in prices), *(f"--discount={d}" for d in discount),
@@ -63,6 +70,7 @@ def serve(ctx: click.Context, port: int, host: str, prices: tuple[str, ...], dis
     app = App(planner, server_args, sheets, discounts=", ".join(discount))
     try:
         server = Server(host, port, app)
+        app.ledger = LedgerView(ledger or settings.ledger_url(), server.loopback, token)
     except OSError as exc:  # the port is taken, the address is not this machine's, ...
         raise AdvisorError(f"--host/--port: cannot listen on {plain(host)}:{port}: "
                            f"{(exc.strerror or str(exc)).lower()}.") from None
@@ -76,3 +84,12 @@ def serve(ctx: click.Context, port: int, host: str, prices: tuple[str, ...], dis
         click.echo("stopped", err=True)
     finally:
         server.server_close()
+
+
+def _token(token: str | None) -> str | None:
+    """A token of at least 16 printable characters without spaces (a guessable one protects nothing)."""
+    if token is None:
+        return None
+    if len(token) < 16 or any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise BadInput("--token: at least 16 printable characters without spaces.")
+    return token

@@ -21,6 +21,7 @@ from advisor.text import plain
 from cli.launch import bundle_files, launch, pick
 from cli.serve_form import form_groups
 from cli.serve_jobs import Busy, Outcome, Planner, classify
+from cli.serve_ledger import LedgerView
 from cli.serve_query import Scenario, encode, filled, parse, split, to_args
 from reports.compare import compare_table
 from reports.pages import plan_context, render_page
@@ -47,16 +48,20 @@ class App:
     `sheets` the price sheets in use with their dates (named on every page)."""
 
     def __init__(self, planner: Planner, server_args: list[str], sheets: list[dict], discounts: str = "",
-                 patience: float = PATIENCE):
-        self.planner, self.server_args, self.patience = planner, list(server_args), patience
+                 patience: float = PATIENCE, ledger: LedgerView | None = None):
+        self.planner, self.server_args, self.patience, self.ledger = planner, list(server_args), patience, ledger
         self.frame = {"sheets": sheets, "discounts": discounts}
         self.routes = {"/": self.form, "/plan": self.plan_page, "/plan.json": self.plan_json,
                        "/report.md": self.report_md, "/report.html": self.report_html, "/bundle.zip": self.bundle,
-                       "/compare": self.compare}
+                       "/compare": self.compare, "/project": self.project}
 
-    def handle(self, path: str, query: str) -> Response:
-        """One request: the route's response, or a one-line error page (400, 404, 503, 500)."""
+    def handle(self, path: str, query: str, authorization: str | None = None) -> Response:
+        """One request: the route's response, or a one-line error page (400, 401, 403, 404, 503, 500)."""
         route = self.routes.get(path)
+        if path == "/project":
+            refused = self.ledger.refusal(authorization) if self.ledger else (404, "this server has no ledger.")
+            if refused:
+                return self.error(refused[0], "Not allowed" if refused[0] != 404 else "Not found", refused[1])
         if route is None:
             return self.error(404, "Not found", f"no page {plain(path)[:80]!r}; the pages are "
                               + ", ".join(self.routes) + ".")
@@ -139,6 +144,13 @@ class App:
         files, _ = bundle_files(plan, candidate, str(dataset))
         return Response(200, zip_bundle(files), "application/zip",
                         {"Content-Disposition": f'attachment; filename="gpu-advisor-launch-rank{rank}.zip"'})
+
+    def project(self, pairs: list[tuple[str, str]]) -> Response:
+        """The ledger, read-only: every run's approved cap against what it spent, and each project's burn-down."""
+        project = dict(pairs).get("project") or None
+        runs, projects = self.ledger.rows(project)
+        return self.page(200, "serve_project.html.j2", title="Ledger", runs=runs, projects=projects,
+                         project=project, headers={"Cache-Control": "no-store"})
 
     def compare(self, pairs: list[tuple[str, str]]) -> Response:
         """2 to 4 scenarios side by side; plan options beside the s= values (the form's "compare with")

@@ -174,7 +174,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         url = urlsplit(self.path)
         try:
-            response = app.handle(url.path, url.query)
+            response = app.handle(url.path, url.query, self.headers.get("Authorization"))
         except Exception as exc:  # noqa: BLE001 - never a traceback in the page
             print(f"gpu-advisor serve: internal error: {redact(plain(exc))[:300]}", file=sys.stderr, flush=True)
             response = _last_resort()

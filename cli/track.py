@@ -10,7 +10,9 @@ from pathlib import Path
 
 import click
 
+from advisor.ledger.runs import read_run
 from advisor.text import plain
+from advisor.workload import measurements
 from cli.ledger import ledger_option, open_from_option
 
 
@@ -28,8 +30,6 @@ def approval_row(a) -> dict:
 @ledger_option
 def track(run_dir: Path, ledger: str | None) -> None:
     """Record a run's actual hours, tokens/s and cost against its approval in the ledger."""
-    from advisor.ledger.runs import read_run
-
     actual = read_run(run_dir)
     book = open_from_option(ledger)
     book.add_approval(approval_row(actual.approval))
@@ -45,7 +45,5 @@ def track(run_dir: Path, ledger: str | None) -> None:
                                               else ""))
     measured = run_dir / "measured.json"
     if measured.is_file():
-        from advisor.workload import measurements
-
         path = measurements.store(measurements.load(measured, "RUN_DIR: measured.json"))
         click.echo(f"stored the run's measured.json for planning: {plain(path)}", err=True)

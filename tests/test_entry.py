@@ -62,9 +62,9 @@ def test_exit_codes_and_one_line_errors_survive_the_fast_exit(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: ")
     assert bad.stdout == ""
     unmet = _process("plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M", "--budget", "0.01",
-                     "--deadline", "0.01h", "--format", "json")
+                     "--deadline", "1h", "--format", "json")
     here = CliRunner().invoke(cli, ["plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M", "--budget",
-                                    "0.01", "--deadline", "0.01h", "--format", "json"])
+                                    "0.01", "--deadline", "1h", "--format", "json"])
     assert unmet.returncode == here.exit_code != 0
     assert _without_clock(unmet.stdout)["constraints_met"] is False
 
