@@ -60,3 +60,22 @@ def test_the_bundle_trl_path_does_not_call_prepare_model_for_kbit_training():
     bundle = Path(__file__).resolve().parents[1] / "advisor" / "launch" / "templates" / "train.py"
     assert "prepare_model_for_kbit_training" not in inspect.getsource(sft_trainer)
     assert "prepare_model_for_kbit_training" not in bundle.read_text(encoding="utf-8")
+
+
+def test_qdora_with_dropout_keeps_a_dequantised_copy_of_every_adapted_weight():
+    """peft dora.py: with dropout the base matmul reruns on dequantize_module_weight(base_layer).to(x.dtype), a fresh
+    tensor F.linear keeps for the input's gradient -- under QLoRA even when the adapters share the compute dtype."""
+    engine = Engine.of("meta-llama/Llama-2-7b-hf")
+    arch = engine.arch
+    shape = Shape(seq_len=512)
+    spec = arch.spec
+    # the first layer's q/k/v input (the frozen embedding's output) needs no gradient: F.linear keeps no weight there
+    first_qkv = spec.hidden_size * (spec.hidden_size + 2 * spec.num_key_value_heads * spec.hidden_size
+                                    // spec.num_attention_heads)
+    for dtype, nbytes in (("bf16", 2), ("fp32", 4)):
+        kept = engine.memory(Stack(method="qlora", dora=True, adapter_dtype=dtype), shape).components
+        assert kept["activations.layers.dora.weight_copies"].bytes == (arch.linear_weight_params - first_qkv) * nbytes
+    no_dropout = engine.memory(Stack(method="qlora", dora=True, lora_dropout=0.0), shape).components
+    assert "activations.layers.dora.weight_copies" not in no_dropout
+    lora_bf16 = engine.memory(Stack(method="lora", dora=True, adapter_dtype="bf16"), shape).components
+    assert "activations.layers.dora.weight_copies" not in lora_bf16  # the bf16 weight itself is what F.linear keeps
