@@ -137,7 +137,8 @@ def test_a_900_character_region_is_dropped_by_the_sheet_not_blamed_on_region(cap
                                  "--gpu", "L4", "--skip-bad-rows", "--format", "json")
     assert code == 0, err
     assert "row 2" in err and "512 characters" in err
-    assert {c["offer"]["region"] for c in json.loads(out)["candidates"]} == {"us-east-1"}
+    regions = {c["offer"]["region"] for c in json.loads(out)["candidates"]}  # the good row plans, the bad one never
+    assert "us-east-1" in regions and all(len(r) <= 512 for r in regions)
 
 
 @pytest.mark.parametrize("date", ["0001-01-01", "1999-12-31"])

@@ -33,7 +33,8 @@ def test_undated_marketplace_rows_do_not_head_the_plan_while_a_dated_fresh_h100_
     sheet = tmp_path / "quote.csv"  # a dated quote, dearer per GPU-hour than the undated $1.29 rows
     sheet.write_text("provider,instance_type,gpu_model,gpu_count,vcpus,ram_gb,price_hour,observed_at\n"
                      "acme,1x-h100,H100,1,26,225,2.49,2026-11-28\n")
-    top = [c["offer"] for c in plan("--gpu", "H100", "--prices", str(sheet))["candidates"]]
+    # on cost alone (--time-value 0): the question is the price's date, not an 8-GPU box's speed
+    top = [c["offer"] for c in plan("--gpu", "H100", "--prices", str(sheet), "--time-value", "0")["candidates"]]
     assert top[0]["provider"] == "acme" and top[0]["price_date"] == "2026-11-28" and not top[0]["stale"]
     assert not any(o["provider"] == "hyperbolic" or o["price_date"] == "date unknown" for o in top)
 
