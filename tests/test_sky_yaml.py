@@ -181,9 +181,11 @@ def test_skypilot_loads_every_sky_yaml_and_resolves_its_resources(loaded):
     # Only providers SkyPilot 0.9.2 has no cloud for (hyperbolic arrived in 0.10; hyperstack and coreweave have none
     # in 0.14.1 either) are left out: a provider whose name we fail to map to SkyPilot's (lambdalabs -> lambda) would show.
     # The sellers only the dated observation sheet prices that SkyPilot 0.9.2 has no cloud for either;
-    # DigitalOcean is not among them (SkyPilot's cloud is `do`), so a plan naming it without the mapping would show.
+    # DigitalOcean: SkyPilot 0.9.2 has a `do` cloud, but its catalog is not in the offline seed (its loader would
+    # fetch it), so providers.csv leaves DigitalOcean unmapped and the bundle says `sky launch` refuses it.
     observed_only = {"crusoe", "civo", "scaleway", "together", "massedcompute", "ovhcloud", "tensordock", "sesterce",
-                     "akamai", "salad", "vultr", "jarvislabs", "spheron", "shadeform", "verda"}
+                     "akamai", "salad", "vultr", "jarvislabs", "spheron", "shadeform", "verda", "akash",
+                     "digitalocean"}
     assert refused <= {"hyperstack", "coreweave", "hyperbolic"} | observed_only, refused
 
 
