@@ -13,8 +13,9 @@ from pathlib import Path
 from advisor.approval import Approval
 from advisor.errors import BadInput
 from pricing.files import load_json, read_text
+from pricing.units import MiB
 
-MAX_FILE_BYTES = 16 * 2**20  # an approval, a trainer state or a measured run is kilobytes; a log line per step
+MAX_FILE_BYTES = 16 * MiB  # an approval, a trainer state or a measured run is kilobytes; a log line per step
 MAX_LOG_LINES = 1_000_000
 MAX_STATES = 10_000  # checkpoint folders looked at
 
