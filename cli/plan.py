@@ -14,18 +14,16 @@ import click
 
 import reports
 from advisor import planner
+from advisor.explain.claims import ranked_cost, ranked_hours, ranking_quantile
+from advisor.explain.summary import TIE_MARK, summary_lines
 from advisor.planner import PlanRequest
-from advisor.results import FLAT, NEAR_TIE_NOTE
+from advisor.results import FLAT
 from advisor.text import md, plain
 from advisor.units import GB, money
-from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import OUTPUT_FORMATS, emit, next_step, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
-from reports import claims
-from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
-from reports.claims import ranked_cost, ranked_hours, ranking_quantile
 
 
 def plan_options(f):
@@ -151,7 +149,6 @@ def command_line(options: dict, **extra) -> str:
 HEADER = ["#", "cost", "cost band", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
           "GB peak/limit", "$/M tok", "price source, date"]
 _RIGHT = {"cost", "cost band", "hours", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
-TIE_MARK = "*"  # a row ranked above a cheaper (or faster) one by a near-tie rule
 _DROP = ["cost band", "$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
 
@@ -207,106 +204,6 @@ def _band(value: float, low: float | None, high: float | None) -> str:
     return f"{value:,.1f} ({low:,.1f}-{high:,.1f})"
 
 
-def _summary(plan) -> list[str]:
-    lines = []
-    if plan.notice:
-        lines.append(f"Note: {plan.notice}")
-    w = plan.workload
-    unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
-    lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
-                 f"global batch {w['global_batch']} {unit}.")
-    lines.append(claims.counts_sentence(plan) + ".")
-    lines += [f"Warning: {x}" for x in claims.small_workload(plan)]
-
-    objective = _objective_line(plan)
-    if objective:
-        lines.append(objective)
-    if plan.candidates and any(n.startswith(NEAR_TIE_NOTE) for n in plan.candidates[0].notes):
-        lines.append(f"Why #1: {why(plan)}")
-    marked = [c for c in plan.candidates if c.tie_rule]
-    if marked:
-        lines.append(f"{TIE_MARK} ranked above a cheaper row by a near-tie rule: " + "; ".join(
-            f"#{c.rank} {c.tie_rule}" for c in marked[:10]) + ".")
-    if plan.candidates and plan.candidates[0].offer.country:
-        c = plan.candidates[0]
-        lines.append(f"#1's host is in {place(c)} ({c.offer.provider} {c.offer.region}); --regions keeps the data in a country "
-                     "or continent.")
-    if plan.baseline is not None:
-        b = plan.baseline
-        method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"
-        line = f"Naive baseline: {method} on the cheapest instance where it fits"
-        if plan.saving_vs_baseline_usd is not None and plan.candidates:
-            line += "; the top pick " + claims.versus(plan.candidates[0], b, "the baseline", subject="").strip()
-        else:
-            line += f": {b.offer.provider} {b.offer.instance_type}, {money(b.cost.usd)}, {b.timing.hours:,.1f} h"
-        lines.append(line + ".")
-    s = plan.spot_alternative
-    if s is not None:
-        lines.append(spot_line(plan, s))
-    if plan.managed_summary():
-        lines.append(plan.managed_summary())
-
-    measured = [c for c in plan.candidates if is_measured(c.timing.band_basis)]
-    if measured:
-        lines.append("Measured: " + "; ".join(f"#{c.rank} {c.timing.tokens_per_sec:,.0f} tokens/s, "
-                                               f"{c.timing.band_basis}" for c in measured[:6]) + ".")
-    if plan.pareto:
-        lines.append(f"Pareto front ({len(plan.pareto)} options no other beats on both cost and time; cost / hours "
-                     f"{claims.pareto_basis(plan)}, fastest first): " + "; ".join(
-                         f"{figures} ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} {c.offer.provider})"
-                         for c, figures in claims.pareto_points(plan)))
-    ruled_out = claims.counts(plan)["ruled_out"]
-    if ruled_out:
-        lines.append("Ruled out before scoring (options per reason): " + "; ".join(
-            f"{r.reason}: {r.count:,}" for r in ruled_out[:6]) + (f"; {len(ruled_out) - 6} more reasons (--format "
-                                                                  "json or --report lists all)" if len(ruled_out) > 6 else ""))
-    return lines
-
-
-def spot_line(plan, s) -> str:
-    """The spot alternative against the plan's on-demand #1, at the table's quantile, with its interruption
-    allowance and the spot price's date."""
-    q = ranking_quantile(plan)
-    what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
-            + f", {ranked_hours(s):,.1f} h and {money(ranked_cost(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
-            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.offer.price_date})")
-    top = plan.candidates[0] if plan.candidates else None
-    if top is None or top.cost.spot:
-        return what + "."
-    diff = ranked_cost(top) - ranked_cost(s)
-    share = f" ({abs(diff) / ranked_cost(top):.0%})" if ranked_cost(top) > 0 else ""
-    verdict = (f"saves {money(diff)}{share}" if diff > 0.005 else f"costs {money(-diff)} more{share}" if diff < -0.005
-               else "costs the same")
-    return (what + f": {verdict} against the on-demand #1 ({top.offer.provider} {top.offer.instance_type}, "
-            f"{money(ranked_cost(top))}, {ranked_hours(top):,.1f} h).")
-
-
-def place(c) -> str:
-    name = c.offer.country_name
-    return f"{name} ({c.offer.country})" if name else c.offer.country
-
-
-def _objective_line(plan) -> str:
-    """DPO / GRPO: the workload in its own units, and what the top pick runs where and spends generating."""
-    w = plan.workload
-    kind = w.get("objective")
-    if not kind:
-        return ""
-    if kind == "dpo":
-        line = f"DPO: {w.get('pairs', 0):,} preference pairs per epoch (2 rows each through the policy)"
-    else:
-        line = (f"GRPO: {w.get('prompts', 0):,} prompts per epoch × {w.get('num_generations')} completions "
-                f"(generation {w.get('generation')})")
-    if plan.candidates:
-        c = plan.candidates[0]
-        where = next((n for n in c.notes if n.startswith(("DPO:", "GRPO:"))), "")
-        line += f"; #1: {where.split(': ', 1)[-1]}" if where else ""
-        if kind == "grpo":
-            line += (f"; generation {c.timing.generation_hours:,.1f} h of its {c.timing.train_hours:,.1f} training "
-                     "hours (uncalibrated: band widened)")
-    return line + "."
-
-
 def render(plan, fmt: str) -> str:
     """The plan as JSON, CSV (the candidates' flat view), a Markdown table or a text table that
     fits the terminal (cli.output.render_table)."""
@@ -318,7 +215,7 @@ def render(plan, fmt: str) -> str:
                            "csv")
     columns = _columns(plan)
     rows = _rows(plan, columns)
-    summary = _summary(plan)
+    summary = summary_lines(plan)
     titles = _titles(plan, columns)
     if not rows:  # nothing to rank: the summary says why (notice and rejections)
         return "\n".join(_wrap(plain(x)) for x in summary)

@@ -8,10 +8,10 @@ scenarios. Built from the decision card's own pieces (reports.card), never recom
 
 from __future__ import annotations
 
+from advisor.explain.card import cost_band, hardware, time_band, where
+from advisor.explain.price_age import is_stale
 from advisor.results import Plan
 from advisor.units import duration, gb, money
-from reports.card import cost_band, hardware, time_band, where
-from reports.price_age import is_stale
 
 ROWS = ("Cost of #1", "Wall time", "Hardware", "Stack", "Memory headroom", "Price", "Managed instead", "Constraints")
 

@@ -136,7 +136,7 @@ def test_the_same_offer_under_two_names_is_one_row_naming_the_other():
 
 def test_standard_adamw_unless_8bit_is_what_makes_it_fit(lora_plan):
     from advisor.api import estimate_memory
-    from advisor.planner.configs import ONLY_8BIT_NOTE
+    from advisor.explain import ONLY_8BIT_NOTE
 
     for c in every(lora_plan):
         assert c.stack.optimizer == "adamw"
@@ -197,7 +197,7 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     assert safe.tie_rule == "clear of the memory limit"
     # the table says why #1 is not the cheapest row, in the decision card's own sentence
     from cli.plan import render
-    from reports.card import why
+    from advisor.explain.card import why
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COLUMNS", "100000")  # one line, whatever terminal the suite runs in

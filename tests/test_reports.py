@@ -180,7 +180,7 @@ def test_cost_time_chart_marks_the_pareto_front():
     assert "Pareto front" in labels and "candidates (500)" in labels and "naive baseline" in labels
     front = page.table("Pareto front: no cheaper and faster option exists")
     assert len(front["rows"]) == len(plan.pareto)
-    from reports.claims import pareto_points, ranked_hours
+    from advisor.explain.claims import pareto_points, ranked_hours
 
     hours = [ranked_hours(c) for c in sorted(plan.pareto, key=ranked_hours)]  # fastest first, as ranked
     assert [r[5] for r in front["rows"]] == [figures for _, figures in pareto_points(plan)]

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from advisor import explain
 from advisor.estimate.engine import Engine
 from advisor.estimate.throughput import band
 from advisor.planner import configs as _configs, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
-from advisor.planner.objectives import placement
+from advisor.planner.findings import candidate_findings, crossings, misses, placement, plan_findings
 from advisor.planner.ranking import offer_identity
 from advisor.planner.remedy import search as search_remedy
 from advisor.planner.request import PlanRequest
-from advisor.planner.select import Selection, misses
-from advisor.planner.wording import HOST_UNKNOWN_NOTE, _disagreeing, _notes, _warnings, crossings
+from advisor.planner.select import Selection
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
+from advisor.results.facts import Finding, FindingKind
 from advisor.stacks import Stack
-from advisor.units import BILLION, MILLION, gb
+from advisor.units import BILLION, MILLION
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
 from pricing import clock, geo
 from pricing.cache import stale_days
@@ -54,18 +55,19 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
         cfg = configs[int(r["row"])]
         extra = [chosen.why[int(i)]] if int(i) in chosen.why else []
         if o["spot"] and suspect[int(r["offer_row"])]:
-            extra.append(ranking.SPOT_SUSPECT_NOTE)
+            extra.append(Finding(kind=FindingKind.SPOT_SUSPECT))
         names, regions = others.get(int(r["offer_row"]), ([], []))
         c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
         c.tie_rule = chosen.rule.get(int(i), "")
+        found = list(c.findings)
         if not c.offer.host_known:
-            need = float(chosen.fitting["ram_need"].iat[int(r["cfg_row"])])
-            c.notes.append(f"{HOST_UNKNOWN_NOTE}: this run needs about {gb(need)} of host RAM per node to load and "
-                           "feed it (advisor/planner/host.py); check the host before renting")
+            found.append(Finding(kind=FindingKind.HOST_UNKNOWN, figures={
+                "ram_need_bytes": float(chosen.fitting["ram_need"].iat[int(r["cfg_row"])])}))
         if not chosen.constraints_met:
-            c.notes.extend(misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request))
+            found += misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request)
         else:
-            c.notes.extend(crossings(c, request))
+            found += crossings(c, request)
+        c.findings, c.notes = found, explain.candidate_notes(found)
         return c
 
     candidates = [candidate(i) for i in chosen.ranked[:request.top]]  # rank k + 1: their place in `position`
@@ -79,8 +81,9 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     remedy = search_remedy(request, candidates[0], None)[0] if candidates and not chosen.constraints_met else ""
 
     warnings = list(getattr(offers, "attrs", {}).get("problems", []))[:20]
-    warnings += _disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
-    warnings += _warnings(chosen, candidates, request, off, spot, engine.spec) + ([remedy] if remedy else [])
+    warnings += explain.disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
+    found = plan_findings(chosen, candidates, request, off, spot, engine.spec)
+    warnings += explain.warnings(found, candidates) + ([remedy] if remedy else [])
     spec = engine.spec
     top_stack = candidates[0].stack if candidates else _lora_probe(request).model_copy(
         update={"method": request.methods[0]})
@@ -90,7 +93,7 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     return Plan(model=info, workload=_workload(request), candidates=candidates, pareto=pareto, baseline=baseline,
                 best_per_gpu=best_gpu, best_per_provider=best_provider, spot_alternative=spot,
                 rejected=chosen.rejections.to_list(), assumptions=_assumptions(chosen, configs, request, engine),
-                warnings=warnings, command=request.command, stale_days=stale_days(),
+                warnings=warnings, findings=found, command=request.command, stale_days=stale_days(),
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
                 prices_as_of=_pinned_day(),
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
@@ -219,7 +222,7 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
                  ram_gb=float(ram) if known else None, vcpus=int(cpus) if cpus_known else None)
 
 
-def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_notes=(),
+def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_findings=(),
                  also_named=(), also_regions=()) -> Candidate:
     """One priced config as a typed Candidate (offer row `o`, scored row `r`): it only copies what
     the evaluator (StepTime) and costing (the scored row) computed."""
@@ -231,6 +234,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     usd = float(r["cost_usd"])
 
+    found = candidate_findings(cfg, request, spec) + placement(stack, cfg.per_node, nodes) + list(extra_findings)
     peak, tight = measured_peak(int(cfg.fitted.peak), int(cfg.limit), cfg.fitted.tight, step, TIGHT_FRACTION)
     return Candidate(
         rank=rank, offer=_offer(o, list(also_named), list(also_regions)), nodes=nodes, network_gbps=network if nodes > 1 else None,
@@ -252,8 +256,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
                   usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
-        notes=_notes(cfg, request, spec) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
-                                             else []) + list(extra_notes),
+        findings=found, notes=explain.candidate_notes(found),
     )
 
 

@@ -254,7 +254,6 @@ def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
 
 
 EIGHT_BIT = ("adamw-8bit", "paged-adamw-8bit")
-ONLY_8BIT_NOTE = "fits only with 8-bit AdamW: no standard-AdamW stack of this method fits this hardware"
 
 
 def drop_needless_8bit(configs: list[Config], request: PlanRequest) -> tuple[list[Config], list[Config]]:

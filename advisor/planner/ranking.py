@@ -19,7 +19,7 @@ matters more than a few percent, and spot prices that look like placeholders kep
 from __future__ import annotations
 
 from advisor.planner.costing import offer_billing
-from advisor.results import NEAR_TIE_NOTE
+from advisor.results.facts import Finding, FindingKind
 from pricing.schema import mentions
 
 NEAR_TIE_PCT = 3.0  # DESIGN.md "Recommendation policy": a near-tie is within 3 % (relative only)
@@ -98,19 +98,6 @@ def undated(priced):
     return ~np.char.startswith(dates.astype("U"), "20")
 
 
-def _why_words(name: str, pick: int, beaten: int, prefs: dict, gpus, nodes) -> str:
-    """The tie rule in words, with the two candidates' values where they say more than the name."""
-    if name == "fewer GPUs and nodes":
-        def say(j):
-            return f"{gpus[j]} GPU{'s' if gpus[j] != 1 else ''}" + (f" on {nodes[j]} nodes" if nodes[j] > 1 else "")
-        return f"fewer GPUs and nodes ({say(pick)} against {say(beaten)})"
-    return {"requested global batch kept": "keeps the requested global batch exactly",
-            "clear of the memory limit": "clear of the memory limit (the cheaper one is tight)",
-            "calibrated": "a calibrated time model", "non-marketplace": "not a marketplace host",
-            "known host": "a known host (its RAM listed)", "dated price": "a dated price",
-            "bf16": "bf16", "unquantized": "unquantized base weights"}.get(name, name)
-
-
 # A tie rule never promotes a row that takes this many times the wall time of the cheaper row it passes:
 # at a 3 % price difference nobody trades 4.5 h for 16 h to rent fewer GPUs or a safer host.
 SLOWER_LIMIT = 2.0
@@ -121,8 +108,8 @@ def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=
     """Re-order the first `window` positions: repeatedly take, among the candidates within NEAR_TIE_PCT
     of the best remaining key (and, given `hours`, under SLOWER_LIMIT times its wall time), the one the
     tie-breakers (in `prefs` order) favour, then the best key.
-    Returns (ranked, why by position, rule by position): `why` says which rule promoted a candidate
-    over a cheaper (or faster) one, `rule` names it (the table's mark)."""
+    Returns (ranked, why by position, rule by position): `why` is the finding that a rule promoted a candidate
+    over a cheaper (or faster) one (with both rows' figures), `rule` names it (the table's mark)."""
     import numpy as np
 
     names = list(prefs)
@@ -137,10 +124,12 @@ def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=
         if key[pick] > best:
             beaten = head[0]
             name = next((n for n in names if prefs[n][pick] < prefs[n][beaten]), "equal on every tie-breaker")
-            words = _why_words(name, pick, beaten, prefs, gpus if gpus is not None else np.zeros(len(key), int),
-                               nodes if nodes is not None else np.ones(len(key), int))
-            why[int(pick)] = (f"{NEAR_TIE_NOTE} (within {NEAR_TIE_PCT:g}% of a {what} option, "
-                              f"{100 * (key[pick] / best - 1):.1f}% here) for: {words}")
+            g = gpus if gpus is not None else np.zeros(len(key), int)
+            n = nodes if nodes is not None else np.ones(len(key), int)
+            why[int(pick)] = Finding(kind=FindingKind.NEAR_TIE, figures={
+                "rule": name, "within_pct": NEAR_TIE_PCT, "what": what, "here_pct": float(100 * (key[pick] / best - 1)),
+                "gpus": int(g[pick]), "nodes": int(n[pick]), "beaten_gpus": int(g[beaten]),
+                "beaten_nodes": int(n[beaten])})
             rule[int(pick)] = name
         out.append(pick)
         head.remove(pick)
@@ -160,7 +149,3 @@ def spot_suspect(priced):
     kinds = frame.dropna().groupby(["p", "r"])["k"].nunique()
     fixed = pd.MultiIndex.from_frame(frame[["p", "r"]]).isin(kinds[kinds >= SUSPECT_SHARE_ROWS].index)
     return noted | (fixed & ratio.notna().to_numpy())
-
-
-SPOT_SUSPECT_NOTE = ("spot price looks like a placeholder (a fixed fraction of on-demand across many instance "
-                     "types, or flagged spot_suspect): check availability before planning on it")

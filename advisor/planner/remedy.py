@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from advisor.explain import remedy as remedy_words
 from advisor.model.spec import MAX_NODES
 from advisor.planner.request import PlanRequest
 from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
 from advisor.stacks import METHODS
-from advisor.units import BILLION, MILLION, money
 
 REMEDY_MAX_PLANS = 5  # re-plans one remedy search may run (counted, never timed)
 WIDER_NODES = 8  # the first node limit tried when the request allows fewer
@@ -45,17 +45,11 @@ def levers(request: PlanRequest) -> list[tuple[str, dict]]:
     return out[:REMEDY_MAX_PLANS]
 
 
-def _what(c: Candidate) -> str:
-    gpus = f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
-    return f"{gpus} {c.offer.provider} {c.offer.instance_type}" + (" on spot" if c.cost.spot else "")
-
-
 def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest], Plan] | None) -> tuple[str, int]:
     """(the remedy sentence, re-plans run). `run` plans a request without a remedy search of its own; None:
     only what the closest candidate says (tokens, deadline, budget)."""
-    q = request.risk
-    met: list[tuple[float, str]] = []
-    missed: list[str] = []
+    met: list[tuple[str, Candidate]] = []
+    missed: list[tuple[str, str | None]] = []
     runs = 0
     for flags, update in levers(request) if run is not None else []:
         runs += 1
@@ -63,23 +57,19 @@ def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest]
         try:
             found = run(relaxed)
         except Exception as exc:  # a lever the data cannot serve (no offer left): say so, keep searching
-            missed.append(f"{flags} (no plan: {str(exc)[:80]})")
+            missed.append((flags, str(exc)))
             continue
         best = found.spot_alternative if update.get("spot") else (found.candidates[0] if found.constraints_met
                                                                   and found.candidates else None)
         if best is not None:
-            met.append((ranked_cost(best), f"{flags}: {_what(best)}, {ranked_hours(best):,.1f} h, {money(ranked_cost(best))}"))
+            met.append((flags, best))
         else:
-            missed.append(flags)
-    parts = [text for _, text in sorted(met)]
-    parts += _analytic(request, closest)
-    text = f"Remedy (figures at {q}): " + "; ".join(parts)
-    if missed:
-        text += "; tried without meeting it: " + ", ".join(missed)
-    return text + ".", runs
+            missed.append((flags, None))
+    met.sort(key=lambda m: (ranked_cost(m[1]), remedy_words.lever(*m)))
+    return remedy_words.remedy(request.risk, met, missed, _analytic(request, closest)), runs
 
 
-def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
+def _analytic(request: PlanRequest, c: Candidate) -> remedy_words.Closest:
     """From the closest candidate: the tokens that fit, and the deadline / budget the whole job needs."""
     t = c.timing
     total, setup = ranked_hours(c), t.setup_hours
@@ -90,23 +80,8 @@ def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
     if request.deadline_hours is not None:
         shares.append((request.deadline_hours - setup) / scaling)
     share = max(min(shares), 0.0) if shares else 1.0
-    tokens = request.tokens * share
-    out = []
-    where = _what(c)
-    if tokens >= MILLION:
-        out.append(f"--tokens {_tokens(tokens)} (fewer tokens) fits on {where}")
-    else:
-        out.append(f"even the setup alone does not fit on {where}")
-    need = []
-    if request.deadline_hours is not None and total > request.deadline_hours:
-        need.append((f"--deadline {math.ceil(total)}h", "a later deadline"))
-    if request.budget is not None and ranked_cost(c) > request.budget:
-        need.append((f"--budget {math.ceil(ranked_cost(c))}", "a larger budget"))
-    if need:
-        out.append(f"{' '.join(f for f, _ in need)} ({' and '.join(w for _, w in need)}) for the requested "
-                   f"{_tokens(request.train_tokens)} tokens on {where}: {ranked_hours(c):,.1f} h, {money(ranked_cost(c))}")
-    return out
-
-
-def _tokens(n: float) -> str:
-    return f"{n / BILLION:.3g}B" if n >= BILLION else f"{n / MILLION:.3g}M"
+    deadline = math.ceil(total) if request.deadline_hours is not None and total > request.deadline_hours else None
+    budget = (math.ceil(ranked_cost(c)) if request.budget is not None and ranked_cost(c) > request.budget
+              else None)
+    return remedy_words.Closest(candidate=c, tokens_fit=request.tokens * share, train_tokens=request.train_tokens,
+                                deadline_hours=deadline, budget_usd=budget)

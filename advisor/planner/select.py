@@ -36,7 +36,7 @@ class Selection:
     n_meeting: int
     spot: object = ()  # the best spot candidate (with --spot), beside the on-demand ranking
     constraints_met: bool = True
-    why: dict = None  # position -> why it was preferred within a near-tie
+    why: dict = None  # position -> the near-tie Finding that preferred it (ranking.prefer_in_near_ties)
     rule: dict = None  # position -> the tie rule that promoted it (ranking.TIE_BREAKERS)
 
     def __post_init__(self):
@@ -238,7 +238,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
 
 def _recipe(fitting, cfg_row, host_ok_asked, request: PlanRequest, rejections: Rejections):
     """Mask of candidates that keep the requested global batch exactly; when none can (no GPU count
-    that fits divides it), every candidate stays and says the batch it runs (wording._notes)."""
+    that fits divides it), every candidate stays and says the batch it runs (findings.candidate_findings)."""
     import numpy as np
 
     exact = fitting["global_batch"].to_numpy()[cfg_row] == request.sequences_per_step
@@ -285,15 +285,3 @@ def _violation(cost, hours, request: PlanRequest):
     if request.deadline_hours is not None:
         viol += np.maximum(hours / request.deadline_hours - 1, 0)
     return viol
-
-
-def misses(cost: float, hours: float, request: PlanRequest) -> list[str]:
-    """Plain words for how far one candidate misses each constraint (the 'closest' list)."""
-    out = []
-    if request.budget is not None and cost > request.budget:
-        out.append(f"misses the budget of ${request.budget:,.0f} by ${cost - request.budget:,.0f} "
-                   f"(+{cost / request.budget - 1:.0%})")
-    if request.deadline_hours is not None and hours > request.deadline_hours:
-        out.append(f"misses the deadline of {request.deadline_hours:g} h by {hours - request.deadline_hours:,.1f} h "
-                   f"(+{hours / request.deadline_hours - 1:.0%})")
-    return out

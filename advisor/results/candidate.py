@@ -12,11 +12,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.results.checks import TEXT_CHARS, check_count, check_gpu, check_number, check_text
 from advisor.results.estimate import Breakdown
+from advisor.results.facts import Finding
 from advisor.stacks import Shape, Stack
-
-# How the note of a candidate promoted by the near-tie rule starts (advisor/planner/ranking.py writes it; the
-# report's decision card and the plan table's "Why #1" line read it)
-NEAR_TIE_NOTE = "preferred in a near-tie"
 
 
 class Offer(BaseModel):
@@ -165,7 +162,10 @@ class Candidate(BaseModel):
     timing: Timing
     cost: Cost
     label: str = Field("", description="stack label as tables show it (with the node count)")
-    notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words")
+    notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words (written "
+                                                                "from `findings` by advisor/explain/notes.py)")
+    findings: list[Finding] = Field(default_factory=list, description="what this candidate trades away, as typed "
+                                                                      "facts (advisor/results/facts.py)")
     tie_rule: str = Field("", description="the near-tie rule that ranked it above a cheaper (or faster) row "
                                           "(advisor/planner/ranking.py TIE_BREAKERS); '' when its figure did")
 

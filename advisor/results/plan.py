@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from advisor.results.candidate import Candidate
 from advisor.results.checks import TEXT_CHARS, _check_tree, check_text, check_workload
 from advisor.results.estimate import ModelInfo
+from advisor.results.facts import Finding
 from advisor.results.plan_refs import VIEWS, to_refs
-from advisor.units import MILLION, money, tokens
 from pricing.managed import ManagedAlternative
 
 # 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat copies); 3: nested only, each
@@ -94,6 +94,8 @@ class Plan(BaseModel):
     rejected: list[Rejection] = Field(default_factory=list)
     assumptions: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list, description="the plan's own facts behind its warnings "
+                                                                      "(advisor/results/facts.py)")
     command: str = ""
     generated_at: str = ""
     prices_as_of: str = Field("", description="the day price ages were measured on when GPU_ADVISOR_TODAY pinned it "
@@ -172,25 +174,6 @@ class Plan(BaseModel):
         for where, i in refs:
             if not 0 <= i < n:
                 raise ValueError(f"{where}: {i} names no stored candidate (candidates + others hold {n})")
-
-    def managed_summary(self) -> str:
-        """One sentence: the cheapest managed per-token service for the same tokens beside the self-hosted
-        top pick ("" when no service lists the model and method). The table, report and card all print it."""
-        if not self.managed_alternatives:
-            return ""
-        m = self.managed_alternatives[0]
-        price = money(m.usd) + (f"-{money(m.usd_high)}" if m.usd_high is not None else "")
-        dated = m.observed_at or "date unknown"
-        text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
-                f"{tokens(m.billed_m_tokens * MILLION)} tokens (price dated {dated}, {m.source.split(' ')[0]})")
-        if self.candidates and self.constraints_met:
-            c0 = self.candidates[0]  # at the ranking quantile, the figure the table shows
-            top = c0.cost.usd_at_risk if c0.cost.usd_at_risk is not None else c0.cost.usd
-            if top <= m.usd:
-                text += f"; self-hosting saves {money(m.usd - top)} or more, but you run it"
-            else:
-                text += f"; it is cheaper than self-hosting by up to {money(top - m.usd)}"
-        return text + "."
 
     @field_validator("schema_version", mode="before")
     @classmethod

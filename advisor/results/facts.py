@@ -1,0 +1,84 @@
+"""Facts about a plan as typed rows: a `Finding` is one thing the planner found about a candidate (or about the
+whole plan), its kind from a closed set and the figures it rests on. Readers that need a fact read the finding;
+the words for it are written once, from these rows, in advisor/explain/.
+
+`RankBy` is the closed set of `--sort` values: what the ranking orders by first.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Figure = bool | int | float | str | None
+
+
+class RankBy(StrEnum):
+    """What the ranking orders by first (--sort): the cost of the whole run, or its wall time."""
+
+    COST = "cost"
+    TIME = "time"
+
+    @property
+    def other(self) -> RankBy:
+        return RankBy.TIME if self is RankBy.COST else RankBy.COST
+
+
+class FindingKind(StrEnum):
+    """What a finding says. Candidate kinds first, then the plan's own (a warning)."""
+
+    # about one candidate (its notes, in the order the planner records them)
+    PURE_LOW_PRECISION = "pure_low_precision"  # full fine-tuning in pure bf16/fp16, no fp32 master copy
+    FP16_NO_BF16 = "fp16_no_bf16"  # fp16 on a card without bf16, a model released in bf16
+    ONLY_8BIT = "only_8bit"  # 8-bit AdamW is what makes the run fit
+    UNCALIBRATED = "uncalibrated"  # no held-out calibration rows for the GPU class and method
+    TIGHT = "tight"  # peak within the estimator's error band of the memory limit
+    PADDED = "padded"  # padded batches compute more than the kept tokens
+    GLOBAL_BATCH_CHANGED = "global_batch_changed"  # runs another global batch than requested
+    DPO_REFERENCE = "dpo_reference"  # DPO: where the reference model lives
+    GRPO_GENERATION = "grpo_generation"  # GRPO: where completions are generated
+    NEAR_TIE = "near_tie"  # ranked above a cheaper (or faster) row by a tie rule
+    SPOT_SUSPECT = "spot_suspect"  # the spot price looks like a placeholder
+    HOST_UNKNOWN = "host_unknown"  # the source lists no host RAM: the loading check could not run
+    MISSES_BUDGET = "misses_budget"  # over --budget at the ranking quantile
+    MISSES_DEADLINE = "misses_deadline"  # over --deadline at the ranking quantile
+    BAND_CROSSES_BUDGET = "band_crosses_budget"  # meets --budget at the quantile, its p90 does not
+    BAND_CROSSES_DEADLINE = "band_crosses_deadline"  # meets --deadline at the quantile, its p90 does not
+    # about the plan (its warnings)
+    TOP_FP16 = "top_fp16"  # the top pick trains in fp16 a model released in bf16
+    RULED_OUT_BY_CONSTRAINT = "ruled_out_by_constraint"  # options over the budget / past the deadline
+    CLOSEST = "closest"  # nothing meets the constraints: the closest candidate and how it misses
+    ALL_STALE = "all_stale"  # every matching price is stale
+    TOP_GLOBAL_BATCH = "top_global_batch"  # the top pick runs another global batch than requested
+    FEW_STEPS = "few_steps"  # fewer optimizer steps than rarely trains well
+    TOP_BAND_CROSSES = "top_band_crosses"  # the top pick's p90 crosses a constraint it meets at the quantile
+    SHOWN_HOST_UNKNOWN = "shown_host_unknown"  # a shown candidate's host RAM is unknown
+    PRICE_DISPUTED = "price_disputed"  # a dated observation disputes a shown candidate's catalog price
+    TOP_TIGHT = "top_tight"  # the top pick is a tight fit
+    NO_SPOT = "no_spot"  # --spot, and no matching offer has a spot price
+
+
+class Finding(BaseModel):
+    """One fact: its kind and the figures it rests on (numbers in their base units, names as plain strings)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: FindingKind
+    figures: dict[str, Figure] = Field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Figure:
+        return self.figures[name]
+
+    def get(self, name: str, default: Figure = None) -> Figure:
+        return self.figures.get(name, default)
+
+
+def found(findings: list[Finding], *kinds: FindingKind) -> list[Finding]:
+    """The findings of these kinds, in recorded order."""
+    return [f for f in findings if f.kind in kinds]
+
+
+def first(findings: list[Finding], *kinds: FindingKind) -> Finding | None:
+    """The first finding of these kinds (None when there is none)."""
+    return next((f for f in findings if f.kind in kinds), None)
