@@ -144,8 +144,8 @@ def test_terminal_and_report_list_the_same_pareto_points(plans, name):
 
 @pytest.mark.parametrize("name", PLANS)
 def test_counts_and_savings_agree_between_json_terminal_and_report(plans, name):
-    from advisor.units import money
     from advisor.explain.claims import AFTER_SCORING, difference
+    from advisor.units import money
 
     p = plans[name]
     data, plan = p["json"], p["plan"]

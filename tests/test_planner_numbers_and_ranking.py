@@ -196,8 +196,8 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
     assert safe.tie_rule == "clear of the memory limit"
     # the table says why #1 is not the cheapest row, in the decision card's own sentence
-    from cli.plan import render
     from advisor.explain.card import why
+    from cli.plan import render
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COLUMNS", "100000")  # one line, whatever terminal the suite runs in

@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.explain import note
 from advisor.planner import plan, ranking, remedy
-from advisor.results import Plan
+from advisor.results import FindingKind, Plan
 from pricing.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,7 +132,8 @@ def test_each_tie_breaker_promotes_a_dearer_row_only_within_the_near_tie_and_say
     inside = np.array([100.0, 100.0 + ranking.NEAR_TIE_PCT * 0.9])
     ranked, why, rules = ranking.prefer_in_near_ties(np.arange(2), inside, prefs, 10,
                                                       fitting["gpus"].to_numpy(), fitting["nodes"].to_numpy())
-    assert list(ranked) == [1, 0] and rules == {1: rule} and "near-tie" in why[1]
+    assert list(ranked) == [1, 0] and rules == {1: rule}
+    assert why[1].kind is FindingKind.NEAR_TIE and why[1]["rule"] == rule and "near-tie" in note(why[1])
     outside = np.array([100.0, 100.0 + ranking.NEAR_TIE_PCT * 1.1])
     ranked, why, rules = ranking.prefer_in_near_ties(np.arange(2), outside, prefs, 10)
     assert list(ranked) == [0, 1] and not rules

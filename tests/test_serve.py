@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plan_factory as pf  # noqa: E402
 from serve_helpers import LLAMA, SHEET, q, serving  # noqa: E402
 
+from advisor.explain.card import cost_band, time_band  # noqa: E402
 from advisor.text import md as md_text  # noqa: E402
 from advisor.units import money  # noqa: E402
-from advisor.explain.card import cost_band, time_band  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = q(model=LLAMA, tokens="100M")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Figure = bool | int | float | str | None
 
@@ -66,6 +66,28 @@ class Finding(BaseModel):
 
     kind: FindingKind
     figures: dict[str, Figure] = Field(default_factory=dict)
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, v: object) -> object:
+        """A plan file's kind is its string (strict loading takes only the enum itself)."""
+        if isinstance(v, str) and not isinstance(v, FindingKind):
+            try:
+                return FindingKind(v)
+            except ValueError:
+                raise ValueError(f"kind: {v[:40]!r} is not a finding this gpu-advisor knows") from None
+        return v
+
+    @field_validator("figures")
+    @classmethod
+    def _figures(cls, v: dict[str, Figure]) -> dict[str, Figure]:
+        """Short names, short strings and finite numbers: a figure is a fact, not a paragraph."""
+        for name, value in v.items():
+            if len(name) > 40 or (isinstance(value, str) and len(value) > 2_000):
+                raise ValueError(f"figures[{name[:40]!r}]: too long for a figure")
+            if isinstance(value, float) and value != value:
+                raise ValueError(f"figures[{name[:40]!r}]: not a number")
+        return v
 
     def __getitem__(self, name: str) -> Figure:
         return self.figures[name]
