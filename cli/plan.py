@@ -14,12 +14,12 @@ import click
 
 import reports
 from advisor import planner
-from advisor.explain.claims import ranked_cost, ranked_hours, ranking_quantile
-from advisor.explain.summary import TIE_MARK, summary_lines
+from advisor.explain.claims import ranking_quantile
+from advisor.explain.summary import summary_lines
 from advisor.planner import PlanRequest
 from advisor.results import FLAT
+from advisor.results.columns import CSV_RANKED, TERMINAL
 from advisor.text import md, plain
-from advisor.units import GB, money
 from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import OUTPUT_FORMATS, emit, next_step, output_options, render_rows, render_table, terminal_width
@@ -148,7 +148,6 @@ def command_line(options: dict, **extra) -> str:
 # them; the header names the quantile (`_titles`).
 HEADER = ["#", "cost", "cost band", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
           "GB peak/limit", "$/M tok", "price source, date"]
-_RIGHT = {"cost", "cost band", "hours", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
 _DROP = ["cost band", "$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
 
@@ -164,66 +163,30 @@ def _columns(plan) -> list[str]:
     return cols[:5] + extra + cols[5:]
 
 
-def _titles(plan, columns: list[str]) -> list[str]:
-    q = ranking_quantile(plan)
-    return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}"}.get(h, h) for h in columns]
-
-
-def _money_band(low: float | None, high: float | None) -> str:
-    return "n/a" if low is None or high is None else f"{money(low)}-{money(high)}"
-
-
-def _cells(c) -> dict[str, str]:
-    """One candidate's table cells by column (numbers from the planner, formatted here only)."""
-    return {
-        "#": str(c.rank) + (TIE_MARK if c.tie_rule else ""),
-        "cost": money(ranked_cost(c)),
-        "cost band": _money_band(c.cost.usd_low, c.cost.usd_high),
-        "hours": _band(ranked_hours(c), c.timing.hours_low, c.timing.hours_high),
-        "$/h": money(c.cost.price_hour), "on-demand": money(c.cost.on_demand_usd), "spot": money(c.cost.spot_usd),
-        "GPUs": f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
-        "instance": f"{c.offer.provider} {c.offer.instance_type}"
-        + (f" (+{len(c.offer.also_named)} names)" if c.offer.also_named else "")
-        + (" (spot)" if c.cost.spot else "") + (" TIGHT" if c.fit.tight else "")
-        + (" HOST?" if not c.offer.host_known else ""),
-        "region": c.offer.region + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
-        "stack": c.label, "mb×acc": f"{c.shape.micro_batch}×{c.shape.grad_accum}",
-        "GB peak/limit": f"{c.fit.peak_bytes / GB:.1f}" + (f"/{c.fit.limit_bytes / GB:.1f}" if c.fit.limit_bytes else ""),
-        "$/M tok": f"{c.cost.usd_per_m_tokens:.3f}",
-        "price source, date": f"{c.offer.source[:28]} {c.offer.price_date}" + (" STALE" if c.offer.stale else ""),
-    }
-
-
-def _rows(plan, columns: list[str]) -> list[list[str]]:
-    return [[cells[k] for k in columns] for cells in map(_cells, plan.candidates)]
-
-
-def _band(value: float, low: float | None, high: float | None) -> str:
-    if low is None or high is None:
-        return f"{value:,.1f}"
-    return f"{value:,.1f} ({low:,.1f}-{high:,.1f})"
-
-
 def render(plan, fmt: str) -> str:
     """The plan as JSON, CSV (the candidates' flat view), a Markdown table or a text table that
     fits the terminal (cli.output.render_table)."""
     if fmt == "json":
         return plan.model_dump_json(indent=2)
-    if fmt == "csv":
+    if fmt == "csv":  # rank, the ranked figures (named for their quantile), then the flat view
         columns = list(_flat_columns())
-        return render_rows(columns, ([_csv_value(k, row[k]) for k in columns] for row in map(_csv_row, plan.candidates)),
-                           "csv")
-    columns = _columns(plan)
-    rows = _rows(plan, columns)
+        q = ranking_quantile(plan)
+        header = [columns[0], *(col.title(q) for col in CSV_RANKED), *columns[1:]]
+        return render_rows(header, ([row["rank"], *(col.value(c) for col in CSV_RANKED),
+                                     *(_csv_value(k, row[k]) for k in columns[1:])]
+                                    for c, row in zip(plan.candidates, map(_csv_row, plan.candidates))), "csv")
+    columns = [TERMINAL[k] for k in _columns(plan)]
+    rows = [[col.cell(c) for col in columns] for c in plan.candidates]
     summary = summary_lines(plan)
-    titles = _titles(plan, columns)
+    titles = [col.title(ranking_quantile(plan)) for col in columns]
     if not rows:  # nothing to rank: the summary says why (notice and rejections)
         return "\n".join(_wrap(plain(x)) for x in summary)
     if fmt == "md":
         return render_rows(titles, rows, "md") + "\n\n" + "\n".join(f"- {md(x)}" for x in summary)
     left_out: list[str] = []
-    table = render_table(titles, rows, right=[i for i, h in enumerate(columns) if h in _RIGHT],
-                         drop=[columns.index(h) for h in _DROP if h in columns], left_out=left_out)
+    keys = [col.key for col in columns]
+    table = render_table(titles, rows, right=[i for i, col in enumerate(columns) if col.right],
+                         drop=[keys.index(k) for k in _DROP if k in keys], left_out=left_out)
     if left_out:
         summary.append(f"Columns left out to fit {terminal_width()} columns: {', '.join(left_out)} "
                        "(a wider terminal, COLUMNS=200, or --format csv/md/json shows them).")

@@ -24,15 +24,23 @@ from advisor.explain.claims import (
     pareto_basis,
     pareto_points,
     ranked_cost,
-    ranked_hours,
+    ranking_quantile,
     small_workload,
 )
 from advisor.explain.notes import misses_constraint, notes_of
 from advisor.explain.price_age import is_stale, price_age_days
 from advisor.launch.caveats import caveats
 from advisor.results import Candidate, Plan
+from advisor.results.columns import (
+    REPORT_BAND,
+    REPORT_COST,
+    REPORT_HOURS,
+    REPORT_MEMORY,
+    REPORT_SHORT_HOURS,
+    TIE_MARK,
+)
 from advisor.text import md, plain
-from advisor.units import duration, gb, money
+from advisor.units import gb, money
 from pricing.files import atomic_write
 from reports import charts
 
@@ -48,36 +56,41 @@ def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = 
             "numeric": [h in numeric for h in headers]}
 
 
-CANDIDATE_HEADERS = ["#", "Cost", "Wall time", "$ per hour", "Instance", "GPUs", "Stack", "Band p10–p90",
-                     "Memory per GPU (peak / limit)", "Batch (micro × accum × seq)", "Price date", "Notes"]
-CANDIDATE_NUMERIC = ("#", "Cost", "Wall time", "$ per hour", "Price date")
+CANDIDATE_HEADERS = ["#", REPORT_COST.header, REPORT_HOURS.header, "$ per hour", "Instance", "GPUs", "Stack",
+                     REPORT_BAND.header, REPORT_MEMORY.header, "Batch (micro × accum × seq)", "Price date", "Notes"]
+CANDIDATE_NUMERIC = ("#", REPORT_COST.header, REPORT_HOURS.header, "$ per hour", "Price date")
+
+
+def _titles(headers: list[str] | tuple[str, ...], plan: Plan) -> list[str]:
+    """Headers with the plan's ranking quantile where they name it ("{q}")."""
+    q = ranking_quantile(plan)
+    return [h.replace("{q}", q) for h in headers]
+
+
+def _table(headers: list[str], rows: list[list[str]], plan: Plan, flags: list[bool] | None = None,
+           numeric: tuple[str, ...] = ()) -> dict:
+    return table(_titles(headers, plan), rows, flags, tuple(_titles(numeric, plan)))
 
 
 def candidate_table(plan: Plan) -> dict:
     """Rank, cost, hours and $/h first (what a reader compares), then where, what and how sure; the
-    Pareto front and $ per M tokens have their own table and the CSV/JSON."""
+    Pareto front and $ per M tokens have their own table and the CSV/JSON. Cost and hours are the ranked figures
+    (advisor/results/columns.py)."""
     rows, flags = [], []
     for c in plan.candidates[:TOP_ROWS]:
         stale = is_stale(c, plan)
-        t = c.timing
-        band = (f"{duration(t.hours_low)} – {duration(t.hours_high)} · {money(c.cost.usd_low)} – "
-                f"{money(c.cost.usd_high)}" if t.hours_low is not None and c.cost.usd_low is not None else "n/a")
         where = (f"{c.offer.provider} {c.offer.instance_type} · {c.offer.region}" + (f" (+{len(c.offer.also_in)} more)"
                  if c.offer.also_in else "") + f" · {pricing(c)}")
-        misses = misses_constraint(c)
-        rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_cost(c)) + (" ✗" if misses else ""),
-                     _hours_cell(ranked_hours(c)),
-                     money(c.cost.price_hour), where, gpus(c), stack(c), band,
-                     f"{gb(c.fit.peak_bytes)} / {gb(c.fit.limit_bytes)}" + (" (tight)" if c.fit.tight else ""),
+        rows.append([_rank(c), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_HOURS.cell(c),
+                     money(c.cost.price_hour), where, gpus(c), stack(c), REPORT_BAND.cell(c), REPORT_MEMORY.cell(c),
                      f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
                      "; ".join(notes_of(c))])
         flags.append(stale)
-    return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
+    return _table(CANDIDATE_HEADERS, rows, plan, flags, CANDIDATE_NUMERIC)
 
 
-def _hours_cell(h: float) -> str:
-    """Wall time in a table cell that never wraps: hours alone (the card says days)."""
-    return duration(h) if h < 48 else f"{h:,.1f} h"
+def _rank(c: Candidate) -> str:
+    return str(c.rank) + (TIE_MARK if c.tie_rule else "")
 
 
 def launch_caveats(plan: Plan) -> list[dict]:
@@ -92,13 +105,15 @@ def launch_caveats(plan: Plan) -> list[dict]:
 
 
 def best_tables(plan: Plan) -> tuple[dict, dict]:
-    gpu_rows = [[g, str(c.rank), c.offer.provider, c.offer.instance_type, stack(c), duration(c.timing.hours),
-                 money(c.cost.usd)] for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: kv[1].cost.usd)]
-    prov_rows = [[p, str(c.rank), c.offer.instance_type, gpus(c), stack(c), duration(c.timing.hours),
-                  money(c.cost.usd)]
-                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: kv[1].cost.usd)]
-    return (table(["GPU", "Rank", "Provider", "Instance", "Stack", "Wall time", "Cost"], gpu_rows),
-            table(["Provider", "Rank", "Instance", "GPUs", "Stack", "Wall time", "Cost"], prov_rows))
+    """The best option per GPU and per provider, cheapest first, at the ranked figures."""
+    gpu_rows = [[g, str(c.rank), c.offer.provider, c.offer.instance_type, stack(c), REPORT_SHORT_HOURS.cell(c),
+                 REPORT_COST.cell(c)] for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: ranked_cost(kv[1]))]
+    prov_rows = [[p, str(c.rank), c.offer.instance_type, gpus(c), stack(c), REPORT_SHORT_HOURS.cell(c),
+                  REPORT_COST.cell(c)]
+                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: ranked_cost(kv[1]))]
+    ranked = [REPORT_SHORT_HOURS.header, REPORT_COST.header]
+    return (_table(["GPU", "Rank", "Provider", "Instance", "Stack", *ranked], gpu_rows, plan),
+            _table(["Provider", "Rank", "Instance", "GPUs", "Stack", *ranked], prov_rows, plan))
 
 
 def price_table(plan: Plan) -> dict:
@@ -143,16 +158,17 @@ def pareto_table(plan: Plan) -> dict:
     return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Cost / wall time"], rows)
 
 
-SHORT_HEADERS = ["#", "Cost", "Wall time", "GPUs", "Instance", "Stack"]
+SHORT_HEADERS = ["#", REPORT_COST.header, REPORT_SHORT_HOURS.header, "GPUs", "Instance", "Stack"]
 
 
 def short_table(plan: Plan) -> dict:
-    """The first table a reader sees: what to compare (cost, time), on what, how; the full one is below it."""
-    rows = [[str(c.rank), money(c.cost.usd) + (" ✗" if misses_constraint(c) else ""),
-             duration(c.timing.hours), gpus(c), f"{c.offer.provider} {c.offer.instance_type}", stack(c)]
+    """The first table a reader sees: what to compare (cost, time at the ranked quantile, in rank order), on what,
+    how; the full one is below it."""
+    rows = [[str(c.rank), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_SHORT_HOURS.cell(c),
+             gpus(c), f"{c.offer.provider} {c.offer.instance_type}", stack(c)]
             for c in plan.candidates[:TOP_ROWS]]
-    return table(SHORT_HEADERS, rows, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
-                 ("#", "Cost", "Wall time"))
+    return _table(SHORT_HEADERS, rows, plan, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
+                  ("#", REPORT_COST.header, REPORT_SHORT_HOURS.header))
 
 
 def lengths_table(plan: Plan) -> dict | None:

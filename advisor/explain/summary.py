@@ -9,11 +9,10 @@ from advisor.explain.card import why
 from advisor.explain.claims import ranked_cost, ranked_hours, ranking_quantile
 from advisor.explain.notes import note
 from advisor.results import Candidate, Plan
+from advisor.results.columns import TIE_MARK
 from advisor.results.facts import FindingKind as K, first
 from advisor.units import money
 from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
-
-TIE_MARK = "*"  # a row ranked above a cheaper (or faster) one by a near-tie rule
 
 
 def _head(plan: Plan) -> list[str]:
