@@ -3,15 +3,18 @@
 One row per question (what it costs, how long, on what, with which stack, how much memory is left,
 whose price from when, what a managed service would charge); one column per scenario. A row whose
 cells are not all the same is marked `differs`, so the page can highlight what changed between
-scenarios. Built from the decision card's own pieces (reports.card), never recomputed.
+scenarios. Built from the decision card's own pieces (advisor/explain/card.py) and the ranked figures
+(advisor/results/columns.py), never recomputed.
 """
 
 from __future__ import annotations
 
 from advisor.explain.card import cost_band, hardware, time_band, where
+from advisor.explain.claims import ranking_quantile
 from advisor.explain.price_age import is_stale
 from advisor.results import Plan
-from advisor.units import duration, gb, money
+from advisor.results.columns import REPORT_COST, REPORT_SHORT_HOURS
+from advisor.units import gb, money
 
 ROWS = ("Cost of #1", "Wall time", "Hardware", "Stack", "Memory headroom", "Price", "Managed instead", "Constraints")
 
@@ -25,8 +28,8 @@ def cells(plan: Plan) -> list[dict]:
     c = plan.candidates[0]
     free = c.fit.usable_bytes - c.fit.peak_bytes
     return [
-        {"value": money(c.cost.usd), "detail": cost_band(c)},
-        {"value": duration(c.timing.hours), "detail": time_band(c)},
+        {"value": REPORT_COST.cell(c), "detail": f"at {ranking_quantile(plan)} · {cost_band(c)}"},
+        {"value": REPORT_SHORT_HOURS.cell(c), "detail": f"at {ranking_quantile(plan)} · {time_band(c)}"},
         {"value": hardware(c), "detail": where(c)},
         {"value": c.label or c.stack.label(), "detail": f"micro-batch {c.shape.micro_batch} × accumulation "
                                                          f"{c.shape.grad_accum} at {c.shape.seq_len:,} tokens"},

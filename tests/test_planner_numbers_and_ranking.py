@@ -12,7 +12,7 @@ import pytest
 
 from advisor.model.catalog import load_model
 from advisor.planner import host, plan
-from advisor.results import Plan
+from advisor.results import FindingKind, Plan
 from pricing.gpus import get_gpu
 
 MODEL = load_model("meta-llama/Llama-3.1-8B")
@@ -152,15 +152,16 @@ def test_standard_adamw_unless_8bit_is_what_makes_it_fit(lora_plan):
 def test_every_candidate_is_ranked_at_one_quantile_and_an_uncalibrated_one_says_so(lora_plan):
     """One ranking basis: every row at --risk's quantile (default p80), calibrated or not; the table's cost
     column is that figure (cli/plan.py), and an uncalibrated row says its band is wider."""
-    from cli.plan import _cells
+    from advisor.results.columns import TERMINAL
 
     assert lora_plan.ranking["quantile"] == "p80"
     for c in every(lora_plan):
         assert c.timing.risk_quantile == 0.8 and c.timing.hours_at_risk > c.timing.hours
-        assert _cells(c)["cost"] == f"${c.cost.usd_at_risk:,.2f}"
-        assert _cells(c)["hours"].startswith(f"{c.timing.hours_at_risk:,.1f} (")
+        assert TERMINAL["cost"].cell(c) == f"${c.cost.usd_at_risk:,.2f}"
+        assert TERMINAL["hours"].cell(c).startswith(f"{c.timing.hours_at_risk:,.1f} (")
         if not c.timing.calibrated:
-            assert any(n.startswith("uncalibrated") for n in c.notes)
+            assert any(f.kind is FindingKind.UNCALIBRATED for f in c.findings)
+            assert any(n.startswith("uncalibrated") for n in c.notes)  # and says so
     p50 = plan(MODEL, offers=SHEET, tokens=20e6, methods=("lora",), risk="p50")
     assert all(c.timing.risk_quantile == 0.5 and c.timing.hours_at_risk == c.timing.hours for c in p50.candidates)
 
