@@ -15,7 +15,7 @@ import click
 import reports
 from advisor import planner
 from advisor.explain.claims import ranking_quantile
-from advisor.explain.summary import summary_lines
+from advisor.explain.summary import left_out_line, summary_lines
 from advisor.planner import PlanRequest
 from advisor.results import FLAT
 from advisor.results.columns import CSV_RANKED, TERMINAL
@@ -188,8 +188,7 @@ def render(plan, fmt: str) -> str:
     table = render_table(titles, rows, right=[i for i, col in enumerate(columns) if col.right],
                          drop=[keys.index(k) for k in _DROP if k in keys], left_out=left_out)
     if left_out:
-        summary.append(f"Columns left out to fit {terminal_width()} columns: {', '.join(left_out)} "
-                       "(a wider terminal, COLUMNS=200, or --format csv/md/json shows them).")
+        summary.append(left_out_line(terminal_width(), left_out))
     return table + "\n\n" + "\n".join(_wrap(plain(x)) for x in summary)
 
 

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from advisor.errors import BadInput
 from advisor.explain.answer import answer_parts, gpus, pricing, stack, value
+from advisor.explain.captions import CHART_TEXT, stale_status
 from advisor.explain.card import decision_card
 from advisor.explain.claims import (
     counts,
@@ -133,7 +134,7 @@ def price_table(plan: Plan) -> dict:
         rows.append([c.offer.provider, c.offer.region, c.offer.instance_type + node_note, pricing(c),
                      money(c.cost.price_hour), c.offer.source, c.offer.price_date,
                      "unknown" if age is None else f"{age:,}",
-                     f"⚠ undated or older than {plan.stale_days:g} days" if stale else "ok"])
+                     stale_status(plan) if stale else "ok"])
         flags.append(stale)
     return table(["Provider", "Region", "Instance", "Pricing", "$ per hour", "Source", "Date", "Age (days)",
                   "Status"], rows, flags)
@@ -279,22 +280,6 @@ def _env(fmt: str):
     env.globals["md_code"] = md_code
     env.globals["Raw"] = Raw
     return env
-
-
-CHART_TEXT = {
-    "memory": ("Peak memory per GPU by component",
-               "Stacked horizontal bars: weights, gradients, optimizer states, activations and overhead "
-               "per GPU for the top candidates and the naive baseline; a black tick marks each GPU's "
-               "usable memory. The table below gives the same numbers."),
-    "cost-time": ("Cost against wall time",
-                  "Scatter of every candidate's cost (USD) against wall time (hours); the Pareto front "
-                  "(options with no cheaper and faster alternative) is joined in orange, the top-ranked "
-                  "option (#1) is a blue star and the naive baseline a black cross. The table below lists "
-                  "the Pareto front."),
-    "lengths": ("Token lengths of the dataset",
-                "Histogram of the dataset's rows by token length (plan --dataset), with the plan's seq_len and "
-                "the suggested seq_len (p99 rounded up) marked as dashed lines. The table below gives the bins."),
-}
 
 
 def _charts(plan: Plan) -> dict[str, str]:

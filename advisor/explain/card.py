@@ -16,7 +16,7 @@ from advisor.explain.notes import note
 from advisor.explain.price_age import is_stale, price_age_days
 from advisor.launch.caveats import caveats
 from advisor.results import Candidate, Plan
-from advisor.results.facts import FindingKind as K, first, found
+from advisor.results.facts import FindingKind as K, RankBy, first, found
 from advisor.units import duration, gb, money
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
@@ -56,7 +56,7 @@ def time_band(c: Candidate) -> str:
 def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
-    by_time = plan.assumptions.get("sort") == "time"
+    by_time = plan.assumptions.get("sort") == RankBy.TIME
     parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {ranking_quantile(plan)}" if plan.constraints_met
              else "Closest to the constraints"]
     tie = first(c.findings, K.NEAR_TIE)

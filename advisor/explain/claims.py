@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from advisor.explain.notes import NEAR_TIE_NOTE
 from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
-from advisor.results.facts import FindingKind as K, first
+from advisor.results.facts import FindingKind as K, RankBy, first
 from advisor.units import MILLION, duration, money, tokens
 
 # A difference smaller than this is "the same" (a cent); below DOLLAR no percentage is stated, because
@@ -28,7 +28,7 @@ def _quantile(q: float) -> str:
 
 def ranking_basis(plan: Plan) -> str:
     """'cost at p50 (p80 where the time model is uncalibrated); near-ties (marked) ...' as the plan states it."""
-    by = "time" if plan.assumptions.get("sort") == "time" else "cost"
+    by = "time" if plan.assumptions.get("sort") == RankBy.TIME else "cost"
     stated = plan.ranking or plan.assumptions.get("ranking")
     if isinstance(stated, str) and stated.strip():
         return stated.strip()

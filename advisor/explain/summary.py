@@ -133,3 +133,9 @@ def objective_line(plan: Plan) -> str:
             line += (f"; generation {c.timing.generation_hours:,.1f} h of its {c.timing.train_hours:,.1f} training "
                      "hours (uncalibrated: band widened)")
     return line + "."
+
+
+def left_out_line(width: int | None, left_out: list[str]) -> str:
+    """The columns a narrow terminal dropped, and how to see them."""
+    return (f"Columns left out to fit {width} columns: {', '.join(left_out)} "
+            "(a wider terminal, COLUMNS=200, or --format csv/md/json shows them).")

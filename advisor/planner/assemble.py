@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from advisor import explain
 from advisor.estimate.engine import Engine
 from advisor.estimate.throughput import band
+from advisor.explain import assumptions as explain_assumptions
 from advisor.planner import configs as _configs, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
@@ -17,7 +18,7 @@ from advisor.planner.remedy import search as search_remedy
 from advisor.planner.request import PlanRequest
 from advisor.planner.select import Selection
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
-from advisor.results.facts import Finding, FindingKind
+from advisor.results.facts import Assumptions, Finding, FindingKind
 from advisor.stacks import Stack
 from advisor.units import BILLION, MILLION
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
@@ -170,35 +171,27 @@ def _objective_workload(request: PlanRequest) -> dict:
     return out
 
 
-def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest, engine: Engine) -> dict:
+def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest, engine: Engine) -> Assumptions:
+    """The counts and settings the plan assumed, with the assumption wording of advisor/explain/assumptions.py."""
     b = billing()
-    setup, ckpt, rel = b["setup"], b["checkpoint"], b["reliability"]
-    return {
-        "headroom": request.headroom, "mfu_override": request.mfu, "sort": request.sort, "risk": request.risk,
-        "hours_band": "p10-p90 of the time model's held-out error for the GPU class and method "
-                      "(benchmarks/results/time_calibration.md)",
-        "candidates_scored": chosen.n_scored, "candidates_meeting_constraints": chosen.n_meeting,
-        "configs_evaluated": len(configs), "memory_estimates": engine.estimates_made,
-        "setup_hours": request.setup_hours if request.setup_hours is not None else
-        f"{setup['provisioning_hours']} h provisioning + download at {setup['download_gb_s']} GB/s + final save",
-        "checkpoints": (f"every {request.checkpoint_interval_hours:g} h" if request.checkpoint_interval_hours else
-                        "Young's optimum interval sqrt(2 x write time x MTBF), at most "
-                        f"{ckpt['max_interval_hours']:g} h")
-        + f", written at {ckpt['write_gb_s_per_node']} GB/s per node",
-        "hardware_interruptions_per_gpu_hour": rel["hardware_interruptions_per_gpu_hour"],
-        "spot_interruptions_per_instance_hour": (rel["spot_interruptions_per_instance_hour"]
-                                                 if request.interruptions_per_hour is None
-                                                 else request.interruptions_per_hour),
-        "pricing": "on-demand ranking" + ("; best spot option beside it" if request.spot else ""),
-        "stale_prices": "ranked" if request.allow_stale else "left out while fresh offers exist",
-        "billing": "per provider, advisor/data/billing.json", "currency": "USD",
-        "time_model": "advisor/throughput.py + advisor/data/mfu.json",
-        "precision_rule": "full: mixed precision with fp32 master weights (amp, or DeepSpeed bf16/fp16 mode); "
-                          "LoRA/QLoRA: 16-bit frozen weights, fp32 adapters; fp16 where the GPU has no bf16",
-        "tight_band": f"{TIGHT_FRACTION:.0%} of the limit (worst under-estimate on high-confidence measurements)",
-        "optimizers": request.pins.get("optimizer") or ", ".join(_configs.OPTIMIZERS),
-        "multi_node": "only over a known inter-node fabric (pricing/data/fabrics.csv or the sheet's cluster_gbps)",
-    }
+    rel = b["reliability"]
+    words = explain_assumptions.words(b["setup"], b["checkpoint"], request.checkpoint_interval_hours, request.spot,
+                                      request.allow_stale, TIGHT_FRACTION)
+    return Assumptions(
+        headroom=request.headroom, mfu_override=request.mfu, sort=request.sort, risk=request.risk,
+        hours_band=words["hours_band"], candidates_scored=chosen.n_scored,
+        candidates_meeting_constraints=chosen.n_meeting, configs_evaluated=len(configs),
+        memory_estimates=engine.estimates_made,
+        setup_hours=request.setup_hours if request.setup_hours is not None else words["setup_hours"],
+        checkpoints=words["checkpoints"],
+        hardware_interruptions_per_gpu_hour=rel["hardware_interruptions_per_gpu_hour"],
+        spot_interruptions_per_instance_hour=(rel["spot_interruptions_per_instance_hour"]
+                                              if request.interruptions_per_hour is None
+                                              else request.interruptions_per_hour),
+        pricing=words["pricing"], stale_prices=words["stale_prices"], billing=words["billing"], currency="USD",
+        time_model=words["time_model"], precision_rule=words["precision_rule"], tight_band=words["tight_band"],
+        optimizers=request.pins.get("optimizer") or ", ".join(_configs.OPTIMIZERS), multi_node=words["multi_node"],
+    )
 
 
 def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:

@@ -98,7 +98,7 @@ def plan_findings(chosen: Selection, candidates: list[Candidate], request: PlanR
     if top is not None and top.stack.precision.endswith("fp16") and "bf16" in str(spec.torch_dtype).replace(
             "bfloat16", "bf16"):
         out.append(Finding(kind=K.TOP_FP16, figures={"gpu": top.offer.gpu_model}))
-    if not chosen.constraints_met and chosen.notice.startswith("No candidate meets"):
+    if not chosen.constraints_met and chosen.n_scored:  # options scored, none meets the constraints
         out += [Finding(kind=K.RULED_OUT_BY_CONSTRAINT, figures={"count": r.count, "reason": r.reason})
                 for r in chosen.rejections.to_list() if r.reason.startswith(CONSTRAINT_REASONS)]
         if top is not None:

@@ -74,7 +74,7 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
         text, runs = remedy.search(request, result.candidates[0], replan)
         result.warnings = [text if w == result.remedy else w for w in result.warnings]
         result.remedy = text
-        result.assumptions["remedy_plans"] = runs
+        result.assumptions = result.assumptions.model_copy(update={"remedy_plans": runs})
     return result
 
 

@@ -27,6 +27,7 @@ from advisor.model.spec import (
     MAX_USD,
     ModelSpec,
 )
+from advisor.results.facts import RankBy
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain
 from advisor.workload.measurements import gather
@@ -114,7 +115,7 @@ class PlanRequest(BaseModel):
     headroom: float = 0.10
     mfu: float | None = None
     setup_hours: float | None = None
-    sort: str = "cost"
+    sort: RankBy | str = RankBy.COST  # a string until checked (_check), then the RankBy
     risk: str = Field(DEFAULT_RISK, description="the one quantile of the time model's held-out error every candidate "
                                                 "is ranked, shown and checked against --budget/--deadline at "
                                                 "(p50, p80, p90; docs/plans.md says why p80 is the default)")
@@ -285,6 +286,7 @@ class PlanRequest(BaseModel):
             raise BadInput(f"--mfu: must be a fraction in (0, 1], got {self.mfu}.")
         if self.sort not in ("cost", "time"):
             raise BadInput(f"--sort: expected cost or time, got {self.sort!r}.")
+        self.sort = RankBy(self.sort)
         if self.risk not in RISKS:
             raise BadInput(f"--risk: expected one of {', '.join(RISKS)}, got {self.risk!r}.")
         if self.budget is not None and not (math.isfinite(self.budget) and self.budget > 0):

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.explain import notices
 from advisor.planner import costing, host, ranking
 from advisor.planner.configs import Config
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
+from advisor.results.facts import RankBy
 from advisor.units import GB, gb
 from pricing.gpus import get_gpu
 
@@ -185,14 +187,12 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
         rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    primary = (tie, hours, cost) if request.sort == "cost" else (tie, cost, hours)
+    primary = (tie, hours, cost) if request.sort is RankBy.COST else (tie, cost, hours)
 
     notice, met = "", True
     if sel.any() and not meets.any():
         met = False
-        what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
-                            if v is not None)
-        notice = f"No candidate meets the {what} at {request.risk}; showing the closest."
+        notice = notices.unmet(request.budget is not None, request.deadline_hours is not None, request.risk)
         pool = np.flatnonzero(sel)
         ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], _violation(cost, hours, request)[pool]))]
     else:
@@ -205,19 +205,17 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     why: dict = {}
     rule: dict = {}
     if met and len(ranked):
-        key = cost if request.sort == "cost" else hours
+        key = cost if request.sort is RankBy.COST else hours
         prefs = ranking.preferences(sc, fitting, priced, request)
         gpus = fitting["gpus"].to_numpy()[cfg_row]
         nodes = fitting["nodes"].to_numpy()[cfg_row]
         ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
-                                                        "cheaper" if request.sort == "cost" else "faster",
-                                                        hours if request.sort == "cost" else None)
+                                                        "cheaper" if request.sort is RankBy.COST else "faster",
+                                                        hours if request.sort is RankBy.COST else None)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
-        notice = ("Nothing fits: no offer can hold this job with the allowed settings"
-                  + (f" (most options ruled out: {reasons[0].reason})." if reasons else ".")
-                  if len(priced) else "No offer matches the filters.")
+        notice = notices.nothing_fits(reasons[0].reason if reasons else None) if len(priced) else notices.NO_OFFER
     by_cost = pool[np.lexsort((tie[pool], tight[pool], hours[pool], cost[pool]))]  # the front: the ranked figures
     h = hours[by_cost]
     prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h

@@ -8,8 +8,11 @@ the words for it are written once, from these rows, in advisor/explain/.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
+
+from advisor.results.checks import _check_tree, check_workload
 
 Figure = bool | int | float | str | None
 
@@ -104,3 +107,131 @@ def found(findings: list[Finding], *kinds: FindingKind) -> list[Finding]:
 def first(findings: list[Finding], *kinds: FindingKind) -> Finding | None:
     """The first finding of these kinds (None when there is none)."""
     return next((f for f in findings if f.kind in kinds), None)
+
+
+class _Record(BaseModel):
+    """A frozen record a plan file stores as a JSON object: the keys it was given (a field never set is not
+    written, so older files and new ones serialize as they were), read by attribute or, as a plain mapping, by key;
+    keys this version does not name are kept (an older or newer file's)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    FIELD: ClassVar[str] = "record"  # the Plan field it is, as error messages name it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_and_numbers(cls, data: Any) -> Any:
+        """Every key and string readable, every float finite (a plan file is data from anywhere)."""
+        if isinstance(data, dict):
+            _check_tree(data, cls.FIELD)
+        return data
+
+    @model_serializer(mode="wrap")
+    def _given(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        given = self.model_fields_set | set(self.model_extra or {})
+        return {k: v for k, v in data.items() if k in given}
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.as_dict().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.as_dict()
+
+    def keys(self):
+        return self.as_dict().keys()
+
+    def items(self):
+        return self.as_dict().items()
+
+    def values(self):
+        return self.as_dict().values()
+
+    def __len__(self) -> int:
+        return len(self.as_dict())
+
+
+Number = int | float
+
+
+class Workload(_Record):
+    """The job the plan prices: tokens, epochs, shape, the user's limits and pins, and the objective's own units
+    (DPO pairs, GRPO prompts); `plan --dataset` adds the dataset's keys."""
+
+    FIELD: ClassVar[str] = "workload"
+
+    tokens: Number | None = None
+    epochs: Number | None = None
+    train_tokens: Number | None = None
+    seq_len: int | None = None
+    global_batch: int | None = None
+    global_batch_tokens: int | None = None
+    methods: str | None = None
+    budget_usd: Number | None = None
+    deadline_hours: Number | None = None
+    max_nodes: int | None = None
+    max_gpus: int | None = None
+    spot: bool | None = None
+    padded: bool | None = None
+    pins: str | None = None
+    objective: str | None = None
+    objective_settings: str | None = None
+    pairs: int | None = None
+    prompts: int | None = None
+    num_generations: int | None = None
+    generation: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounds(cls, data: Any) -> Any:
+        """The keys `plan` writes and `launch` reads, within the flags' bounds (advisor/results/checks.py)."""
+        if isinstance(data, dict):
+            check_workload(data)
+        return data
+
+
+class Assumptions(_Record):
+    """What the plan assumed and counted: headroom, the ranking basis (sort, risk), the counts, setup, checkpoints,
+    interruption rates, and how prices, precision, optimizers and multi-node runs were chosen."""
+
+    FIELD: ClassVar[str] = "assumptions"
+
+    headroom: Number | None = None
+    mfu_override: Number | None = None
+    sort: RankBy | None = None
+    risk: str | None = None
+    hours_band: str | None = None
+    candidates_scored: int | None = None
+    candidates_meeting_constraints: int | None = None
+    configs_evaluated: int | None = None
+    memory_estimates: int | None = None
+    setup_hours: Number | str | None = None
+    checkpoints: str | None = None
+    hardware_interruptions_per_gpu_hour: Number | None = None
+    spot_interruptions_per_instance_hour: Number | None = None
+    pricing: str | None = None
+    stale_prices: str | None = None
+    billing: str | None = None
+    currency: str | None = None
+    time_model: str | None = None
+    precision_rule: str | None = None
+    tight_band: str | None = None
+    optimizers: str | None = None
+    multi_node: str | None = None
+    remedy_plans: int | None = None
+
+    @field_validator("sort", mode="before")
+    @classmethod
+    def _sort(cls, v: object) -> object:
+        """A plan file's --sort is its string (strict loading takes only the enum itself)."""
+        if isinstance(v, str) and not isinstance(v, RankBy):
+            try:
+                return RankBy(v.lower())
+            except ValueError:
+                raise ValueError(f"sort: expected cost or time (got {v[:40]!r})") from None
+        return v

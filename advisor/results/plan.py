@@ -9,9 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from advisor.results.candidate import Candidate
-from advisor.results.checks import TEXT_CHARS, _check_tree, check_text, check_workload
+from advisor.results.checks import TEXT_CHARS, _check_tree, check_text
 from advisor.results.estimate import ModelInfo
-from advisor.results.facts import Finding
+from advisor.results.facts import Assumptions, Finding, Workload
 from advisor.results.plan_refs import VIEWS, to_refs
 from pricing.managed import ManagedAlternative
 
@@ -80,7 +80,7 @@ class Plan(BaseModel):
 
     schema_version: int = PLAN_SCHEMA_VERSION
     model: ModelInfo
-    workload: dict[str, str | int | float | bool | None]
+    workload: Workload
     candidates: list[Candidate] = Field(description="the ranked top-N, best first")
     others: list[Candidate] = Field(default_factory=list, description="candidates only the views below name "
                                                                       "(each stored once)")
@@ -92,7 +92,7 @@ class Plan(BaseModel):
     spot_alternative_ref: int | None = Field(None, description="with --spot: the best spot candidate, beside "
                                                                "the on-demand headline")
     rejected: list[Rejection] = Field(default_factory=list)
-    assumptions: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    assumptions: Assumptions = Field(default_factory=Assumptions)
     warnings: list[str] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list, description="the plan's own facts behind its warnings "
                                                                       "(advisor/results/facts.py)")
@@ -155,7 +155,11 @@ class Plan(BaseModel):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Plan:
         """As pydantic's; an update of the candidates or of a view (pareto=[...], baseline=...) stores them
         again, so each view keeps the candidate it named (or is given) and each candidate is stored once."""
-        if not set(update or {}) & {"candidates", "others", *VIEWS}:
+        update = {k: (Workload.model_validate(v) if k == "workload" and isinstance(v, Mapping) and
+                      not isinstance(v, Workload) else Assumptions.model_validate(v)
+                      if k == "assumptions" and isinstance(v, Mapping) and not isinstance(v, Assumptions) else v)
+                  for k, v in (update or {}).items()}  # a plain mapping becomes the typed record again
+        if not set(update) & {"candidates", "others", *VIEWS}:
             return super().model_copy(update=update, deep=deep)
         data = {k: getattr(self, k) for k in type(self).model_fields if k != "others" and k not in VIEWS.values()}
         data.update({view: getattr(self, view) for view in VIEWS}, **(update or {}))
@@ -190,9 +194,8 @@ class Plan(BaseModel):
     @model_validator(mode="after")
     def _text_and_numbers(self) -> Plan:
         """The plan's own text and numbers (candidates, offers and the model check themselves)."""
-        for name in ("workload", "assumptions", "warnings", "ranking"):
+        for name in ("warnings", "ranking"):  # workload and assumptions check themselves (advisor/results/facts.py)
             _check_tree(getattr(self, name), name)
-        check_workload(self.workload)
         for name in ("command", "generated_at", "prices_as_of", "notice", "remedy"):
             check_text(getattr(self, name), name, TEXT_CHARS)
         self._check_refs()
