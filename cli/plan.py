@@ -115,30 +115,27 @@ def command_line(options: dict, **extra) -> str:
     model = options.get("model") or options.get("model_arg")
     if model:
         parts += ["--model", model]
-    flags = {"plan_file": "--file"}
     for key, value in {**options, **extra}.items():
-        if key in FIELDS and value is not None:
-            parts += as_args(key, value)
-            continue
-        if key in ("vllm_sleep", "importance_sampling") and value is not None:
-            parts.append("--" + ("" if value else "no-") + key.replace("_", "-"))
-            continue
-        if key in ("spot", "padded") and value is not None:
-            parts.append({"spot": ("--spot", "--no-spot"), "padded": ("--padded", "--packed")}[key][not value])
-            continue
-        if key in ("model", "model_arg", "command") or value is None or value == () or value is False:
-            continue
-        if key == "fmt":
-            if value != "table":
-                parts += ["--format", value]
-            continue
-        flag = flags.get(key) or "--" + key.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-            continue
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            parts += [flag, str(v)]
+        parts += _flag_args(key, value)
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _flag_args(key: str, value) -> list[str]:
+    """One option as the flags that give it (nothing for an unset one, the model, or the default format)."""
+    if key in FIELDS and value is not None:
+        return as_args(key, value)
+    if key in ("vllm_sleep", "importance_sampling") and value is not None:
+        return ["--" + ("" if value else "no-") + key.replace("_", "-")]
+    if key in ("spot", "padded") and value is not None:
+        return [{"spot": ("--spot", "--no-spot"), "padded": ("--padded", "--packed")}[key][not value]]
+    if key in ("model", "model_arg", "command") or value is None or value == () or value is False:
+        return []
+    if key == "fmt":
+        return ["--format", value] if value != "table" else []
+    flag = {"plan_file": "--file"}.get(key) or "--" + key.replace("_", "-")
+    if value is True:
+        return [flag]
+    return [a for v in (value if isinstance(value, (list, tuple)) else [value]) for a in (flag, str(v))]
 
 
 # --------------------------------------------------------------------------- formatting
@@ -168,13 +165,8 @@ def render(plan, fmt: str) -> str:
     fits the terminal (cli.output.render_table)."""
     if fmt == "json":
         return plan.model_dump_json(indent=2)
-    if fmt == "csv":  # rank, the ranked figures (named for their quantile), then the flat view
-        columns = list(_flat_columns())
-        q = ranking_quantile(plan)
-        header = [columns[0], *(col.title(q) for col in CSV_RANKED), *columns[1:]]
-        return render_rows(header, ([row["rank"], *(col.value(c) for col in CSV_RANKED),
-                                     *(_csv_value(k, row[k]) for k in columns[1:])]
-                                    for c, row in zip(plan.candidates, map(_csv_row, plan.candidates))), "csv")
+    if fmt == "csv":
+        return _csv(plan)
     columns = [TERMINAL[k] for k in _columns(plan)]
     rows = [[col.cell(c) for col in columns] for c in plan.candidates]
     summary = summary_lines(plan)
@@ -190,6 +182,16 @@ def render(plan, fmt: str) -> str:
     if left_out:
         summary.append(left_out_line(terminal_width(), left_out))
     return table + "\n\n" + "\n".join(_wrap(plain(x)) for x in summary)
+
+
+def _csv(plan) -> str:
+    """Rank, the ranked figures (named for their quantile, advisor/results/columns.py), then the flat view."""
+    columns = list(_flat_columns())
+    q = ranking_quantile(plan)
+    header = [columns[0], *(col.title(q) for col in CSV_RANKED), *columns[1:]]
+    rows = ([row["rank"], *(col.value(c) for col in CSV_RANKED), *(_csv_value(k, row[k]) for k in columns[1:])]
+            for c, row in zip(plan.candidates, map(_csv_row, plan.candidates)))
+    return render_rows(header, rows, "csv")
 
 
 def _wrap(line: str) -> str:

@@ -90,21 +90,26 @@ def _shown(c: Candidate) -> dict:
     return {"rank": c.rank, "provider": c.offer.provider, "instance_type": c.offer.instance_type}
 
 
-def plan_findings(chosen: Selection, candidates: list[Candidate], request: PlanRequest, off, spot,
-                  spec) -> list[Finding]:
-    """What the plan's reader must see (its warnings), in the order they are said."""
-    top = candidates[0] if candidates else None
+def _top(chosen: Selection, top: Candidate, request: PlanRequest, spec) -> list[Finding]:
+    """What the plan says about its #1 before anything else: fp16, and the closest when nothing meets the limits."""
     out = []
-    if top is not None and top.stack.precision.endswith("fp16") and "bf16" in str(spec.torch_dtype).replace(
-            "bfloat16", "bf16"):
+    if top.stack.precision.endswith("fp16") and "bf16" in str(spec.torch_dtype).replace("bfloat16", "bf16"):
         out.append(Finding(kind=K.TOP_FP16, figures={"gpu": top.offer.gpu_model}))
-    if not chosen.constraints_met and chosen.n_scored:  # options scored, none meets the constraints
-        out += [Finding(kind=K.RULED_OUT_BY_CONSTRAINT, figures={"count": r.count, "reason": r.reason})
-                for r in chosen.rejections.to_list() if r.reason.startswith(CONSTRAINT_REASONS)]
-        if top is not None:
-            out.append(Finding(kind=K.CLOSEST, figures=_shown(top)))
-    if len(off) and off["stale"].fillna(False).astype(bool).all():
-        out.append(Finding(kind=K.ALL_STALE))
+    return out
+
+
+def _unmet(chosen: Selection, top: Candidate | None) -> list[Finding]:
+    """Options scored, none meets the constraints: how many each constraint ruled out, and the closest."""
+    if chosen.constraints_met or not chosen.n_scored:
+        return []
+    out = [Finding(kind=K.RULED_OUT_BY_CONSTRAINT, figures={"count": r.count, "reason": r.reason})
+           for r in chosen.rejections.to_list() if r.reason.startswith(CONSTRAINT_REASONS)]
+    return out + ([Finding(kind=K.CLOSEST, figures=_shown(top))] if top is not None else [])
+
+
+def _recipe(top: Candidate | None, request: PlanRequest) -> list[Finding]:
+    """The #1's global batch, and a run of too few optimizer steps."""
+    out = []
     if top is not None and top.timing.global_batch != request.sequences_per_step:
         out.append(Finding(kind=K.TOP_GLOBAL_BATCH, figures={
             "runs": top.timing.global_batch, "requested": request.sequences_per_step,
@@ -114,8 +119,12 @@ def plan_findings(chosen: Selection, candidates: list[Candidate], request: PlanR
             "steps": request.optimizer_steps, "train_tokens": float(request.train_tokens),
             "sequences_per_step": request.sequences_per_step, "seq_len": request.seq_len,
             "min_steps": MIN_OPTIMIZER_STEPS}))
-    if top is not None and chosen.constraints_met and crossings(top, request):
-        out.append(Finding(kind=K.TOP_BAND_CROSSES, figures={"risk": request.risk}))
+    return out
+
+
+def _hosts_and_prices(candidates: list[Candidate]) -> list[Finding]:
+    """The first three rows: an unknown host, a disputed catalog price."""
+    out = []
     for c in candidates[:3]:
         if not c.offer.host_known:
             out.append(Finding(kind=K.SHOWN_HOST_UNKNOWN, figures=_shown(c)))
@@ -124,6 +133,20 @@ def plan_findings(chosen: Selection, candidates: list[Candidate], request: PlanR
             out.append(Finding(kind=K.PRICE_DISPUTED, figures={
                 **_shown(c), "catalog_price_hour": old, "price_hour": c.offer.price_hour,
                 "price_date": c.offer.price_date, "source": c.offer.source}))
+    return out
+
+
+def plan_findings(chosen: Selection, candidates: list[Candidate], request: PlanRequest, off, spot,
+                  spec) -> list[Finding]:
+    """What the plan's reader must see (its warnings), in the order they are said."""
+    top = candidates[0] if candidates else None
+    out = (_top(chosen, top, request, spec) if top is not None else []) + _unmet(chosen, top)
+    if len(off) and off["stale"].fillna(False).astype(bool).all():
+        out.append(Finding(kind=K.ALL_STALE))
+    out += _recipe(top, request)
+    if top is not None and chosen.constraints_met and crossings(top, request):
+        out.append(Finding(kind=K.TOP_BAND_CROSSES, figures={"risk": request.risk}))
+    out += _hosts_and_prices(candidates)
     if top is not None and top.fit.tight:
         out.append(Finding(kind=K.TOP_TIGHT))
     if request.spot and spot is None:

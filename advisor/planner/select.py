@@ -179,12 +179,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     sel = usable & ~is_spot
     cost, hours = sc["cost_rank"].to_numpy(), sc["hours_rank"].to_numpy()  # one quantile for every row (--risk)
     tight = fitting["tight"].to_numpy(bool)[cfg_row]
-    over = cost > request.budget if request.budget is not None else np.zeros(len(sc), bool)
-    late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(sc), bool)
-    if request.budget is not None:
-        rejections.add(f"over the budget of ${request.budget:,.0f} at {request.risk}", int((over & sel).sum()))
-    if request.deadline_hours is not None:
-        rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
+    over, late = _over_and_late(cost, hours, sel, request, rejections)
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
     primary = (tie, hours, cost) if request.sort is RankBy.COST else (tie, cost, hours)
@@ -205,33 +200,63 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     why: dict = {}
     rule: dict = {}
     if met and len(ranked):
-        key = cost if request.sort is RankBy.COST else hours
-        prefs = ranking.preferences(sc, fitting, priced, request)
-        gpus = fitting["gpus"].to_numpy()[cfg_row]
-        nodes = fitting["nodes"].to_numpy()[cfg_row]
-        ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
-                                                        "cheaper" if request.sort is RankBy.COST else "faster",
-                                                        hours if request.sort is RankBy.COST else None)
+        ranked, why, rule = _near_ties(ranked, sc, fitting, priced, request, cost, hours)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
         notice = notices.nothing_fits(reasons[0].reason if reasons else None) if len(priced) else notices.NO_OFFER
-    by_cost = pool[np.lexsort((tie[pool], tight[pool], hours[pool], cost[pool]))]  # the front: the ranked figures
-    h = hours[by_cost]
-    prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
-    pareto = by_cost[h < prev]
+    pareto = _pareto(pool, tie, tight, cost, hours)
     # best per GPU / provider follow the final ranking (near-tie preferences included), then the rest
     final = np.concatenate((ranked, order[~np.isin(order, ranked)])) if len(ranked) else order
     best = {column: _best_per(priced[column], offer_row, final) for column in ("gpu_model", "provider")}
     baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
-    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late)
-    spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
-    suspect = ranking.spot_suspect(priced)[offer_row]
-    plausible = spot_pool[~suspect[spot_pool]]
-    spot_best = (plausible if len(plausible) else spot_pool)[:1]
+    spot_best = _best_spot(usable & is_spot & ~over & ~late, primary, ranking.spot_suspect(priced)[offer_row])
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
                      spot=spot_best, constraints_met=met, why=why, rule=rule)
+
+
+def _over_and_late(cost, hours, sel, request: PlanRequest, rejections: Rejections):
+    """Masks of candidates over --budget and past --deadline at the ranking quantile, each counted as rejected."""
+    import numpy as np
+
+    over = cost > request.budget if request.budget is not None else np.zeros(len(cost), bool)
+    late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(cost), bool)
+    if request.budget is not None:
+        rejections.add(f"over the budget of ${request.budget:,.0f} at {request.risk}", int((over & sel).sum()))
+    if request.deadline_hours is not None:
+        rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
+    return over, late
+
+
+def _near_ties(ranked, sc, fitting, priced, request: PlanRequest, cost, hours):
+    """The ranking with near-ties settled by the tie-breakers (ranking.prefer_in_near_ties), on the --sort key."""
+    cfg_row = sc["cfg_row"].to_numpy()
+    by_cost = request.sort is RankBy.COST
+    prefs = ranking.preferences(sc, fitting, priced, request)
+    return ranking.prefer_in_near_ties(ranked, cost if by_cost else hours, prefs, max(request.top, 10),
+                                       fitting["gpus"].to_numpy()[cfg_row], fitting["nodes"].to_numpy()[cfg_row],
+                                       "cheaper" if by_cost else "faster", hours if by_cost else None)
+
+
+def _pareto(pool, tie, tight, cost, hours):
+    """The Pareto front of `pool` on the ranked figures: cheapest first, each faster than every cheaper one."""
+    import numpy as np
+
+    by_cost = pool[np.lexsort((tie[pool], tight[pool], hours[pool], cost[pool]))]
+    h = hours[by_cost]
+    prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
+    return by_cost[h < prev]
+
+
+def _best_spot(mask, primary, suspect):
+    """The best spot candidate by the ranking's keys, a plausible spot price first (one position, or none)."""
+    import numpy as np
+
+    spot_pool = np.flatnonzero(mask)
+    spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
+    plausible = spot_pool[~suspect[spot_pool]]
+    return (plausible if len(plausible) else spot_pool)[:1]
 
 
 def _recipe(fitting, cfg_row, host_ok_asked, request: PlanRequest, rejections: Rejections):

@@ -239,15 +239,7 @@ class Candidate(BaseModel):
         if not any(k in data for k in FLAT if k not in cls.model_fields):
             return data
         out = {k: v for k, v in data.items() if k not in FLAT or k in cls.model_fields}
-        parts: dict[str, dict] = {}
-        for key in _SUB_MODELS:
-            value = out.get(key) or {}
-            parts[key] = dict(value.model_dump(exclude_defaults=False) if isinstance(value, BaseModel) else value)
-        for key, how in FLAT.items():
-            if key not in data or callable(how) or "." not in how:
-                continue
-            part, field = how.split(".")
-            parts[part][field] = data[key]
+        parts = _nested_parts(out, data)
         if "lora_rank" in data and data["lora_rank"] is not None:
             parts["stack"]["lora_rank"] = data["lora_rank"]
         if "stack_label" in data:
@@ -259,6 +251,20 @@ class Candidate(BaseModel):
         for key in _SUB_MODELS:
             out[key] = parts[key]
         return out
+
+
+def _nested_parts(out: dict, data: dict) -> dict[str, dict]:
+    """The sub-models as dicts (given nested, or as models), with each flat key's value written into the nested
+    field its dotted path names (flat copies win)."""
+    parts: dict[str, dict] = {}
+    for key in _SUB_MODELS:
+        value = out.get(key) or {}
+        parts[key] = dict(value.model_dump(exclude_defaults=False) if isinstance(value, BaseModel) else value)
+    for key, how in FLAT.items():
+        if key in data and not callable(how) and "." in how:
+            part, field = how.split(".")
+            parts[part][field] = data[key]
+    return parts
 
 
 def ranked_cost(c: Candidate) -> float:
