@@ -11,6 +11,8 @@ views name it by reference, advisor/results/plan_refs.py); plans saved as schema
 - `candidate`: one priced way to run a job (offer, memory fit, timing, cost) and its flat view;
 - `plan`: the planner's answer, the plan file's schema and its versions;
 - `plan_refs`: views stored as references, and older schemas converted to them on load;
+- `facts`: typed plan facts: `Finding` (a closed `FindingKind` and its figures), `Workload`, `Assumptions`, `RankBy`;
+- `columns`: the candidate table's columns, once, for every surface (the ranked figures, named for their quantile);
 - `checks`: the text, number and bound checks every result applies to what it holds.
 
 This module only hands the public names on.
