@@ -8,15 +8,26 @@ sentence naming the field and the accepted values.
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from advisor.estimate.objectives.spec import SFT, Objective
+from advisor import techniques
+from advisor.objective import SFT, Objective
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["bf16", "fp16", "fp32", "amp-bf16", "amp-fp16"]
-Optimizer = Literal["adamw", "adamw-fp32", "adamw-8bit", "paged-adamw-8bit", "sgd", "adafactor"]
+
+
+def _known_optimizer(name: str) -> str:
+    """An optimizer is a row of advisor/data/optimizers.csv (advisor/techniques.py)."""
+    if name not in techniques.rows():
+        *rest, last = (repr(n) for n in techniques.names())
+        raise ValueError(f"expected {', '.join(rest)} or {last}")  # the words pydantic gives a Literal
+    return name
+
+
+Optimizer = Annotated[str, AfterValidator(_known_optimizer)]
 Attention = Literal["flash", "sdpa", "eager"]
 Sharding = Literal["none", "ddp", "fsdp", "zero1", "zero2", "zero3"]
 Offload = Literal["none", "optimizer", "params", "both"]
@@ -33,7 +44,7 @@ Framework = Literal["hf", "tuned"]
 
 METHODS: tuple[str, ...] = get_args(Method)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
-OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+OPTIMIZERS: tuple[str, ...] = techniques.names()
 ATTENTIONS: tuple[str, ...] = get_args(Attention)
 SHARDINGS: tuple[str, ...] = get_args(Sharding)
 OFFLOADS: tuple[str, ...] = get_args(Offload)
@@ -98,7 +109,7 @@ class Stack(BaseModel):
     dora: bool = False
     modules_to_save: str = ""
     framework: Framework = "hf"  # time only: what runs the steps (memory is the same)
-    # SFT, DPO or GRPO and their settings (advisor/estimate/objectives/spec.py): what one step of the policy runs
+    # SFT, DPO or GRPO and their settings (advisor/objective.py): what one step of the policy runs
     objective: Objective = SFT
 
     @field_validator("lora_targets", "modules_to_save", mode="before")
@@ -128,6 +139,20 @@ class Stack(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Stack:
+        """Refuse an impossible combination, the first one found in this order: precision and offload, the modules
+        an adapter run trains, the loss path, the objective's reference and head."""
+        self._check_precision_and_offload()
+        targets = self._target_names()
+        self._check_trained_modules(targets)
+        self._check_loss_path(targets)
+        self._check_objective(targets)
+        return self
+
+    def _target_names(self) -> set[str]:
+        """The --lora-targets names as a set (all-linear stays one name)."""
+        return {t.strip() for t in self.lora_targets.split(",")}
+
+    def _check_precision_and_offload(self) -> None:
         if self.is_qlora and self.pure_fp32:
             raise StackError(
                 "--precision: QLoRA computes in 16-bit; use bf16, fp16, amp-bf16 or amp-fp16, not fp32."
@@ -139,6 +164,9 @@ class Stack(BaseModel):
         if self.offloads_params and not self.shards_params:
             raise StackError("--offload: parameter offload needs --sharding fsdp or zero3.")
         # A sharding on one GPU is legal (FSDP on one GPU is used for CPU offload): nothing to shard, no error.
+
+    def _check_trained_modules(self, targets: set[str]) -> None:
+        """DoRA and modules_to_save belong to adapter runs; a module is trained fully or adapted, not both."""
         if self.dora and self.is_full:
             raise StackError("--dora: DoRA is a LoRA variant (peft use_dora=True); use it with --method lora or qlora.")
         saved = self.saved_modules
@@ -149,28 +177,34 @@ class Stack(BaseModel):
         if unknown:
             raise StackError(f"--modules-to-save: {', '.join(unknown)} not accepted; use "
                              f"{' and/or '.join(SAVABLE_MODULES)} (comma-separated).")
-        targets = {t.strip() for t in self.lora_targets.split(",")}
         both = [m for m in saved if m in targets]
         if both and self.is_adapter:
             # peft's ModulesToSaveWrapper refuses a module that already is a LoRA layer (peft/utils/other.py
             # AuxiliaryTrainingWrapper._check_module: BaseTunerLayer -> TypeError).
             raise StackError(f"--modules-to-save: {', '.join(both)} is also in --lora-targets; train it fully or "
                              "with an adapter, not both.")
+
+    def _check_loss_path(self, targets: set[str]) -> None:
+        """One fused loss at a time, and none of them under an lm_head adapter (they read its weight directly)."""
         if self.liger and self.loss in ("chunked", "cce"):
             raise StackError(f"--loss {self.loss}: --liger already replaces the loss with its fused linear "
                              "cross-entropy (chunked); use one of them.")
-        if self.loss in ("trl", "cce") and self.is_adapter and "lm_head" in targets:
+        adapter_on_head = self.is_adapter and "lm_head" in targets
+        if self.loss in ("trl", "cce") and adapter_on_head:
             # TRL's fused LM head and CCE multiply lm_head.weight itself (trl/trainer/utils.py _fused_forward:
             # self.get_output_embeddings().weight; axolotl's CCE patch: lm_head.weight): an adapter there never runs.
             raise StackError(f"--lora-targets: --loss {self.loss} reads lm_head's weight directly, so a LoRA adapter on "
                              "lm_head would not train; drop lm_head, train it fully (--modules-to-save lm_head) or use "
                              "--loss standard.")
-        if self.liger_loss and self.is_adapter and "lm_head" in targets:
+        if self.liger_loss and adapter_on_head:
             # liger-kernel's lce_forward passes self.lm_head.weight to the fused loss: a LoRA adapter on lm_head
             # would never run (src/liger_kernel/transformers/model/llama.py, lce_forward).
             raise StackError("--lora-targets: Liger's fused linear cross-entropy reads lm_head's weight directly, so a "
                              "LoRA adapter on lm_head would not train; drop lm_head or use --loss chunked instead of "
                              "--liger.")
+
+    def _check_objective(self, targets: set[str]) -> None:
+        """DPO / GRPO: the adapter-off reference needs an adapter; their fused head refuses an lm_head adapter."""
         if self.objective.ref_model == "adapter-off" and self.method == "full":
             raise StackError("--ref-model adapter-off: the reference is the base with the LoRA adapter switched off; "
                              "use it with --method lora or qlora (full fine-tuning keeps a copy or precomputes).")
@@ -178,7 +212,6 @@ class Stack(BaseModel):
             # trl/trainer/dpo_trainer.py:835-842: the fused log-prob head reads lm_head's weight directly
             raise StackError("--lora-targets: TRL's DPO/GRPO trainers score tokens with a fused head that reads "
                              "lm_head's weight directly, so an adapter on lm_head is refused; drop lm_head.")
-        return self
 
     @property
     def liger_loss(self) -> bool:

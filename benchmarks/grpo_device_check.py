@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from advisor.estimate.objectives.spec import Objective  # noqa: E402
+from advisor.objective import Objective  # noqa: E402
 from advisor.stacks import Shape, Stack  # noqa: E402
 
 GENERATIONS, BATCH = 8, 8

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from advisor.estimate.objectives.spec import Objective  # noqa: E402
+from advisor.objective import Objective  # noqa: E402
 from advisor.stacks import Shape, Stack  # noqa: E402
 from benchmarks.measure import _Recorder, _storage_key, _tensor_bytes, model_spec  # noqa: E402
 

@@ -45,6 +45,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("cli.calibrate:calibrate", "Compare a measured run (measured.json from `launch.sh --benchmark`) "
                                              "with the estimate for the same model, GPU, stack and shape, and store "
                                              "it so `gpu-advisor plan` uses it for matching candidates."),
+    "approve": ("cli.approve:approve", "Approve one candidate of a saved plan: its digest, caps, prices and their "
+                                       "dates, who and when."),
+    "track": ("cli.track:track", "Record a run's actual hours, tokens/s and cost against its approval in the "
+                                 "ledger."),
+    "ledger": ("cli.ledger:ledger", "Approved vs actual per run and per project: the burn-down and the p50/p90 of "
+                                    "what remains."),
     "serve": ("cli.serve:serve", "A local web page: a plan form, the decision card and ranked table for any inputs, "
                                  "2-4 scenarios side by side, and the plan JSON, Markdown report and launch bundle as "
                                  "downloads."),

@@ -15,10 +15,10 @@ from advisor.api import estimate_memory
 from advisor.errors import BadInput
 from advisor.estimate.alloc_trace import parse_lengths
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.estimate.objectives.spec import objective_of, pop_objective
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
+from advisor.objective import objective_of, pop_objective
 from advisor.planner.configs import precision_for
 from advisor.stacks import METHODS, Shape, Stack
 from advisor.text import md, plain
@@ -231,10 +231,28 @@ def stack_note(stack) -> str:
     said = f"Assumed stack: {stack.label()}"
     policy = plan_precision(stack)
     if stack.precision == policy:
-        return said + f" (what plan picks for {stack.method}: {PRECISION_WORDS.get(policy, policy)})."
+        return said + f" (what plan picks for {stack.method}: {PRECISION_WORDS.get(policy, policy)}). " + loss_note(stack)
     return (said + f". plan would pick --precision {policy} for {stack.method} ({PRECISION_WORDS.get(policy, policy)}) "
             f"where this is {PRECISION_WORDS.get(stack.precision, stack.precision)}; add --precision {policy} "
-            "for plan's figure.")
+            "for plan's figure. " + loss_note(stack))
+
+
+def loss_note(stack) -> str:
+    """The loss path the estimate assumed, in the first line: the default is TRL's fused LM head, which keeps
+    no logits, so a plain transformers Trainer (fp32 logits and log-softmax kept) needs `--loss standard`."""
+    if stack.liger_loss:
+        return "Loss: Liger's fused linear cross-entropy (--liger with --loss standard)."
+    if stack.loss == "trl":
+        return f"Loss: {LOSS_WORDS['trl']}; for a plain transformers Trainer, --loss standard."
+    return f"Loss: {LOSS_WORDS.get(stack.loss, stack.loss)} (--loss {stack.loss})."
+
+
+LOSS_WORDS = {  # the --loss choices as docs/usage/estimate.md names them
+    "trl": "TRL's fused LM head (SFTTrainer, the launch bundle's train.py)",
+    "standard": "transformers' ForCausalLMLoss, fp32 logits kept (a plain Trainer)",
+    "chunked": "torchtune-style chunked cross-entropy",
+    "cce": "Apple's Cut Cross-Entropy",
+}
 
 
 PRECISION_WORDS = {

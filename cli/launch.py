@@ -9,14 +9,17 @@ from pathlib import Path
 
 import click
 
+from advisor.approval import check_against
 from advisor.errors import BadInput
+from advisor.launch import caps
 from advisor.launch.bundle import build_bundle, write_bundle
 from advisor.launch.caveats import sky_caveat
+from advisor.launch.plan_checks import check_launchable
 from advisor.model.catalog import load_model
 from advisor.model.spec import ModelSpec
 from advisor.text import plain
 from cli.plan import build_plan, plan_options
-from cli.report import load_plan
+from cli.report import load_plan, plan_data
 
 
 @click.command()
@@ -28,12 +31,19 @@ from cli.report import load_plan
 @click.option("--force", is_flag=True, help="Write into an existing non-empty folder (bundle files are replaced).")
 @click.option("--dataset", default="data/train.jsonl", show_default=True,
               help="Training data path written into training_args.yaml (JSONL {'text': ...} or .txt).")
+@click.option("--approval", "approval_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="approval.json from `gpu-advisor approve` for the --from plan: its caps go into every launcher.")
 @plan_options
 @click.pass_context
 def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path, force: bool, dataset: str,
-           **plan_opts) -> None:
+           approval_file: Path | None, **plan_opts) -> None:
     """Write accelerate_config.yaml, training_args.yaml, train.py, launch.sh, sky.yaml and a README
     for candidate --rank of a saved plan (--from) or of a plan made now from the plan options."""
+    if approval_file is not None and from_file is None:
+        raise BadInput("--approval: give the approved plan with --from plan.json (an approval names one saved plan).")
+    approval = load_approval(approval_file) if approval_file is not None else None
+    if approval is not None and ctx.get_parameter_source("rank") is not click.core.ParameterSource.COMMANDLINE:
+        rank = approval.rank
     plan, where = load_or_build_plan(from_file, plan_opts)
     if ctx.get_parameter_source("dataset") is not click.core.ParameterSource.COMMANDLINE and \
             plan.workload.get("dataset"):  # the data the plan counted is the data the bundle trains on
@@ -41,16 +51,21 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
         click.echo(f"dataset: training_args.yaml reads {plain(dataset)} (the plan's dataset; --dataset to change)",
                    err=True)
     candidate = pick(plan, rank, where)
+    if from_file is not None:  # a file's values reach launch scripts: finite, positive, consistent, fitting
+        check_launchable(candidate, where)
+    if approval is not None:
+        check_against(approval, plan_data(from_file, "--from"), candidate)
     if out_dir.is_dir() and not force and _non_empty(out_dir):
         raise BadInput(f"--out: folder {plain(out_dir)} exists and is not empty; pass --force to overwrite its "
                        "bundle files.")
-    files, caveats = bundle_files(plan, candidate, dataset)
+    files, caveats = bundle_files(plan, candidate, dataset, approval)
     for note in caveats:
         click.echo(f"warning: {note}", err=True)
     write_bundle(files, out_dir, force=force)
     click.echo(f"Wrote {len(files)} files to {plain(out_dir)}: {', '.join(sorted(files))}")
 
-    sky = "" if sky_caveat(candidate) else f"   (or: cd {_word(out_dir)} && sky launch sky.yaml)"
+    sky_run = caps.sky_command() if approval else "sky launch sky.yaml"
+    sky = "" if sky_caveat(candidate) else f"   (or: cd {_word(out_dir)} && {sky_run})"
     click.echo(f"Run: bash {_word(out_dir / 'launch.sh')}{sky}")
 
 
@@ -63,15 +78,36 @@ def pick(plan, rank: int, where: str = "plan"):
     return plan.candidates[rank - 1]
 
 
-def bundle_files(plan, candidate, dataset: str) -> tuple[dict[str, str], list[str]]:
+def bundle_files(plan, candidate, dataset: str, approval=None) -> tuple[dict[str, str], list[str]]:
     """The bundle's files (name -> text) for a candidate of the plan, and the caveats it warns about;
     shared with `gpu-advisor serve`'s /bundle.zip, so the zip holds what `launch` writes."""
     options = {**{k: v for k, v in plan.assumptions.items() if v is not None},
                **{k: v for k, v in plan.workload.items() if v is not None}}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        files = build_bundle(candidate, model_spec(plan), dataset=dataset, options=options)
+        files = build_bundle(candidate, model_spec(plan), dataset=dataset, options=options, approval=approval)
     return files, [str(w.message) for w in caught]
+
+
+def load_approval(path: Path):
+    """approval.json, size-limited and validated (advisor/approval.py); one line naming the file and field."""
+    from pydantic import ValidationError
+
+    from advisor.approval import Approval
+    from pricing.errors import PriceInputError
+    from pricing.files import load_json, read_text
+
+    try:
+        data = load_json(read_text(path, f"--approval: {plain(path)}", max_bytes=1_000_000),
+                         f"--approval: {plain(path)}", max_bytes=1_000_000)
+        return Approval.model_validate(data, strict=False)
+    except PriceInputError as exc:
+        raise BadInput(f"{exc}.") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        raise BadInput(f"--approval: {plain(path)} is not an approval from `gpu-advisor approve`: field "
+                       f"{plain(field)[:80]}: {plain(err.get('msg', 'invalid'))[:200]}.") from None
 
 
 def _word(path: Path) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from advisor.estimate.objectives.spec import KINDS, REF_MODELS, VLLM_MODES, Objective, objective_of, pop_objective
+from advisor.objective import KINDS, REF_MODELS, VLLM_MODES, Objective, objective_of, pop_objective
 from cli.options import choice
 
 # (declaration, click type or None for a flag pair, help); the destination is the option's name

@@ -18,7 +18,7 @@ from advisor.explain.claims import ranking_quantile
 from advisor.explain.summary import left_out_line, summary_lines
 from advisor.planner import PlanRequest
 from advisor.results import FLAT
-from advisor.results.columns import CSV_RANKED, TERMINAL
+from advisor.results.columns import CSV_RANKED, TERMINAL, ranked_time_value, total_column
 from advisor.text import md, plain
 from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
@@ -80,6 +80,9 @@ def plan_options(f):
         click.option("--risk", type=choice(["p50", "p80", "p90"]), default=None,
                      help="the one quantile of the time model's held-out error every row is ranked, shown and "
                           "checked against --budget/--deadline at [p80]"),
+        click.option("--time-value", type=float, default=None, metavar="USD/h",
+                     help="what an hour of waiting costs: rows rank on cost + hours x this, both at --risk "
+                          "[22.22, one engineer's loaded cost per wall-clock hour, BLS]; 0 ranks on cost alone"),
         click.option("--top", type=click.IntRange(min=1), default=None, help="candidates to show [10]"),
         click.option("--all-stacks", is_flag=True, default=None,
                      help="rank every stack variant, not just each offer's best"),
@@ -152,7 +155,7 @@ def _columns(plan) -> list[str]:
     """HEADER, plus on-demand where some row's cost is not the on-demand cost (a spot row) and
     spot where spot was asked for and found (--spot): never a column that repeats `cost`."""
     cols = list(HEADER)
-    extra = []
+    extra = ["total"] if ranked_time_value(plan.ranking) else []  # the figure rows rank on: cost + hours x --time-value
     if any(c.cost.on_demand_usd is not None and c.cost.on_demand_usd != c.cost.usd for c in plan.candidates):
         extra.append("on-demand")
     if plan.spot_alternative is not None and any(c.cost.spot_usd is not None for c in plan.candidates):
@@ -167,7 +170,8 @@ def render(plan, fmt: str) -> str:
         return plan.model_dump_json(indent=2)
     if fmt == "csv":
         return _csv(plan)
-    columns = [TERMINAL[k] for k in _columns(plan)]
+    tv = ranked_time_value(plan.ranking)
+    columns = [total_column(tv) if k == "total" else TERMINAL[k] for k in _columns(plan)]
     rows = [[col.cell(c) for col in columns] for c in plan.candidates]
     summary = summary_lines(plan)
     titles = [col.title(ranking_quantile(plan)) for col in columns]

@@ -7,6 +7,7 @@ start fast (< 0.5 s), so it imports only pandas + the loader and prints a plain-
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 import click
 
@@ -24,7 +25,7 @@ from pricing.http import redact
 from pricing.loader import load, provider_checks, read_sheet, sources_status
 from pricing.refresh import base_url, refresh as run
 from pricing.schema import validate
-from pricing.sources import SOURCES, gpuhunt, skypilot
+from pricing.sources import KEY_OPTIONAL, SOURCES, gpuhunt, skypilot
 
 SOURCE_NAMES = list(SOURCES)  # the one registry: pricing/sources/__init__.py
 
@@ -62,11 +63,13 @@ def prices() -> None:
               help="Leave out rows of your --prices sheets that cannot be read (default: refuse the sheet, "
                    "naming the row).")
 @click.option("--all", "all_rows", is_flag=True,
-              help="Every matching row (default: the cheapest row per GPU model, a fresh price before a stale one).")
+              help="Every matching row (default: the cheapest row per GPU model, or with --gpu per instance type; "
+                   "a fresh price before a stale one).")
 @click.option("--limit", type=click.IntRange(min=0), default=0, help="Show at most N rows (0 = all).")
 def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount, skip_bad_rows, all_rows,
           limit) -> None:
-    """List GPU instance offers with their source, date and cross-check (cheapest per GPU; --all for every row)."""
+    """List GPU instance offers with their source, date and cross-check (cheapest per GPU, or per instance type
+    with --gpu; --all for every row)."""
     df, problems = load(user_sheets=sheets, discounts=list(discount), skip_bad_rows=skip_bad_rows)
     _warn([str(p) for p in problems])
     df = _filter(df, gpu, provider, region, min_gpus, spot)
@@ -74,9 +77,11 @@ def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount,
     df = df.assign(_sort=df[price] / (df["gpu_count"] if sort_by == "per-gpu" else 1))
     df = df.sort_values(["_sort", "provider", "region"], na_position="last", kind="stable")
     matching = len(df)
-    if not all_rows:
-        df = cheapest_per_gpu(df)
+    per = None if all_rows else (PER_INSTANCE if gpu else PER_GPU)
+    if per is not None:
+        df = cheapest_per(df, per.key)
     df = df.drop(columns="_sort")
+    offers = len(df)
     if limit > 0:
         df = df.head(limit)
     if fmt == "json":
@@ -84,15 +89,34 @@ def list_(gpu, provider, region, min_gpus, spot, sort_by, fmt, sheets, discount,
     elif fmt == "csv":
         click.echo(to_csv(df), nl=False)
     else:
-        _table(df, spot, None if all_rows else matching)
+        _table(df, spot, _shown(len(df), offers, matching, per, limit))
 
 
-def cheapest_per_gpu(df):
-    """One row per GPU model, in the frame's (price) order: its cheapest fresh row, else its cheapest
+class _Per(NamedTuple):
+    key: list[str]  # the columns one listed row stands for
+    words: str  # "the cheapest <words> of N matching rows"
+
+
+# Without --gpu the list is an overview, one row per GPU model; with --gpu (one model) one row per instance
+# type, so `--gpu H100 --limit 3` is the three cheapest H100 instances (whichever region is cheapest).
+PER_GPU = _Per(["gpu_model"], "per GPU")
+PER_INSTANCE = _Per(["gpu_model", "provider", "instance_type"], "region per instance type")
+
+
+def cheapest_per(df, key: list[str]):
+    """One row per `key`, in the frame's (price) order: its cheapest fresh row, else its cheapest
     stale one, as a plan would pick (a stale price never heads a plan while a fresh one exists)."""
     stale = df["stale"].fillna(True).astype(bool)
-    first = df.assign(_stale=stale).sort_values("_stale", kind="stable").drop_duplicates("gpu_model")
+    first = df.assign(_stale=stale).sort_values("_stale", kind="stable").drop_duplicates(key)
     return df.loc[df.index.isin(first.index)]
+
+
+def _shown(rows: int, offers: int, matching: int, per: _Per | None, limit: int) -> str:
+    """The footer's count: how many rows of how many offers, what one row stands for, and what --limit cut."""
+    count = f"{rows:,} of {offers:,} offers (--limit {limit})" if rows < offers else f"{offers:,} offers"
+    if per is None:
+        return count
+    return f"{count}: the cheapest {per.words} of {matching:,} matching rows (--all lists every row)"
 
 
 def _filter(df, gpu, provider, region, min_gpus, spot):
@@ -117,7 +141,7 @@ def _filter(df, gpu, provider, region, min_gpus, spot):
     return df
 
 
-def _table(df, spot: bool, matching: int | None) -> None:
+def _table(df, spot: bool, shown: str) -> None:
     if not len(df):
         click.echo("no offers match", err=True)
         return
@@ -130,8 +154,6 @@ def _table(df, spot: bool, matching: int | None) -> None:
             for r in df.itertuples(index=False)]
     out = [render_rows(head, rows, "table", right={4, 5, 6, 7, 8, 9, 10})]
     sources = sorted(set(df["source"]))
-    shown = (f"{len(rows)} offers (the cheapest per GPU of {matching:,} matching rows; --all lists every row)"
-             if matching is not None else f"{len(rows)} offers")
     out.append(f"{shown}; USD per hour, whole instance (on-demand unless noted). "
                f"Sources: {plain(', '.join(sources[:4]))}{' ...' if len(sources) > 4 else ''}")
     checked = ("confirmed", "disputed")
@@ -268,7 +290,8 @@ def sources(fmt) -> None:
 
     status = sources_status()
     fetchers = [{"name": n, "url": redact(base_url(n)),
-                 "key": (k and ("set" if settings.present(k) else f"missing ({k})")) or "not needed"}
+                 "key": (k and ("set" if settings.present(k) else
+                                f"optional ({k})" if n in KEY_OPTIONAL else f"missing ({k})")) or "not needed"}
                 for n, (_, k) in SOURCES.items()]
     checks = provider_checks()
     if fmt == "json":

@@ -21,13 +21,9 @@ from pricing.files import load_json, read_text
 MAX_PLAN_BYTES = 5_000_000  # the README's limit: ~1,600 candidates at ~3 KB each (the default --top 10 is ~40 KB)
 
 
-def load_plan(path: Path, what: str = "PLAN_FILE"):
-    """Read and validate a saved plan: size and nesting limited (pricing.files.load_json), every
-    field checked (advisor.results validators: printable text, GPUs in the GPU table, a model name
-    that is a Hub id, a catalog name or a path, finite numbers). Any problem is one BadInput line
-    naming the option (`what`), the file and the field."""
-    from pydantic import ValidationError
-
+def plan_data(path: Path, what: str = "PLAN_FILE") -> dict:
+    """A plan file's JSON object, size and nesting limited (pricing.files.load_json): what an approval's digest is
+    taken of, and what load_plan validates."""
     name = plain(path)
     if path.is_dir():
         raise BadInput(f"{what}: {name} is a folder; give a file written by `gpu-advisor plan --format json`.")
@@ -41,6 +37,18 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
     if not isinstance(data, dict):
         raise BadInput(f"{what}: {name} is not a plan from `gpu-advisor plan --format json` (expected a JSON "
                        "object).")
+    return data
+
+
+def load_plan(path: Path, what: str = "PLAN_FILE"):
+    """Read and validate a saved plan: size and nesting limited (pricing.files.load_json), every
+    field checked (advisor.results validators: printable text, GPUs in the GPU table, a model name
+    that is a Hub id, a catalog name or a path, finite numbers). Any problem is one BadInput line
+    naming the option (`what`), the file and the field."""
+    from pydantic import ValidationError
+
+    name = plain(path)
+    data = plan_data(path, what)
     try:
         return Plan.model_validate(data, strict=True)  # a file: no "2" or true where a number goes
     except ValidationError as exc:

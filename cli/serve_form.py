@@ -24,7 +24,8 @@ GROUPS = [
                ("regions", "Regions", "text", None), ("max-nodes", "Most instances", "number", 1),
                ("spot", "Also price spot capacity", "check", None)]),
     ("Limits and ranking", [("budget", "Budget (USD)", "number", 0), ("deadline", "Deadline", "text", None),
-                            ("risk", "Risk", "select", RISKS), ("sort", "Rank by", "select", SORTS)]),
+                            ("risk", "Risk", "select", RISKS), ("sort", "Rank by", "select", SORTS),
+                            ("time-value", "Time value (USD per hour)", "number", 0)]),
 ]
 
 

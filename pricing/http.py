@@ -325,6 +325,45 @@ def _chunks(resp, url: str, watch: _Watch, max_bytes: int):
         raise FetchError(url, f"body truncated: {total} of {declared} bytes")
 
 
+def _retryable(exc: Exception, url: str, watch: _Watch, timeout) -> tuple[str, bool]:
+    """(what went wrong, whether no host could be reached at all) for a failure worth another attempt; a
+    FetchError for one that is not (the deadline passed, an undecodable body, a malformed request), and any
+    exception that is not a request's failure raised as it is."""
+    import requests
+
+    if watch.expired:
+        raise FetchError(url, watch.message) from None
+    if isinstance(exc, requests.Timeout):
+        return f"timed out after {timeout} s", False
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "body truncated (chunked encoding broken)", False
+    if isinstance(exc, requests.ConnectionError) and _unreachable(exc):
+        return f"cannot reach the host ({_unreachable(exc)})", True
+    if isinstance(exc, requests.ConnectionError):  # includes truncated bodies
+        return "connection failed or body truncated", False
+    if isinstance(exc, requests.exceptions.ContentDecodingError):
+        raise FetchError(url, "compressed body could not be decoded") from None
+    if isinstance(exc, requests.RequestException):
+        raise FetchError(url, f"request failed: {exc}") from None
+    raise exc
+
+
+def _answer(resp, url: str, watch: _Watch, max_bytes: int, stream: bool):
+    """The response when its status is final (2xx, body read unless `stream`), None when the status is worth
+    a retry; a FetchError for any other error status."""
+    if resp.status_code in RETRY_STATUS:
+        return None
+    if resp.status_code >= 400:
+        raise FetchError(url, f"HTTP {resp.status_code} {resp.reason or ''}".strip())
+    _check_declared(resp, url, max_bytes)
+    if stream:
+        resp._pricing_limits = (watch, max_bytes)
+        return resp
+    body = b"".join(_chunks(resp, url, watch, max_bytes))
+    resp._content, resp._content_consumed = body, True
+    return resp
+
+
 def request(method: str, url: str, *, session=None, stream: bool = False, max_bytes: int | None = None,
             **kw):
     """A response with status 2xx, or FetchError naming the URL.
@@ -332,8 +371,6 @@ def request(method: str, url: str, *, session=None, stream: bool = False, max_by
     The body is read here (bounded by the deadline and `max_bytes`, default
     GPU_ADVISOR_HTTP_MAX_BYTES) unless `stream`: then read it with `iter_body(resp, url)`, which
     applies the same limits."""
-    import requests
-
     cfg = settings()
     max_bytes = cfg["max_bytes"] if max_bytes is None else max_bytes
     s = session or globals()["session"]()
@@ -349,39 +386,16 @@ def request(method: str, url: str, *, session=None, stream: bool = False, max_by
         handed_over = False
         try:
             resp = s.request(method, url, stream=True, **kw)
-            if resp.status_code in RETRY_STATUS:
-                last = f"HTTP {resp.status_code}"
-            elif resp.status_code >= 400:
-                raise FetchError(url, f"HTTP {resp.status_code} {resp.reason or ''}".strip())
-            else:
-                _check_declared(resp, url, max_bytes)
-                if stream:
-                    resp._pricing_limits = (watch, max_bytes)
-                    handed_over = True
-                    return resp
-                body = b"".join(_chunks(resp, url, watch, max_bytes))
-                resp._content, resp._content_consumed = body, True
-                return resp
+            done = _answer(resp, url, watch, max_bytes, stream)
+            if done is not None:
+                handed_over = stream
+                return done
+            last = f"HTTP {resp.status_code}"
         except FetchError:
             raise
-        except Exception as exc:  # noqa: BLE001 - sorted below; anything after a deadline is that
-            if watch.expired:
-                raise FetchError(url, watch.message) from None
-            if isinstance(exc, requests.Timeout):
-                last = f"timed out after {kw['timeout']} s"
-            elif isinstance(exc, requests.exceptions.ChunkedEncodingError):
-                last = "body truncated (chunked encoding broken)"
-            elif isinstance(exc, requests.ConnectionError) and _unreachable(exc):
-                unreachable += 1
-                last = f"cannot reach the host ({_unreachable(exc)})"
-            elif isinstance(exc, requests.ConnectionError):  # includes truncated bodies
-                last = "connection failed or body truncated"
-            elif isinstance(exc, requests.exceptions.ContentDecodingError):
-                raise FetchError(url, "compressed body could not be decoded") from None
-            elif isinstance(exc, requests.RequestException):
-                raise FetchError(url, f"request failed: {exc}") from None
-            else:
-                raise
+        except Exception as exc:  # noqa: BLE001 - sorted by _retryable; anything after a deadline is that
+            last, no_host = _retryable(exc, url, watch, kw["timeout"])
+            unreachable += no_host
         finally:
             _state.watch = None
             if not handed_over:

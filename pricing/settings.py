@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pricing.errors import PricingError
-from pricing.sources import SOURCES
+from pricing.sources import KEY_OPTIONAL, SOURCES
 from pricing.units import GB, GiB, MiB, TiB
 
 MIB = MiB
@@ -101,6 +101,11 @@ _VARIABLES: tuple[Variable, ...] = (
              "the cache folder (fetched sheets, Hub configs, stored measured runs); "
              "default `$XDG_CACHE_HOME/gpu-advisor`, else `~/.cache/gpu-advisor`"),
     Variable("XDG_CACHE_HOME", "path", None, "the cache root when GPU_ADVISOR_CACHE_DIR is unset (default ~/.cache)"),
+    Variable("GPU_ADVISOR_LEDGER", "secret", None,
+             "the approvals-and-spend ledger's database URL (`sqlite:///path` or `postgresql://user:pass@host/db`; "
+             "`--ledger` wins); default the SQLite file `$XDG_DATA_HOME/gpu-advisor/ledger.sqlite`"),
+    Variable("XDG_DATA_HOME", "path", None, "the ledger's folder root when GPU_ADVISOR_LEDGER is unset "
+             "(default ~/.local/share)"),
     Variable("GPU_ADVISOR_STALE_DAYS", "number", STALE_DAYS,
              "a price observed longer ago than this (or undated) is stale: never the headline while a fresh one "
              "exists", 0.0, 36_500.0, unit="days"),
@@ -142,7 +147,9 @@ _VARIABLES: tuple[Variable, ...] = (
                "a price source's base URL in place of its public one (`prices refresh --endpoint` for one run)")
       for name in SOURCES),
     *(Variable(key, "secret", None, "a price source's API key; without it `prices refresh` skips that source")
-      for name, (_, key) in SOURCES.items() if key),
+      for name, (_, key) in SOURCES.items() if key and name not in KEY_OPTIONAL),
+    *(Variable(key, "secret", None, "a price source's API key, sent when set; the source is public and fetched "
+               "without it too") for name, (_, key) in SOURCES.items() if key and name in KEY_OPTIONAL),
     Variable("HF_ENDPOINT", "url", "https://huggingface.co",
              "the Hugging Face Hub a model's config.json and tokenizer come from (as huggingface_hub reads it)"),
     Variable("HF_TOKEN", "secret", None, "the Hugging Face token for gated or private repos"),
@@ -236,6 +243,15 @@ def cache_dir() -> Path:
         return mine.expanduser()
     base = path("XDG_CACHE_HOME") or Path.home() / ".cache"
     return base.expanduser() / "gpu-advisor"
+
+
+def ledger_url() -> str:
+    """$GPU_ADVISOR_LEDGER, else a SQLite file under $XDG_DATA_HOME/gpu-advisor (~/.local/share/gpu-advisor)."""
+    mine = secret("GPU_ADVISOR_LEDGER")
+    if mine:
+        return mine
+    base = path("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return f"sqlite:///{base.expanduser() / 'gpu-advisor' / 'ledger.sqlite'}"
 
 
 def stale_days() -> float:

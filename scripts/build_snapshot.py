@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rebuild the bundled price snapshot (pricing/data/snapshot.csv) from SkyPilot catalog files.
 
-    python scripts/build_snapshot.py [FOLDER] [--date 2026-11-30]   # FOLDER defaults to tests/data/skypilot_catalog
+    python scripts/build_snapshot.py [FOLDER] [--date 2026-11-30] [--with-cache DIR]
+    # FOLDER defaults to tests/data/skypilot_catalog; DIR is a `prices refresh` cache ($GPU_ADVISOR_CACHE_DIR)
 
 Reads every `*_vms*.csv` / `vms.csv` in the folder with our SkyPilot importer, takes the
 source path and commit of each file from PROVENANCE.md (when present), validates, and writes
@@ -11,6 +12,12 @@ the sheet atomically. Dates: `fetched_at` is `--date` (when the extracts were co
 the table says `unknown` or has no row: a copy date is never passed off as an observation
 date. Staleness then follows from the date alone (pricing.loader.stale_mask).
 Rows the importer rejects are listed on stderr with their reason.
+
+`--with-cache DIR` adds the sheets `gpu-advisor prices refresh` fetched into DIR (its `sheets/*.csv`,
+every row dated by its feed): for each (provider, region, instance_type) the newest `observed_at` wins, an
+undated catalog row losing to any dated fetched one, as the loader's precedence does. The scheduled
+workflow (.github/workflows/refresh-prices.yml) runs the refreshers and then this, so the pull request it
+opens is the dated snapshot.
 """
 
 from __future__ import annotations
@@ -62,7 +69,30 @@ def commit_dates(folder: Path) -> dict[str, str | None]:
     return out
 
 
-def build(folder: Path, date: str, out: Path) -> tuple[int, list]:
+def cached_frames(cache_dir: Path) -> tuple[list, list]:
+    """The fetched sheets in a refresh cache, validated as any sheet: ([frame], [problem])."""
+    import pandas as pd
+
+    from pricing.schema import validate
+
+    frames, problems = [], []
+    for path in sorted((cache_dir / "sheets").glob("*.csv")):
+        good, probs = validate(pd.read_csv(path, dtype=str, keep_default_na=False).replace("", None),
+                               f"cache:{path.stem}")
+        frames.append(good)
+        problems += probs
+    return frames, problems
+
+
+def newest_per_key(df):
+    """One row per (provider, region, instance_type): the newest observed_at, undated last, first row on ties."""
+    from pricing.schema import KEY
+
+    order = df.sort_values("observed_at", ascending=False, na_position="last", kind="stable")
+    return order.drop_duplicates(list(KEY), keep="first")
+
+
+def build(folder: Path, date: str, out: Path, cache_dir: Path | None = None) -> tuple[int, list]:
     import pandas as pd
 
     from pricing import cache
@@ -83,6 +113,10 @@ def build(folder: Path, date: str, out: Path) -> tuple[int, list]:
     df = pd.concat([f for f in frames if len(f)], ignore_index=True)
     good, probs = validate(df, "snapshot")
     problems += probs
+    if cache_dir is not None:
+        fetched, probs = cached_frames(cache_dir)
+        problems += probs
+        good = newest_per_key(pd.concat([*[f for f in fetched if len(f)], good], ignore_index=True))
     good = good.sort_values(["provider", "gpu_model", "instance_type", "region"], kind="stable")
     for col in ("fetched_at", "observed_at"):
         good[col] = good[col].dt.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -97,12 +131,18 @@ def main(argv=None) -> int:
                     help="folder of SkyPilot vms.csv files (+ PROVENANCE.md); default: the in-repo extracts")
     ap.add_argument("--date", default="2026-11-30", help="fetched_at (copy date) for every row; observed_at comes from PROVENANCE.md")
     ap.add_argument("--out", type=Path, default=ROOT / "pricing" / "data" / "snapshot.csv")
+    ap.add_argument("--with-cache", type=Path, default=None, metavar="DIR",
+                    help="also take the sheets `prices refresh` fetched into DIR (newest observed_at wins)")
     args = ap.parse_args(argv)
     if not args.folder.is_dir():
         print(f"error: folder: not a directory: {args.folder}", file=sys.stderr)
         return 2
+    if args.with_cache is not None and not (args.with_cache / "sheets").is_dir():
+        print(f"error: --with-cache: no sheets/ folder in {args.with_cache} (run `gpu-advisor prices refresh` "
+              "with GPU_ADVISOR_CACHE_DIR set to it first)", file=sys.stderr)
+        return 2
     try:
-        n, problems = build(args.folder, args.date, args.out)
+        n, problems = build(args.folder, args.date, args.out, args.with_cache)
     except ValueError as exc:  # a PROVENANCE.md date that is not a date
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,14 @@ lives in benchmarks/): a refused bomb or deep document never reaches the object 
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Price ages are measured on a pinned day (pricing/clock.py), so the suite gives the same answer as the calendar
+# moves past the bundled observations' 60-day limit: 2026-12-01, the day the observation sheet was last checked
+# (pricing/data/OBSERVATIONS.md). Tests of the real clock unset it themselves (tests/test_price_clock.py).
+os.environ.setdefault("GPU_ADVISOR_TODAY", "2026-12-01")
 
 
 def pytest_report_header(config) -> list[str]:

@@ -27,7 +27,7 @@ TINY_LLAMA = {  # random-initialised in tests; never downloaded
 
 def candidate(**overrides) -> Candidate:
     fields = dict(
-        rank=1, provider="aws", region="us-east-1", instance_type="p4d.24xlarge", gpu_model="A100",
+        rank=1, provider="aws", region="us-east-1", instance_type="p4de.24xlarge", gpu_model="A100-80GB",
         gpu_count=8, nodes=1, spot=False, method="full", precision="bf16", optimizer="adamw",
         grad_checkpointing=True, attention="sdpa", sharding="fsdp", offload="none", lora_rank=None,
         micro_batch=2, grad_accum=4, seq_len=2048, peak_memory_bytes=61_000_000_000,

@@ -74,9 +74,13 @@ def stated_basis(data: dict):
                 if m:
                     share, usd = float(m.group(1)) / 100, float(m.group(2))
     by_time = data["assumptions"].get("sort") == "time"
+    stated = data.get("ranking") or {}
+    tv = float(stated.get("time_value_usd_per_hour") or 0) if not by_time else 0.0  # total = cost + hours x tv
 
     def key(c: dict) -> float:
-        return c["timing"]["hours_at_risk"] if by_time else c["cost"]["usd_at_risk"]
+        if by_time:
+            return c["timing"]["hours_at_risk"]
+        return c["cost"]["usd_at_risk"] + tv * c["timing"]["hours_at_risk"]
 
     return key, share, usd
 
@@ -90,9 +94,10 @@ def test_the_table_follows_the_ranking_it_states(plans, name):
     if not p["plan"].constraints_met:  # the closest first: ranked by how far each misses, said so
         assert "closest" in (data["notice"] or "").lower()
         return
+    margin = max(share, float((data.get("ranking") or {}).get("risk_margin_pct") or 0) / 100)
     for i, above in enumerate(rows):
-        for below in rows[i + 1:]:
-            tolerance = max(share * key(below), usd)
+        for below in rows[i + 1:]:  # the near-tie and the risk margin are shares of the compute cost
+            tolerance = max(margin * max(below["cost"]["usd_at_risk"], above["cost"]["usd_at_risk"]), usd)
             assert key(above) <= key(below) * 1.08 + tolerance + 1e-9, (name, above["rank"], below["rank"])
     from advisor.explain.claims import ranking_basis
 

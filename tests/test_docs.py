@@ -1,8 +1,9 @@
 """The documentation is checked against the tool (sqlite-utils' tests/test_docs.py habit): every
-command and every option that `--help` shows is mentioned in README.md or docs/*.md, every
-real-output block there is what the command prints now (scripts/readme_examples.py regenerates
-them), every relative link leads to a file that exists, and the README stays short enough to read
-in five minutes."""
+command has its page in docs/usage/, and every option that `--help` shows is mentioned on that page
+(or a usage page it links to); every real-output block is what the command prints now
+(scripts/readme_examples.py regenerates them); every relative link leads to a file that exists and
+every repository path the docs cite is there; the README stays short enough to read in five minutes
+and no docs page grows past 20 KB."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 DOCS = "\n".join(p.read_text(encoding="utf-8") for p in DOC_FILES)  # where a command or option may be documented
+USAGE = ROOT / "docs" / "usage"  # one page per command: docs/usage/<command>.md; the group's options in README.md
 README_MAX_BYTES = 15_000  # a newcomer's five minutes: the rest lives in docs/
+PAGE_MAX_BYTES = 20_000  # a docs page a reader can hold in mind: split it, or link to the detail
 
 
 def _commands(cmd: click.Command, path: tuple[str, ...] = ()):
@@ -42,8 +45,8 @@ def _options(cmd: click.Command) -> list[str]:
     return names
 
 
-def _mentioned(word: str) -> bool:
-    return re.search(r"(?<![\w-])" + re.escape(word) + r"(?![\w-])", DOCS) is not None
+def _mentioned(word: str, text: str = DOCS) -> bool:
+    return re.search(r"(?<![\w-])" + re.escape(word) + r"(?![\w-])", text) is not None
 
 
 def _tree():
@@ -61,16 +64,74 @@ def test_every_command_is_documented(path):
         f"neither README.md nor docs/*.md mentions `gpu-advisor {' '.join(path)}`"
 
 
+def _usage_page(path: tuple[str, ...]) -> Path:
+    """Where a command is documented: docs/usage/<top-level command>.md (a subcommand on its group's
+    page), the group itself in docs/usage/README.md."""
+    return USAGE / f"{path[0]}.md" if path else USAGE / "README.md"
+
+
+def _page_and_what_it_links(page: Path) -> str:
+    """The page's text and that of every usage page it links to (`launch` takes every `plan` option
+    and says so with a link, rather than repeating the list)."""
+    text = page.read_text(encoding="utf-8")
+    linked = {(page.parent / target.partition("#")[0]).resolve() for target in _relative_links(page)}
+    return "\n".join([text, *(p.read_text(encoding="utf-8") for p in sorted(linked)
+                              if p.parent == USAGE and p.suffix == ".md" and p != page)])
+
+
+@pytest.mark.parametrize("name", [p[0] for p, _ in COMMANDS if len(p) == 1])
+def test_every_command_has_its_usage_page(name):
+    """docs/usage/<command>.md exists, opens with the command as its title, and the usage index and the
+    README's command table link to it."""
+    page = USAGE / f"{name}.md"
+    assert page.is_file(), f"no docs/usage/{name}.md for `gpu-advisor {name}`"
+    assert page.read_text(encoding="utf-8").startswith(f"# `gpu-advisor {name}`"), f"{page.name}'s title"
+    assert f"{name}.md" in {t.partition("#")[0] for t in _relative_links(USAGE / "README.md")}
+    assert f"docs/usage/{name}.md" in {t.partition("#")[0] for t in _relative_links(ROOT / "README.md")}
+
+
 @pytest.mark.parametrize("path, cmd", COMMANDS, ids=[" ".join(p) or "gpu-advisor" for p, _ in COMMANDS])
-def test_every_option_of_every_command_is_documented(path, cmd):
-    missing = [o for o in _options(cmd) if not _mentioned(o)]
-    assert not missing, (f"`gpu-advisor {' '.join(path)}` options missing from README.md and docs/*.md: "
-                         f"{', '.join(missing)}")
+def test_every_option_of_every_command_is_on_its_usage_page(path, cmd):
+    page = _usage_page(path)
+    text = _page_and_what_it_links(page)
+    missing = [o for o in _options(cmd) if not _mentioned(o, text)]
+    assert not missing, (f"`gpu-advisor {' '.join(path)}` options missing from {page.relative_to(ROOT)} and the "
+                         f"usage pages it links to: {', '.join(missing)}")
+
+
+@pytest.mark.parametrize("doc", DOC_FILES[1:], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_docs_page_is_over_20_kb(doc):
+    size = len(doc.read_bytes())
+    assert size <= PAGE_MAX_BYTES, (f"{doc.relative_to(ROOT)} is {size:,} bytes (limit {PAGE_MAX_BYTES:,}): split it "
+                                    "or link to the detail instead of repeating it")
+
+
+def _cited_paths(text: str) -> set[str]:
+    """Repository paths a page names in its prose (`advisor/workload/measurements.py`,
+    benchmarks/results/accuracy.md): anything under one of the repository's top-level folders."""
+    tops = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and p.name != ".git" and not p.name.startswith("__"))
+    folders = "|".join(map(re.escape, tops))
+    found = re.finditer(rf"(?<![\w/.-])((?:{folders})/[\w/.-]*\w)", text)
+    return {m[1] for m in found}
+
+
+@pytest.mark.parametrize("doc", DOC_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_repository_path_the_docs_cite_exists(doc):
+    """A file the docs send a reader to (a module, a script, a data file) is there: moving a module must
+    move its mention too."""
+    missing = sorted(p for p in _cited_paths(doc.read_text(encoding="utf-8")) if not (ROOT / p).exists())
+    assert not missing, f"{doc.relative_to(ROOT)} cites paths that do not exist: {', '.join(missing)}"
+
+
+def test_the_path_check_sees_paths():
+    assert {"advisor/workload/measurements.py", "docs/usage/plan.md"} <= _cited_paths(
+        "see `advisor/workload/measurements.py: apply` and docs/usage/plan.md.")
+    assert "advisor/measurements.py" in _cited_paths("(advisor/measurements.py)")  # the check would catch it
 
 
 def test_every_command_is_named_in_the_readme():
-    """The README's table of what the tool answers names every top-level command (the details may
-    live in docs/usage.md)."""
+    """The README's table of what the tool answers names every top-level command (the details live in
+    docs/usage/)."""
     missing = [name for (name, *rest), _ in COMMANDS[1:] if not rest and f"gpu-advisor {name}" not in README]
     assert not missing, f"README.md never names: {', '.join(missing)}"
 
@@ -125,7 +186,7 @@ def test_every_relative_link_leads_to_a_file_that_exists(doc):
 def test_the_link_check_sees_links():
     """The link walk finds the README's links into docs/: a check that found nothing would pass anything."""
     targets = list(_relative_links(ROOT / "README.md"))
-    assert "docs/usage.md" in targets and any(t.startswith("docs/usage.md#") for t in targets)
+    assert "docs/usage/plan.md" in targets and any(t.startswith("docs/usage/estimate.md#") for t in targets)
     assert _anchors("# A `b` c/d\n## A `b` c/d\n```\n# not a heading\n```\n") == {"a-b-cd", "a-b-cd-1"}
 
 
@@ -159,15 +220,34 @@ def test_the_example_walk_covers_the_readme_and_every_docs_page_with_markers():
     files = examples.files()
     assert files[0] == ROOT / "README.md" and len(examples.examples(README)) >= 2  # estimate and plan at least
     with_markers = [p for p in DOC_FILES[1:] if examples.examples(p.read_text(encoding="utf-8"))]
-    assert files[1:] == with_markers and with_markers, "docs/*.md with example markers are not all checked"
+    assert files[1:] == with_markers and with_markers, "docs pages with example markers are not all checked"
+    assert USAGE / "prices.md" in with_markers and USAGE / "estimate.md" in with_markers  # pages in docs/usage/
+
+
+@pytest.mark.parametrize("doc", _readme_examples().files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_output_block_in_the_docs_is_what_the_tool_prints_now(doc):
+    """Regenerated in this process through CliRunner (scripts/readme_examples.py), not as a process per
+    example: only a marker that says `own process` starts one."""
+    examples = _readme_examples()
+    asked = sum(len(examples.steps(ex.command)) for ex in examples.examples(doc.read_text(encoding="utf-8"))
+                if ex.own_process)
+    started = examples.STARTED["own process"]
+    diff = examples.diff(doc)
+    assert diff == "", (f"{doc.relative_to(ROOT)} output blocks are out of date; run "
+                        f"`python scripts/readme_examples.py`:\n" + diff)
+    assert examples.STARTED["own process"] - started <= asked
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("doc", _readme_examples().files(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_output_block_in_the_docs_is_what_the_tool_prints_now(doc):
-    diff = _readme_examples().diff(doc)
-    assert diff == "", (f"{doc.relative_to(ROOT)} output blocks are out of date; run "
-                        f"`python scripts/readme_examples.py`:\n" + diff)
+def test_an_example_run_in_process_prints_what_its_own_process_prints():
+    """The in-process run (CliRunner, the fixed environment as overrides) is the console script's
+    output: one example, both ways, byte for byte."""
+    examples = _readme_examples()
+    models = (USAGE / "models.md").read_text(encoding="utf-8")
+    [ex] = [e for e in examples.examples(models) if e.command.startswith("gpu-advisor models")]
+    before = dict(examples.STARTED)
+    assert examples.printed(ex.command) == examples.printed(ex.command, own_process=True)
+    assert examples.STARTED["own process"] == before["own process"] + 1
 
 
 def test_ci_runs_the_readmes_test_command_verbatim_and_pytest_prints_the_resolved_versions(pytestconfig):
@@ -176,9 +256,11 @@ def test_ci_runs_the_readmes_test_command_verbatim_and_pytest_prints_the_resolve
     against; the GitHub workflow runs `.ci/run`."""
     [line] = [ln for ln in README.splitlines() if "python3 -m pytest" in ln and ln.startswith("python3 -m pip")]
     command = line.split("#")[0].strip()
-    steps = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-             if ln.strip().startswith("python3 ")]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    steps = [ln.strip() for ln in ci.splitlines() if ln.strip().startswith("python3 ")]
     assert steps == [command]
+    # ... inside a new virtualenv, activated before it: the newest releases the index serves, as on a fresh machine
+    assert ci.index("-m venv") < ci.index('. "$venv/bin/activate"') < ci.index(command)
     assert "bash .ci/run" in (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
     lines = pytestconfig.hook.pytest_report_header(config=pytestconfig, start_path=ROOT, startdir=ROOT)
     [ours] = [ln for part in lines for ln in ([part] if isinstance(part, str) else part)
@@ -202,3 +284,25 @@ def test_the_readme_speed_figures_are_the_benchmarks_own_output_with_date_and_ba
     assert re.fullmatch(head, header(repeat)), "the pattern no longer matches what the benchmark prints"
     assert re.fullmatch(head, lines[0]), lines[0]
     assert re.search(r"bare imports \(.*\): best [\d.]+ s, median [\d.]+ s; ratio [\d.]+x best", lines[1]), lines[1]
+
+
+def test_the_sample_measured_json_beside_the_calibrate_page_is_one_calibrate_accepts(tmp_path, monkeypatch):
+    """docs/usage/measured.json is a real `launch.sh --benchmark` file (the tiny Llama of the tests, on a CPU):
+    calibrate validates, compares and stores it, and the calibrate page names every field it holds."""
+    import json
+
+    from click.testing import CliRunner
+    from launch_fixtures import write_tiny_llama
+
+    from cli import cli
+
+    sample = USAGE / "measured.json"
+    page = (USAGE / "calibrate.md").read_text(encoding="utf-8")
+    assert "measured.json" in {t.partition("#")[0] for t in _relative_links(USAGE / "calibrate.md")}
+    fields = json.loads(sample.read_text(encoding="utf-8"))
+    assert not [k for k in fields if f"`{k}`" not in page], "calibrate.md does not name every field of the sample"
+    config = write_tiny_llama(tmp_path / "tiny")
+    monkeypatch.setenv("GPU_ADVISOR_CACHE_DIR", str(tmp_path / "cache"))
+    done = CliRunner().invoke(cli, ["calibrate", str(sample), "--model", str(config), "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert len(list((tmp_path / "cache" / "measurements").glob("*.json"))) == 1

@@ -148,3 +148,183 @@ def test_readme_says_how_long_the_tests_take_what_they_install_and_how_to_get_cp
     assert "1.7 GB" in readme and "minutes of pytest" in readme
     assert "--index-url https://download.pytorch.org/whl/cpu" in readme
     assert "python3 -m pip install -e '.[test]' && python3 -m pytest" in readme  # the two commands unchanged
+
+
+# --------------------------------------------------------------------------- the first hour, second pass
+
+
+def test_tokens_needs_the_data_extra_and_that_extra_holds_what_it_loads_with(capsys, tmp_path, monkeypatch):
+    """Without transformers (a bare install plus tokenizers), a Hub tokenizer's refusal names the data extra
+    (transformers without torch), not the ml extra's CUDA torch; and the data extra really brings it."""
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    from advisor.workload import dataset_tokens
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "hello"}) + "\n")
+    code, _, err = gpu_advisor(capsys, "tokens", data, "--model", "meta-llama/Llama-3.1-8B")
+    line = one_line_error(code, err)
+    assert f"pip install '{dataset_tokens.DATA_EXTRA}'" in line and "[ml]" not in line
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    extra = {re.split(r"[<>=!~ \[]", r)[0] for r in pyproject["project"]["optional-dependencies"]["data"]}
+    assert dataset_tokens.DATA_EXTRA == "gpu-cost-advisor[data]" and pyproject["project"]["name"] == "gpu-cost-advisor"
+    assert {"transformers", "tokenizers", "datasets", "pyarrow"} <= extra and "torch" not in extra
+
+
+class _Hub:
+    """Counts what a tokenizer load asks: the local cache (always), name lookups, connections, the Hub."""
+
+    def __init__(self, monkeypatch, resolve=None):
+        import socket
+
+        import transformers
+
+        self.local = self.remote = self.lookups = 0
+
+        def from_pretrained(where, token=None, local_files_only=False):
+            if local_files_only:
+                self.local += 1
+            else:
+                self.remote += 1
+            raise OSError("not in the cache")
+
+        def create_connection(address, timeout=None, *args):
+            self.lookups += 1
+            if resolve is not None:
+                resolve()
+            raise OSError("Temporary failure in name resolution")
+
+        monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", from_pretrained)
+        monkeypatch.setattr(socket, "create_connection", create_connection)
+
+
+def _tokens_error(capsys, tmp_path) -> str:
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "hello"}) + "\n")
+    return one_line_error(*gpu_advisor(capsys, "tokens", data, "--model", "meta-llama/Llama-3.1-8B")[::2])
+
+
+def test_tokens_offline_asks_the_local_cache_only_and_names_the_hub_cli(capsys, tmp_path, monkeypatch):
+    """Under HF_HUB_OFFLINE nothing leaves the machine: no name lookup, no connection, no Hub request (the
+    35 s of retries); the refusal names the hub's real CLI, `hf download`."""
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = _Hub(monkeypatch)
+    line = _tokens_error(capsys, tmp_path)
+    assert (hub.local, hub.lookups, hub.remote) == (1, 0, 0)
+    assert "`hf download meta-llama/Llama-3.1-8B`" in line and "huggingface-cli" not in line
+
+
+def test_tokens_without_a_network_stops_at_the_probe_even_when_name_lookup_hangs(capsys, tmp_path, monkeypatch):
+    """No HF_HUB_OFFLINE and no network: one probe, bounded even when resolving the host never returns (a socket
+    timeout does not bound it), and the Hub's retrying download is never started."""
+    import threading
+
+    from advisor.workload import dataset_tokens
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                 "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(dataset_tokens, "HUB_PROBE_S", 0.2)
+    monkeypatch.setattr(dataset_tokens._hub_reachable, "__defaults__", (0.2,))
+    release = threading.Event()
+    hub = _Hub(monkeypatch, resolve=lambda: release.wait(30))  # a lookup that hangs until the test ends
+    try:
+        line = _tokens_error(capsys, tmp_path)
+    finally:
+        release.set()
+    assert (hub.local, hub.lookups, hub.remote) == (1, 1, 0)
+    assert "cannot be reached within 0.2 s" in line and "`hf download" in line
+    hub_down = _Hub(monkeypatch)  # a lookup that fails at once: the same refusal, no Hub request
+    _tokens_error(capsys, tmp_path)
+    assert (hub_down.local, hub_down.lookups, hub_down.remote) == (1, 1, 0)
+
+
+def test_the_real_local_cache_lookup_reaches_no_network_so_the_probe_is_the_only_lookup(capsys, tmp_path,
+                                                                                        monkeypatch):
+    """With the real transformers and huggingface_hub: looking in the local cache asks no name server (the
+    library's per-request agent registry fetch is what took ~30 s with no network), and the probe is the
+    one lookup before the refusal."""
+    import socket
+    import threading
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _detect_agent
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                 "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(tmp_path / "agent_harnesses.json"))  # none cached
+    monkeypatch.setattr(_detect_agent, "_registry", None)
+    lookups = []
+
+    def no_network(host, *args, **kwargs):
+        lookups.append(threading.current_thread().name)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "hello"}) + "\n")
+    line = one_line_error(*gpu_advisor(capsys, "tokens", data, "--tokenizer", "acme-absent/tokenizer-0")[::2])
+    assert lookups == ["hub-probe"] and "cannot be reached" in line
+    assert constants.HF_HUB_OFFLINE is False  # the offline switch was for the lookup only
+
+
+def test_prices_limit_n_returns_n_rows_one_per_instance_type_when_a_gpu_is_named(capsys):
+    """`prices list --gpu H100 --limit 3` lists the three cheapest H100 instance types (each at its cheapest
+    region), not one row for the one GPU; --all still lists every row, and the footer says which."""
+    def rows(*args):
+        code, out, err = gpu_advisor(capsys, "prices", "list", "--format", "json", *args)
+        assert code == 0, err
+        return json.loads(out)
+
+    every = rows("--gpu", "H100", "--all")
+    instances = {(r["provider"], r["instance_type"]) for r in every}
+    assert len(instances) >= 3
+    three = rows("--gpu", "H100", "--limit", "3")
+    assert len(three) == 3 and len({(r["provider"], r["instance_type"]) for r in three}) == 3
+    assert [r["price_per_gpu_hour"] for r in three] == sorted(r["price_per_gpu_hour"] for r in three)
+    listed = rows("--gpu", "H100")
+    assert len(listed) == len(instances) and three == listed[:3]
+    for r in listed:  # each is its instance type's cheapest fresh row (a stale one only where none is fresh)
+        same = [x for x in every if (x["provider"], x["instance_type"]) == (r["provider"], r["instance_type"])]
+        fresh = [x["price_per_gpu_hour"] for x in same if not x["stale"]] or [x["price_per_gpu_hour"] for x in same]
+        assert r["price_per_gpu_hour"] == min(fresh)
+    assert rows("--gpu", "H100", "--all", "--limit", "3") == every[:3]
+    per_gpu = rows("--limit", "3")  # without --gpu: the overview, one row per GPU model
+    assert len(per_gpu) == 3 and len({r["gpu_model"] for r in per_gpu}) == 3
+    _, table, _ = gpu_advisor(capsys, "prices", "list", "--gpu", "H100", "--limit", "3")
+    footer = next(ln for ln in table.splitlines() if "offers" in ln)
+    assert footer.startswith(f"3 of {len(instances)} offers (--limit 3): the cheapest region per instance type of "
+                             f"{len(every):,} matching rows (--all lists every row)")
+
+
+@pytest.mark.parametrize("args, loss, flag", [
+    ((), "TRL's fused LM head", "for a plain transformers Trainer, --loss standard"),
+    (("--loss", "standard"), "ForCausalLMLoss", "(--loss standard)"),
+    (("--loss", "cce"), "Cut Cross-Entropy", "(--loss cce)"),
+])
+def test_estimates_first_line_names_the_loss_path_and_the_flag_for_a_plain_trainer(capsys, args, loss, flag):
+    code, out, _ = gpu_advisor(capsys, "estimate", "meta-llama/Llama-3.2-1B", "--method", "lora", *args)
+    first = out.splitlines()[0]
+    assert code == 0 and first.startswith("Assumed stack:") and loss in first and flag in first
+    # the flag the line names changes the estimate: a plain Trainer keeps the logits, so it needs more memory
+    if not args:
+        _, trl, _ = gpu_advisor(capsys, "estimate", "meta-llama/Llama-3.2-1B", "--method", "lora", "--format", "json")
+        _, std, _ = gpu_advisor(capsys, "estimate", "meta-llama/Llama-3.2-1B", "--method", "lora", "--loss", "standard",
+                                "--format", "json")
+        assert json.loads(std)["breakdown"]["total"] > json.loads(trl)["breakdown"]["total"]
+
+
+def test_an_lm_head_lora_under_the_default_loss_points_at_the_plain_trainer_flag(capsys):
+    line = one_line_error(*gpu_advisor(capsys, "estimate", "meta-llama/Llama-3.2-1B", "--method", "lora",
+                                       "--lora-targets", "q_proj,lm_head")[::2])
+    assert "--loss standard" in line and "lm_head" in line
+    code, _, _ = gpu_advisor(capsys, "estimate", "meta-llama/Llama-3.2-1B", "--method", "lora", "--lora-targets",
+                             "q_proj,lm_head", "--loss", "standard")
+    assert code == 0  # and the flag it names is the way through

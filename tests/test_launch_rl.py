@@ -17,8 +17,8 @@ import yaml
 from launch_fixtures import candidate, spec, write_tiny_llama
 from transformers import HfArgumentParser
 
-from advisor.estimate.objectives.spec import Objective
 from advisor.launch.bundle import LaunchWarning, build_bundle, write_bundle
+from advisor.objective import Objective
 
 WORDS = "the quick brown fox jumps over the lazy dog while a small cat sleeps in the warm sun".split()
 
@@ -123,3 +123,42 @@ def test_grpo_bundle_trains_two_steps_on_the_cpu_generating_with_transformers(tm
     c = rl_candidate(o, method="full", micro_batch=2, grad_accum=1, seq_len=48)
     out = _run(_bundle(c, tmp_path, rows), tmp_path)  # --init_from_config: vLLM off, transformers generate
     assert json.loads(out.strip().splitlines()[-1]) == {"objective": "grpo", "steps": 2}
+
+
+def _benchmark(bundle: Path, tmp_path: Path, steps: int = 2) -> dict:
+    """`train.py --benchmark` as launch.sh runs it (accelerate, the bundle's config) on the CPU, tiny random model."""
+    accelerate = shutil.which("accelerate") or pytest.fail("accelerate CLI not on PATH (the ml extra installs it)")
+    config = write_tiny_llama(tmp_path / "tiny")
+    out = tmp_path / "measured.json"
+    cmd = [accelerate, "launch", "--config_file", "accelerate_config.yaml", "train.py", "--config",
+           "training_args.yaml", "--init_from_config", str(config), "--benchmark", "--steps", str(steps),
+           "--warmup_steps", "1", "--measured_out", str(out)]
+    proc = subprocess.run(cmd, cwd=bundle, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": ""})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert not (bundle / "output").exists()  # a benchmark saves nothing
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["dpo", "grpo"])
+def test_dpo_and_grpo_bundles_benchmark_and_write_measured_json_like_sft(tmp_path, kind):
+    from advisor.workload.measurements import parse
+
+    rng = random.Random(0)
+    if kind == "dpo":
+        rows = [{"prompt": " ".join(rng.choice(WORDS) for _ in range(6)), "chosen": " " + " ".join(WORDS[:4]),
+                 "rejected": " " + " ".join(WORDS[4:7])} for _ in range(32)]
+        c = rl_candidate(Objective(kind="dpo"), seq_len=128)
+    else:
+        rows = [{"prompt": " ".join(rng.choice(WORDS) for _ in range(5))} for _ in range(16)]
+        o = Objective(kind="grpo", num_generations=2, max_completion_length=8, prompt_length=40, vllm="colocate")
+        c = rl_candidate(o, method="full", micro_batch=2, grad_accum=1, seq_len=48)
+    data = _benchmark(_bundle(c, tmp_path, rows), tmp_path, steps=2)
+    m = parse(data, "measured.json")  # the planner's own reader accepts it
+    assert m.stack.objective.kind == kind and m.weights == "random-init"
+    assert (m.shape.micro_batch, m.shape.seq_len, m.shape.grad_accum) == (c.shape.micro_batch, c.shape.seq_len,
+                                                                          c.shape.grad_accum)
+    assert m.step_seconds.count == 2 and m.warmup_steps == 1
+    rows_per_step = (2 if kind == "dpo" else 1) * c.shape.micro_batch * c.shape.grad_accum  # one process
+    assert m.tokens_per_sec == pytest.approx(rows_per_step * c.shape.seq_len * 2 / m.wall_seconds)

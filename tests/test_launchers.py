@@ -131,7 +131,10 @@ def slurm(tmp_path):
     pids = [root / "run" / "munged.pid", root / "run" / "slurmctld.pid"]
     conf = root / "slurm.conf"
 
-    def write_conf(nodes: int, gpus: int, cpus: int, mem_mib: int) -> None:
+    def write_conf(nodes: int, gpus: int, cpus: int, mem_mib: int, max_minutes: int | None = None) -> None:
+        """... and with `max_minutes`, partitions `capped` (MaxTime that many minutes) and `below` (a minute less)
+        on the `fits` nodes, under EnforcePartLimits=ALL, so a script asking for more time than a partition allows
+        is refused."""
         lines = ["ClusterName=advisor", f"SlurmctldHost={socket.gethostname()}", f"SlurmctldPort={_free_port()}",
                  f"SlurmdPort={_free_port()}", "SlurmUser=root", "AuthType=auth/munge", f"AuthInfo=socket={sock}",
                  f"StateSaveLocation={root}/state", f"SlurmctldPidFile={pids[1]}",
@@ -139,12 +142,15 @@ def slurm(tmp_path):
                  "TaskPlugin=task/none", "MpiDefault=none", "SchedulerType=sched/backfill",
                  "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "GresTypes=gpu",
                  "ResumeProgram=/bin/true", "SuspendProgram=/bin/true", "SuspendTime=600", "ResumeTimeout=600",
-                 "MailProg=/bin/true"]
+                 "MailProg=/bin/true", "EnforcePartLimits=ALL"]
         for name, count, mem in (("fit", nodes, mem_mib), ("small", nodes, mem_mib - 1024), ("one", 1, mem_mib)):
             lines.append(f"NodeName={name}[1-{count}] NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={mem} "
                          f"Gres=gpu:{gpus} State=CLOUD")
             part = {"fit": "fits"}.get(name, name)
             lines.append(f"PartitionName={part} Nodes={name}[1-{count}] MaxTime=INFINITE State=UP")
+        if max_minutes is not None:
+            for part, limit in (("capped", max_minutes), ("below", max_minutes - 1)):
+                lines.append(f"PartitionName={part} Nodes=fit[1-{nodes}] MaxTime={limit} State=UP")
         conf.write_text("\n".join(lines) + "\n")
         (root / "gres.conf").write_text(f"Name=gpu Count={gpus}\n")
         env = {**os.environ, "SLURM_CONF": str(conf)}

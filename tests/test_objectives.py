@@ -9,8 +9,8 @@ import pytest
 from cli_run import gpu_advisor, one_line_error
 
 from advisor.api import estimate_memory
-from advisor.estimate.objectives.spec import Objective
 from advisor.model.catalog import load_model
+from advisor.objective import Objective
 from advisor.planner import plan
 from advisor.stacks import Shape, Stack
 from pricing.gpus import get_gpu

@@ -25,6 +25,8 @@ def offer(provider, instance, gpu, count, price, spot=None, ram=None, vcpus=None
                gpu_memory_gb=get_gpu(gpu).memory_gb, vcpus=vcpus or 16 * count, ram_gb=ram or 200 * count,
                price_hour=price, spot_price_hour=spot, currency="USD", source=f"test-{provider}", fetched_at=DATE,
                interconnect="")
+    if spot is not None:  # a quote's spot price dated on its own (an undated one is never the spot line)
+        row["spot_price_date"] = DATE[:10]
     row.update(kw)
     return row
 
@@ -185,12 +187,12 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     minute = dict(billing_increment_hours=1 / 3600)  # per-second billing: no rounding in the comparison
     base = plan("Qwen/Qwen3-30B-A3B", offers=pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 2.00, **minute),
                                                            offer("beta", "1x-H200", "H200", 1, 2.50, **minute)]),
-                tokens=106e6, methods=("lora",), top=5)
+                tokens=106e6, methods=("lora",), top=5, time_value=0)  # the near-tie on cost alone
     by = {c.offer.gpu_model: c for c in base.candidates}
     h200 = 2.50 * by["H100"].cost.usd_at_risk / by["H200"].cost.usd_at_risk * 1.02  # 2% dearer than the H100 run
     sheet = pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 2.00, **minute),
                           offer("beta", "1x-H200", "H200", 1, h200, **minute)])
-    p = plan("Qwen/Qwen3-30B-A3B", offers=sheet, tokens=106e6, methods=("lora",), top=5)
+    p = plan("Qwen/Qwen3-30B-A3B", offers=sheet, tokens=106e6, methods=("lora",), top=5, time_value=0)
     safe, tight = p.candidates[:2]
     assert (safe.offer.gpu_model, safe.fit.tight, tight.offer.gpu_model, tight.fit.tight) == ("H200", False, "H100", True)
     assert tight.cost.usd_at_risk < safe.cost.usd_at_risk <= tight.cost.usd_at_risk * 1.03

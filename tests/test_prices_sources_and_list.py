@@ -75,7 +75,7 @@ def test_prices_list_shows_the_cheapest_row_per_gpu_unless_all_is_asked():
                 and x["price_per_gpu_hour"] is not None]
         assert r["price_per_gpu_hour"] == min(same)
     assert len(json.loads(run("list", "--format", "json", "--all", "--limit", "7"))) == 7
-    table = run("list", "--gpu", "H100")
+    table = run("list")  # with --gpu one row per instance type: tests/test_first_hour.py
     assert "the cheapest per GPU of" in table and "--all lists every row" in table
 
 

@@ -55,12 +55,17 @@ def test_no_row_is_more_than_the_near_tie_dearer_than_a_row_below_it_without_a_m
     q = p.ranking["quantile"]
     assert q == "p80" and p.ranking["near_tie_pct"] == ranking.NEAR_TIE_PCT
     assert all(c.timing.risk_quantile == 0.8 for c in p.candidates)  # one quantile, calibrated or not
-    costs = [c.cost.usd_at_risk for c in p.candidates]
+    tv = p.ranking["time_value_usd_per_hour"]
+    assert p.ranking["key"] == "total" and tv == ranking.DEFAULT_TIME_VALUE
+    totals = [c.cost.usd_at_risk + c.timing.hours_at_risk * tv for c in p.candidates]  # what the rows rank on
     for i, c in enumerate(p.candidates):
-        below = costs[i + 1:]
-        if below and costs[i] > min(below) * (1 + 1e-9):
-            assert c.tie_rule in ranking.TIE_BREAKERS, (c.rank, costs[i], min(below))
-            assert costs[i] <= min(below) * (1 + ranking.NEAR_TIE_PCT / 100) + 1e-9
+        below = range(i + 1, len(totals))
+        cheaper = [j for j in below if totals[j] < totals[i] * (1 - 1e-9)]
+        if cheaper:
+            assert c.tie_rule in (*ranking.TIE_BREAKERS, ranking.RISK_RULE), (c.rank, totals[i])
+            share = (ranking.RISK_MARGIN_PCT if c.tie_rule == ranking.RISK_RULE else ranking.NEAR_TIE_PCT) / 100
+            for j in cheaper:  # a share of the compute cost (the time value never widens a near-tie)
+                assert totals[i] <= totals[j] + share * max(p.candidates[j].cost.usd_at_risk, c.cost.usd_at_risk) + 1e-6
             assert any(n.startswith("preferred in a near-tie") for n in c.notes)
 
 
@@ -89,14 +94,17 @@ def test_the_table_shows_the_ranked_figure_with_its_band_and_names_the_quantile(
     assert first[1:4] == [f"${c.cost.usd_at_risk:,.2f}", f"${c.cost.usd_low:,.2f}-${c.cost.usd_high:,.2f}",
                           f"{c.timing.hours_at_risk:,.1f}"]
     assert first[4] == f"({c.timing.hours_low:,.1f}-{c.timing.hours_high:,.1f})"
-    assert "ranked by cost at p80 (the cost and hours columns; --risk), band p10-p90 beside" in " ".join(text.split())
+    assert ("ranked by total = cost + hours × $22.22/h (--time-value: one ML engineer's loaded cost per wall-clock "
+            "hour, from BLS wage data; 0 ranks on cost alone) at p80 (the cost and hours columns; --risk), band "
+            "p10-p90 beside") in " ".join(text.split())
     assert "fewer GPUs and nodes" in text
 
 
 def _frames(n, **over):
     """Synthetic fitting / priced / scored frames of n candidates, every preference equal unless overridden."""
     fitting = pd.DataFrame({"global_batch": [64] * n, "gpus": [1] * n, "nodes": [1] * n, "tight": [False] * n,
-                            "calibrated": [True] * n, "bf16": [True] * n, "method": ["lora"] * n})
+                            "calibrated": [True] * n, "caveats": [False] * n, "bf16": [True] * n,
+                            "method": ["lora"] * n})
     priced = pd.DataFrame({"provider": ["acme"] * n, "notes": [""] * n, "ram_gb": [200.0] * n,
                            "vcpus": [32.0] * n, "price_date": ["2026-11-01"] * n})
     for k, v in over.items():
@@ -115,6 +123,7 @@ RULES = {
     "fewer GPUs and nodes": {"gpus": [4, 2]},
     "clear of the memory limit": {"tight": [True, False]},
     "calibrated": {"calibrated": [False, True]},
+    "no stack caveat": {"caveats": [True, False]},
     "non-marketplace": {"provider": ["vast", "acme"]},
     "known host": {"ram_gb": [np.nan, 200.0]},
     "dated price": {"price_date": ["date unknown", "2026-11-01"]},

@@ -84,7 +84,7 @@ def test_a_dated_fresh_h100_beats_the_undated_marketplace_headline(tmp_path):
                      f"acme,eu-1,acme-h100,H100,1,16,200,2.49,{seen}\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPU_ADVISOR_TODAY", TODAY)
-        p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, prices=(str(sheet),), gpus=("H100",))
+        p = plan("meta-llama/Llama-3.1-8B", tokens=100e6, prices=(str(sheet),), gpus=("H100",), time_value=0)
     top = p.candidates[0]
     assert (top.offer.provider, top.offer.stale, top.offer.price_date) == ("acme", False, seen[:10])
     assert all(c.offer.provider != "hyperbolic" for c in p.candidates)
@@ -236,17 +236,21 @@ def test_the_global_batch_is_kept_exactly_or_the_nearest_is_named():
 def test_a_tight_fit_is_marked_and_loses_to_an_equal_cost_safe_one():
     from advisor.planner.configs import TIGHT_FRACTION
 
-    p = plan("meta-llama/Llama-3.1-70B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=40)
+    p = plan("meta-llama/Llama-3.1-70B", tokens=1e9, methods=("full",), max_nodes=4, global_batch=128, top=40,
+             time_value=0)  # on cost alone: the near-tie and the risk margin are shares of the cost
     ranked = p.candidates
     for c in ranked:
         assert c.fit.tight == (c.fit.peak_bytes > c.fit.limit_bytes * (1 - TIGHT_FRACTION))
-    from advisor.planner.ranking import NEAR_TIE_PCT, SLOWER_LIMIT
+    from advisor.planner.ranking import NEAR_TIE_PCT, RISK_MARGIN_PCT, SLOWER_LIMIT
 
     for a, b in zip(ranked, ranked[1:]):  # a tight candidate ahead of a safe one must be cheaper beyond the near-tie
-        # (unless the safe one takes SLOWER_LIMIT times as long: no tie rule promotes that)
+        # (unless the safe one takes SLOWER_LIMIT times as long: no tie rule promotes that); beyond the risk margin
+        # when the other is safe on every count (calibrated, no stack caveat)
         if (a.fit.tight and not b.fit.tight and a.tie_rule == "" and a.nodes * a.offer.gpu_count >= b.nodes * b.offer.gpu_count
                 and b.timing.hours_at_risk < SLOWER_LIMIT * a.timing.hours_at_risk):
-            assert a.cost.usd_at_risk * (1 + NEAR_TIE_PCT / 100) <= b.cost.usd_at_risk + 1e-9
+            safe = b.timing.calibrated and not b.caveats
+            margin = RISK_MARGIN_PCT if safe else NEAR_TIE_PCT
+            assert a.cost.usd_at_risk * (1 + margin / 100) <= b.cost.usd_at_risk + 1e-9
 
 
 # ---------------------------------------------------------------- the user's own stack
@@ -307,7 +311,7 @@ def test_hours_and_cost_carry_the_time_models_held_out_band_and_risk_ranks_by_it
         t, k = c.timing, c.cost
         assert t.hours_low <= t.hours <= t.hours_high and k.usd_low <= k.usd <= k.usd_high
         assert "held-out" in t.band_basis  # the calibration segment and rows (or classes) behind the band
-    p80 = plan("meta-llama/Llama-3.1-8B", tokens=100e6, risk="p80")
+    p80 = plan("meta-llama/Llama-3.1-8B", tokens=100e6, risk="p80", time_value=0)  # the cost alone: sorted by it
     assert p80.assumptions["risk"] == "p80"
     from advisor.planner.configs import TIGHT_FRACTION
 

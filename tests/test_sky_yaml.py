@@ -189,8 +189,10 @@ def test_skypilot_loads_every_sky_yaml_and_resolves_its_resources(loaded):
 
 def test_the_clouds_the_bundle_trusts_are_the_checked_skypilots(loaded):
     _, _, summary = loaded
-    assert summary["version"] == SKYPILOT_CHECKED  # the test extra's pin; bump both together
-    assert SKYPILOT_CLOUDS == set(summary["known"])
+    # Every cloud the bundle writes a sky.yaml for is one the installed SkyPilot's own registry loads (a newer
+    # release that adds clouds stays compatible); the release the note names is the one the test extra installs.
+    assert SKYPILOT_CLOUDS <= set(summary["known"]), sorted(SKYPILOT_CLOUDS - set(summary["known"]))
+    assert SKYPILOT_CHECKED in (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
 
 
 def test_the_check_catches_a_wrong_accelerator_region_or_spot(tmp_path):

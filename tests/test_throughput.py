@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from advisor.api import estimate_throughput
 from advisor.errors import BadInput
 from advisor.estimate.engine import Engine
-from advisor.estimate.objectives.spec import Objective
 from advisor.estimate.throughput import (
     band,
     band_quantile,
@@ -23,6 +22,7 @@ from advisor.estimate.throughput import (
     table,
 )
 from advisor.model.spec import ModelSpec
+from advisor.objective import Objective
 from advisor.results import StepNumbers
 from advisor.stacks import Shape, Stack
 from pricing.gpus import all_gpus, get_gpu
@@ -325,7 +325,9 @@ def test_estimate_json_reports_the_interval():
                                  "--grad-accum", "4", "--format", "json"], catch_exceptions=False)
     t = json.loads(r.stdout)["throughput"]
     assert t["tokens_per_sec_low"] <= t["tokens_per_sec"] <= t["tokens_per_sec_high"]
-    assert t["interval_basis"]["segment"] == "hopper/lora" and t["interval_basis"]["rows"] >= 1
+    assert t["interval_basis"]["segment"] == "hopper/lora"
+    # two held-out rows are fewer than MIN_CALIBRATED_ROWS: the band of held-out classes, and the basis says why
+    assert t["interval_basis"]["rows"] == 0 and "only 2 held-out calibration rows" in t["interval_basis"]["basis"]
 
 
 # ----------------------------------------------------------------------------- estimate and plan agree

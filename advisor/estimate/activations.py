@@ -583,32 +583,16 @@ def _census(arch: Architecture, stack: Stack, seq_len: int, padded: bool) -> _Ce
 
 
 def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
+    """The saved-tensor census of one micro-batch row: the decoder layers, the rotary tables, the embedding, the
+    final norm and loss path, and autocast's weight copies."""
     spec = arch.spec
     a = act_bytes(stack)
-    h, v = spec.hidden_size, spec.vocab_size
-    amp = stack.mixed_precision
+    h = spec.hidden_size
     fam = families.traits(spec.family)
     totals: dict[str, float] = {}
     fixed: dict[str, float] = {}
-    by_kind: dict[tuple, Saved] = {}  # layers of one kind (dense / MoE) save the same bytes
-    counts: dict[tuple, int] = {}
-    for i, layer in enumerate(arch.layers):
-        key = (layer.moe, len(layer.linears), i == 0)
-        if key not in by_kind:
-            by_kind[key] = layer_saved(arch, layer, stack, shape, first=i == 0)
-        counts[key] = counts.get(key, 0) + 1
-    if not stack.grad_checkpointing:
-        for i, layer in enumerate(arch.layers):  # summed in layer order, as the per-term totals are reported
-            s = by_kind[(layer.moe, len(layer.linears), i == 0)]
-            for k, val in s.terms.items():
-                totals[f"layers.{k}"] = totals.get(f"layers.{k}", 0.0) + val
-            for k, val in s.fixed.items():
-                fixed[f"layers.{k}"] = fixed.get(f"layers.{k}", 0.0) + val
-    else:
-        # Reentrant checkpointing keeps each layer's input hidden states (residual stream).
-        stream = FP32 if amp else a
-        totals["checkpoint.layer_inputs"] = len(arch.layers) * stream * h
-
+    by_kind = _layer_kinds(arch, stack, shape)
+    _layer_terms(arch, stack, by_kind, totals, fixed)
     # Rotary cos/sin, computed once per forward and shared by every layer.
     # Shape (1, s, head_dim): one copy per sequence position, not per batch row.
     # (families.json rope_tables: Gemma 3 computes a local and a global table)
@@ -616,67 +600,138 @@ def _count(arch: Architecture, stack: Stack, shape: Shape) -> _Census:
     full = stack.is_full
     heads = () if full else arch.head_targets(stack.lora_targets)
     saved_modules = () if full else stack.saved_modules
-    if full or "embed_tokens" in heads or "embed_tokens" in saved_modules:
-        totals["embedding.indices"] = INT64  # F.embedding keeps the token ids for its weight gradient
-    if "embed_tokens" in heads:
-        # peft lora.Embedding.forward: after_A = F.embedding(x, lora_embedding_A.T), kept by after_A @ B
-        totals["embedding.lora_rank"] = (2 if amp else adapter_bytes(stack)) * stack.lora_rank
-        if stack.dora:  # DoraEmbeddingVariant: the scale multiplies the base and the adapter outputs
-            totals["dora.base_result"] = totals.get("dora.base_result", 0.0) + a * h
-            totals["dora.lora_result"] = totals.get("dora.lora_result", 0.0) + adapter_bytes(stack) * h
-            fixed["dora.scales"] = fixed.get("dora.scales", 0.0) + 3 * adapter_bytes(stack) * h
-    # Final norm, lm_head input, loss.
-    fin = Saved()
-    _norm(fin, "final_norm", h, stack, fam.norm_weight_offset_fp32)
-    lm_head_trains = full or "lm_head" in saved_modules  # the weight (or a trainable copy) gets a gradient
-    if stack.loss == "trl":
-        # ChunkedLogProbFunction.forward: ctx.save_for_backward(hidden, weight, bias, targets, log_z, entropy); hidden
-        # and targets are hidden_states[mask] / labels[mask] (copies on CUDA), log_z and entropy fp32 per token; the
-        # weight is lm_head's own (a parameter, or peft's trainable copy). Gemma 2's soft-capping is inside the kernel.
-        fin.add("loss.trl_hidden", residual_bytes(stack) * h)
-        fin.add("loss.trl_targets", INT64 + 1)  # and the bool mask the masked fill/scatter of the outputs keeps
-        fin.add("loss.trl_logz_entropy", 2 * FP32)
-    elif stack.loss == "cce":
-        # LinearCrossEntropyFunction.forward: ctx.save_for_backward(e, c, lse, targets, valids, logit_avg): e the lm_head
-        # input (the final norm's output), lse fp32, valids int32 per valid token; targets are the batch's labels
-        fin.add("loss.cce_hidden", residual_bytes(stack) * h)
-        fin.add("loss.cce_lse_valids", FP32 + 4)
-        fixed["loss.cce_logit_avg"] = float(FP32 * v)
-    elif stack.liger:
-        # LigerFusedLinearCrossEntropyFunction.forward (reduction mean/sum): ctx.save_for_backward(grad_input,
-        # grad_weight, grad_bias) -- the hidden states' gradient (input dtype) and, when lm_head's weight
-        # trains, its V×H gradient in the weight's dtype (accum_dtype None). No logits, no targets; Gemma 2's
-        # final soft-capping happens inside the kernel.
-        fin.add("loss.flce_grad_input", residual_bytes(stack) * h)
-        if lm_head_trains:
-            fixed["loss.flce_grad_weight"] = float(v * h * (4 if stack.fp32_weights else 2))
-    else:
-        if lm_head_trains:  # lm_head (the tied embedding, or peft's trainable copy) keeps its input
-            fin.add("lm_head.input", 2 * h if amp else a * h)
-        if "lm_head" in heads:  # peft lora.Linear on lm_head: the adapter's input, mask and rank-r tensor
-            sb = FP32 if amp else a  # the final norm's output dtype
-            lora_adapter(fin, stack, h, v, sb, True, lambda nbytes: fin.add("lm_head.lora_input", nbytes),
-                         prefix="lm_head")
-            if stack.dora:
-                _dora_fixed(fin, stack, h, v, True)
-        if fam.final_logit_softcap:
-            fin.add("logits.softcap_tanh", a * v)
-        # Standard and chunked (torchtune) loss alike keep every token's fp32 log_softmax until backward.
-        fin.add("loss.log_softmax_fp32", FP32 * v)
-        fin.add("loss.targets", INT64)
+    _embedding_terms(stack, h, heads, saved_modules, totals, fixed)
+    fin = _final_saved(arch, stack, heads, saved_modules, fixed)
     for k, val in fin.terms.items():
         totals[k] = totals.get(k, 0.0) + val
     for k, val in fin.fixed.items():
         fixed[k] = fixed.get(k, 0.0) + val
+    return _Census(totals, fixed, _weight_copies(arch, stack), list(by_kind.values()))
 
-    copies = 0.0
-    if amp:
-        # bf16 copies of every linear weight, lm_head included. With checkpointing the layers run
-        # under no_grad in forward, so only lm_head's copy is kept (the recomputed layer's own
-        # copies are not counted separately).
-        layers_w = 0 if stack.grad_checkpointing else arch.linear_weights_unscaled * arch.scale
-        # Liger's, TRL's and CCE's fused losses use lm_head's weight inside an autograd.Function (autocast's weight
-        # cache is not involved: TRL casts each tile's slice of it, CCE's kernels read it as it is): not cached.
-        fused = stack.liger_loss or stack.loss in ("trl", "cce")
-        copies = 2 * (layers_w + (0 if fused else v * h))
-    return _Census(totals, fixed, copies, list(by_kind.values()))
+
+def _layer_kinds(arch: Architecture, stack: Stack, shape: Shape) -> dict[tuple, Saved]:
+    """What one layer of each kind saves: layers of one kind (dense / MoE, its linears, the first) save the same
+    bytes. Keyed by `_kind`, in the order the kinds first appear."""
+    by_kind: dict[tuple, Saved] = {}
+    for i, layer in enumerate(arch.layers):
+        key = _kind(i, layer)
+        if key not in by_kind:
+            by_kind[key] = layer_saved(arch, layer, stack, shape, first=i == 0)
+    return by_kind
+
+
+def _kind(i: int, layer: Layer) -> tuple:
+    return layer.moe, len(layer.linears), i == 0
+
+
+def _layer_terms(arch: Architecture, stack: Stack, by_kind: dict[tuple, Saved], totals: dict[str, float],
+                 fixed: dict[str, float]) -> None:
+    """The decoder layers' terms into `totals` / `fixed`: every layer's saved tensors, or with checkpointing
+    only each layer's input."""
+    if stack.grad_checkpointing:
+        # Reentrant checkpointing keeps each layer's input hidden states (residual stream).
+        stream = FP32 if stack.mixed_precision else act_bytes(stack)
+        totals["checkpoint.layer_inputs"] = len(arch.layers) * stream * arch.spec.hidden_size
+        return
+    for i, layer in enumerate(arch.layers):  # summed in layer order, as the per-term totals are reported
+        s = by_kind[_kind(i, layer)]
+        for k, val in s.terms.items():
+            totals[f"layers.{k}"] = totals.get(f"layers.{k}", 0.0) + val
+        for k, val in s.fixed.items():
+            fixed[f"layers.{k}"] = fixed.get(f"layers.{k}", 0.0) + val
+
+
+def _embedding_terms(stack: Stack, h: int, heads, saved_modules, totals: dict[str, float],
+                     fixed: dict[str, float]) -> None:
+    """The embedding's saved tensors when its weight (or an adapter on it) trains."""
+    if stack.is_full or "embed_tokens" in heads or "embed_tokens" in saved_modules:
+        totals["embedding.indices"] = INT64  # F.embedding keeps the token ids for its weight gradient
+    if "embed_tokens" not in heads:
+        return
+    # peft lora.Embedding.forward: after_A = F.embedding(x, lora_embedding_A.T), kept by after_A @ B
+    totals["embedding.lora_rank"] = (2 if stack.mixed_precision else adapter_bytes(stack)) * stack.lora_rank
+    if stack.dora:  # DoraEmbeddingVariant: the scale multiplies the base and the adapter outputs
+        totals["dora.base_result"] = totals.get("dora.base_result", 0.0) + act_bytes(stack) * h
+        totals["dora.lora_result"] = totals.get("dora.lora_result", 0.0) + adapter_bytes(stack) * h
+        fixed["dora.scales"] = fixed.get("dora.scales", 0.0) + 3 * adapter_bytes(stack) * h
+
+
+def _final_saved(arch: Architecture, stack: Stack, heads, saved_modules, fixed: dict[str, float]) -> Saved:
+    """Final norm, lm_head input and the loss path's saved tensors (per token); the loss path's per-micro-batch
+    buffers go into `fixed` directly."""
+    fam = families.traits(arch.spec.family)
+    fin = Saved()
+    _norm(fin, "final_norm", arch.spec.hidden_size, stack, fam.norm_weight_offset_fp32)
+    lm_head_trains = stack.is_full or "lm_head" in saved_modules  # the weight (or a trainable copy) gets a gradient
+    if stack.loss == "trl":
+        _trl_loss(fin, stack, arch.spec.hidden_size)
+    elif stack.loss == "cce":
+        _cce_loss(fin, stack, arch.spec, fixed)
+    elif stack.liger:
+        _liger_loss(fin, stack, arch.spec, lm_head_trains, fixed)
+    else:
+        _logits_loss(fin, stack, arch.spec, fam, heads, lm_head_trains)
+    return fin
+
+
+def _trl_loss(fin: Saved, stack: Stack, h: int) -> None:
+    # ChunkedLogProbFunction.forward: ctx.save_for_backward(hidden, weight, bias, targets, log_z, entropy); hidden
+    # and targets are hidden_states[mask] / labels[mask] (copies on CUDA), log_z and entropy fp32 per token; the
+    # weight is lm_head's own (a parameter, or peft's trainable copy). Gemma 2's soft-capping is inside the kernel.
+    fin.add("loss.trl_hidden", residual_bytes(stack) * h)
+    fin.add("loss.trl_targets", INT64 + 1)  # and the bool mask the masked fill/scatter of the outputs keeps
+    fin.add("loss.trl_logz_entropy", 2 * FP32)
+
+
+def _cce_loss(fin: Saved, stack: Stack, spec, fixed: dict[str, float]) -> None:
+    # LinearCrossEntropyFunction.forward: ctx.save_for_backward(e, c, lse, targets, valids, logit_avg): e the lm_head
+    # input (the final norm's output), lse fp32, valids int32 per valid token; targets are the batch's labels
+    fin.add("loss.cce_hidden", residual_bytes(stack) * spec.hidden_size)
+    fin.add("loss.cce_lse_valids", FP32 + 4)
+    fixed["loss.cce_logit_avg"] = float(FP32 * spec.vocab_size)
+
+
+def _liger_loss(fin: Saved, stack: Stack, spec, lm_head_trains: bool, fixed: dict[str, float]) -> None:
+    # LigerFusedLinearCrossEntropyFunction.forward (reduction mean/sum): ctx.save_for_backward(grad_input,
+    # grad_weight, grad_bias) -- the hidden states' gradient (input dtype) and, when lm_head's weight
+    # trains, its V×H gradient in the weight's dtype (accum_dtype None). No logits, no targets; Gemma 2's
+    # final soft-capping happens inside the kernel.
+    h, v = spec.hidden_size, spec.vocab_size
+    fin.add("loss.flce_grad_input", residual_bytes(stack) * h)
+    if lm_head_trains:
+        fixed["loss.flce_grad_weight"] = float(v * h * (4 if stack.fp32_weights else 2))
+
+
+def _logits_loss(fin: Saved, stack: Stack, spec, fam, heads, lm_head_trains: bool) -> None:
+    """Standard and chunked (torchtune) loss: lm_head's input (and an adapter's), the soft-cap, and every token's
+    fp32 log_softmax until backward."""
+    h, v = spec.hidden_size, spec.vocab_size
+    a = act_bytes(stack)
+    amp = stack.mixed_precision
+    if lm_head_trains:  # lm_head (the tied embedding, or peft's trainable copy) keeps its input
+        fin.add("lm_head.input", 2 * h if amp else a * h)
+    if "lm_head" in heads:  # peft lora.Linear on lm_head: the adapter's input, mask and rank-r tensor
+        sb = FP32 if amp else a  # the final norm's output dtype
+        lora_adapter(fin, stack, h, v, sb, True, lambda nbytes: fin.add("lm_head.lora_input", nbytes),
+                     prefix="lm_head")
+        if stack.dora:
+            _dora_fixed(fin, stack, h, v, True)
+    if fam.final_logit_softcap:
+        fin.add("logits.softcap_tanh", a * v)
+    # Standard and chunked (torchtune) loss alike keep every token's fp32 log_softmax until backward.
+    fin.add("loss.log_softmax_fp32", FP32 * v)
+    fin.add("loss.targets", INT64)
+
+
+def _weight_copies(arch: Architecture, stack: Stack) -> float:
+    """Autocast's 16-bit copies of the linear weights (mixed precision only), independent of the batch."""
+    if not stack.mixed_precision:
+        return 0.0
+    # bf16 copies of every linear weight, lm_head included. With checkpointing the layers run
+    # under no_grad in forward, so only lm_head's copy is kept (the recomputed layer's own
+    # copies are not counted separately).
+    layers_w = 0 if stack.grad_checkpointing else arch.linear_weights_unscaled * arch.scale
+    # Liger's, TRL's and CCE's fused losses use lm_head's weight inside an autograd.Function (autocast's weight
+    # cache is not involved: TRL casts each tile's slice of it, CCE's kernels read it as it is): not cached.
+    fused = stack.liger_loss or stack.loss in ("trl", "cce")
+    return 2 * (layers_w + (0 if fused else arch.spec.vocab_size * arch.spec.hidden_size))

@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -93,15 +94,25 @@ def parse_lengths(text: str) -> LengthSpec:
     except (OSError, ValueError):
         named = False
     if len(parts) == 3 and not named:
-        try:
-            mean, std, top = float(parts[0]), float(parts[1]), int(parts[2])
-        except ValueError:
-            raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor a JSON file.") from None
-        if not (0 < mean <= top and 0 <= std < 1e9 and math.isfinite(mean)):
-            raise BadInput("--lengths: MEAN,STD,MAX needs 0 < MEAN <= MAX and STD >= 0.")
-        return LengthSpec(mean=mean, std=std, max=top)
+        return _distribution(parts, shown)
     if not named:
         raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor an existing JSON file.")
+    return _histogram_file(path, text, shown)
+
+
+def _distribution(parts: list[str], shown: str) -> LengthSpec:
+    """MEAN,STD,MAX: a log-normal distribution cut at MAX."""
+    try:
+        mean, std, top = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise BadInput(f"--lengths: {shown} is neither MEAN,STD,MAX (e.g. 600,300,4096) nor a JSON file.") from None
+    if not (0 < mean <= top and 0 <= std < 1e9 and math.isfinite(mean)):
+        raise BadInput("--lengths: MEAN,STD,MAX needs 0 < MEAN <= MAX and STD >= 0.")
+    return LengthSpec(mean=mean, std=std, max=top)
+
+
+def _histogram_file(path: Path, text: str, shown: str) -> LengthSpec:
+    """A JSON file with a "histogram" of [low, high, rows] bins (at most 4 levels down)."""
     what = f"--lengths {plain(text)}"
     try:  # a regular file only, its size checked before reading, its nesting before parsing (pricing.files)
         data = files.load_json(files.read_regular_file(path, MAX_LENGTHS_FILE, what), what,
@@ -196,49 +207,114 @@ def step_events(step_sizes, layers: int, free_grads: bool = False, weight_chunks
     states `train_chunks` per layer (one per trainable tensor: the weights, or LoRA's A and B): the
     tensor sizes decide the pool and segment they land in."""
     ids = itertools.count(1)
-    events: list[Event] = []
     first = dict(step_sizes[0])
-    for key, n in first.items():  # model states at load; AdamW's states come at the first step()
-        if n and (key.startswith("weights.") or key in ONCE):
-            events += _chunks(ids, n, layers * weight_chunks) if key.startswith("weights.") else [(next(ids), n)]
+    events = _load_events(ids, first, layers, weight_chunks)
     grads: list[int] = []
-    optimizer_done = False
-    for sizes in step_sizes:
-        comp = dict(sizes)
-        layer_terms = [n // layers for k, n in comp.items()
-                       if n and (k.startswith("activations.layers.") or k == "activations.checkpoint.layer_inputs")]
-        head_terms = [n for k, n in comp.items() if n and k.startswith("activations.") and not
-                      (k.startswith("activations.layers.") or k == "activations.checkpoint.layer_inputs"
-                       or k in PER_LAYER_BACKWARD)]
-        backward = [n for k, n in comp.items() if n and k in PER_LAYER_BACKWARD]
-        loss = [n for k, n in comp.items() if n and k.startswith("overhead.loss")]
-        grad_per_layer = sum(n for k, n in comp.items() if k.startswith("gradients.")) // (layers * train_chunks)
-        saved = []
-        for _ in range(layers):  # forward
-            mine = [(next(ids), n) for n in layer_terms]
-            events += mine
-            saved.append(mine)
-        head = [(next(ids), n) for n in head_terms]
-        events += head
-        lossbuf = [(next(ids), n) for n in loss]  # backward of the loss: fp32 logits gradients
-        events += lossbuf
-        events += [(i, 0) for i, _ in head] + [(i, 0) for i, _ in lossbuf]
-        for mine in reversed(saved):  # backward, last layer first
-            work = [(next(ids), n) for n in backward]
-            events += work
-            if grad_per_layer and len(grads) < layers * train_chunks:
-                new = [(next(ids), grad_per_layer) for _ in range(train_chunks)]
-                grads += [g for g, _ in new]
-                events += new
-            events += [(i, 0) for i, _ in reversed(work)] + [(i, 0) for i, _ in reversed(mine)]
-        if not optimizer_done:
-            for k, n in first.items():
-                if n and k.startswith("optimizer."):
-                    events += _chunks(ids, n, layers * train_chunks)
-            optimizer_done = True
+    for step, sizes in enumerate(step_sizes):
+        terms = _StepTerms.of(dict(sizes), layers, train_chunks)
+        saved = _forward(ids, events, terms.layer, layers)
+        _head_and_loss(ids, events, terms.head, terms.loss)
+        _backward(ids, events, saved, terms, grads, layers * train_chunks, train_chunks)
+        if step == 0:  # AdamW's states come at the first step()
+            events += _optimizer_states(ids, first, layers * train_chunks)
         if free_grads:  # Trainer's zero_grad(set_to_none=True) before the next forward
             events += [(g, 0) for g in grads]
             grads = []
+    return events
+
+
+def _is_layer_activation(key: str) -> bool:
+    """A tensor every decoder layer saves for backward (or, checkpointed, the layer's input)."""
+    return key.startswith("activations.layers.") or key == "activations.checkpoint.layer_inputs"
+
+
+class _StepTerms(NamedTuple):
+    """One step's components sorted by when they live: per layer in forward, once at the head, per layer in
+    backward, the loss's backward buffers; and the gradient bytes of one trainable tensor."""
+
+    layer: list[int]
+    head: list[int]
+    backward: list[int]
+    loss: list[int]
+    grad_per_tensor: int
+
+    @classmethod
+    def of(cls, comp: dict[str, int], layers: int, train_chunks: int) -> _StepTerms:
+        by_phase: dict[str, list[int]] = {"layer": [], "head": [], "backward": [], "loss": []}
+        for k, n in comp.items():
+            phase = _phase(k) if n else None
+            if phase is not None:
+                by_phase[phase].append(n // layers if phase == "layer" else n)
+        grads = sum(n for k, n in comp.items() if k.startswith("gradients.")) // (layers * train_chunks)
+        return cls(**by_phase, grad_per_tensor=grads)
+
+
+def _phase(key: str) -> str | None:
+    """When a component's tensors live in the replayed step: 'layer' (saved per layer in forward), 'backward'
+    (per layer while it runs backward), 'head' (saved once, after the layers), 'loss' (the loss's backward
+    buffers), or None (not replayed per step)."""
+    if _is_layer_activation(key):
+        return "layer"
+    if key in PER_LAYER_BACKWARD:
+        return "backward"
+    if key.startswith("activations."):
+        return "head"
+    if key.startswith("overhead.loss"):
+        return "loss"
+    return None
+
+
+def _load_events(ids, first: dict[str, int], layers: int, weight_chunks: int) -> list[Event]:
+    """Model states at load: each weight term in `weight_chunks` tensors per layer, the once-only buffers whole."""
+    events: list[Event] = []
+    for key, n in first.items():
+        if n and key.startswith("weights."):
+            events += _chunks(ids, n, layers * weight_chunks)
+        elif n and key in ONCE:
+            events.append((next(ids), n))
+    return events
+
+
+def _forward(ids, events: list[Event], layer_terms: list[int], layers: int) -> list[list[Event]]:
+    """Each layer's saved tensors, allocated layer by layer; returned per layer for the backward to free."""
+    saved = []
+    for _ in range(layers):
+        mine = [(next(ids), n) for n in layer_terms]
+        events += mine
+        saved.append(mine)
+    return saved
+
+
+def _head_and_loss(ids, events: list[Event], head_terms: list[int], loss: list[int]) -> None:
+    """The head's saved tensors, then the loss's backward buffers (fp32 logits gradients), both freed before the
+    layers run backward."""
+    head = [(next(ids), n) for n in head_terms]
+    events += head
+    lossbuf = [(next(ids), n) for n in loss]
+    events += lossbuf
+    events += [(i, 0) for i, _ in head] + [(i, 0) for i, _ in lossbuf]
+
+
+def _backward(ids, events: list[Event], saved: list[list[Event]], terms: _StepTerms, grads: list[int],
+              grad_tensors: int, train_chunks: int) -> None:
+    """Last layer first: its backward workspace, its gradients (until all `grad_tensors` exist; they stay), then
+    the workspace and the layer's saved tensors freed. Appends the new gradients' ids to `grads`."""
+    for mine in reversed(saved):
+        work = [(next(ids), n) for n in terms.backward]
+        events += work
+        if terms.grad_per_tensor and len(grads) < grad_tensors:
+            new = [(next(ids), terms.grad_per_tensor) for _ in range(train_chunks)]
+            grads += [g for g, _ in new]
+            events += new
+        events += [(i, 0) for i, _ in reversed(work)] + [(i, 0) for i, _ in reversed(mine)]
+
+
+def _optimizer_states(ids, first: dict[str, int], tensors: int) -> list[Event]:
+    """The optimizer's states, in `tensors` tensors per term."""
+    events: list[Event] = []
+    for k, n in first.items():
+        if n and k.startswith("optimizer."):
+            events += _chunks(ids, n, tensors)
     return events
 
 

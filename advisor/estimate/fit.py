@@ -48,77 +48,107 @@ def fit_check(engine: Engine, stack: Stack, shape: Shape, gpu_name: str, headroo
     return check, warnings
 
 
+# One change to a run: its option label, the Stack fields and the Shape fields it sets.
+Change = tuple[str, dict, dict]
+
+# Memory savers combined one after another when no single change is enough (same GPU count).
+COMBINED_SAVERS: tuple[Change, ...] = (("--grad-checkpointing", {"grad_checkpointing": True}, {}),
+                                       ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}),
+                                       ("--batch-size 1", {}, {"micro_batch": 1}),
+                                       ("--method lora", {"method": "lora"}, {}),
+                                       ("--method qlora", {"method": "qlora"}, {}))
+
+
 def fit_suggestions(engine: Engine, stack: Stack, shape: Shape, gpu, limit: int, most: int = 4,
                     max_micro_batch: int = 1) -> list[str]:
     """Single changes, least disruptive first (same model quality before cheaper compute), that bring
     the run under `limit` bytes per GPU on `gpu` -- each with the memory it would need. When none is
     enough, one combination of memory savers, pruned to the changes it needs."""
-    Change = tuple[str, dict, dict]  # label, Stack fields, Shape fields
-
-    def need(changes: list[Change]) -> int | None:
-        st, sh = stack.model_dump(), shape.model_dump()
-        for _, stack_update, shape_update in changes:
-            st.update(stack_update)
-            sh.update(shape_update)
-        try:  # validated: a change that makes an impossible stack (QLoRA in fp32) is skipped
-            return engine.device_total(Stack(**st), Shape(**sh))
-        except ValueError:
-            return None
-
-    def text(changes: list[Change], total: int) -> str:
-        return f"{' '.join(label for label, _, _ in changes)}: {total / GB:.1f} GB per GPU"
-
-    allowed = supported_attention(engine.spec.family)
-    singles: list[Change] = []
-
-    head = "lm_head" in stack.lora_targets or "lm_head" in stack.modules_to_save
-    if not stack.grad_checkpointing:
-        singles.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
-    if (not stack.liger and stack.loss in ("trl", "standard") and not head and families.traits(engine.spec.family).liger
-            and liger_runs_on(gpu)):
-        singles.append(("--liger", {"liger": True}, {}))  # same model, same batch: smaller loss path and norms
-    if stack.attention == "eager" and gpu.supports_flash_attention and "flash" in allowed:
-        singles.append(("--attention flash", {"attention": "flash"}, {}))
-    if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
-        singles.append(("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}))
-    if shape.micro_batch > 1:
-        mb = max(1, min(max_micro_batch, shape.micro_batch - 1))  # the largest that fits, if any
-        singles.append((f"--batch-size {mb} (raise gradient accumulation instead)", {}, {"micro_batch": mb}))
-    for n in (2, 4, 8):
-        if stack.gpus < n:
-            singles.append((f"--gpus {n} --sharding fsdp (per-GPU share)", {"gpus": n, "sharding": "fsdp"}, {}))
-    if stack.method == "full":
-        singles.append(("--method lora", {"method": "lora"}, {}))
-    if stack.method in ("full", "lora"):
-        singles.append(("--method qlora", {"method": "qlora"}, {}))
-    if stack.method == "full" and (not stack.grad_checkpointing or stack.optimizer != "adamw-8bit"):
-        singles.append(("--grad-checkpointing --optimizer adamw-8bit",
-                        {"grad_checkpointing": True, "optimizer": "adamw-8bit"}, {}))
+    singles = (_same_model_changes(engine, stack, shape, gpu, max_micro_batch)
+               + _scale_changes(stack) + _method_changes(stack))
     out = []
     for change in singles:
-        total = need([change])
+        total = _need(engine, stack, shape, [change])
         if total is not None and total <= limit:
-            out.append(text([change], total))
+            out.append(_text([change], total))
         if len(out) == most:
             break
     if out:
         return out
-    # No single change is enough: combine the memory savers one after another (same GPU count),
-    # then drop any the combination does not need.
-    steps: list[Change] = [("--grad-checkpointing", {"grad_checkpointing": True}, {}),
-                           ("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}),
-                           ("--batch-size 1", {}, {"micro_batch": 1}),
-                           ("--method lora", {"method": "lora"}, {}),
-                           ("--method qlora", {"method": "qlora"}, {})]
+    combined = _combination(engine, stack, shape, limit)
+    if combined is not None:
+        return [combined]
+    return [f"nothing on one {gpu.name} at this sequence length; try --seq-len, more GPUs, or a larger card"]
+
+
+def _need(engine: Engine, stack: Stack, shape: Shape, changes: list[Change]) -> int | None:
+    """Bytes per GPU of the run with `changes` applied in order; None when they make an impossible stack."""
+    st, sh = stack.model_dump(), shape.model_dump()
+    for _, stack_update, shape_update in changes:
+        st.update(stack_update)
+        sh.update(shape_update)
+    try:  # validated: a change that makes an impossible stack (QLoRA in fp32) is skipped
+        return engine.device_total(Stack(**st), Shape(**sh))
+    except ValueError:
+        return None
+
+
+def _text(changes: list[Change], total: int) -> str:
+    return f"{' '.join(label for label, _, _ in changes)}: {total / GB:.1f} GB per GPU"
+
+
+def _same_model_changes(engine: Engine, stack: Stack, shape: Shape, gpu, max_micro_batch: int) -> list[Change]:
+    """Changes that train the same model on the same GPUs: recomputation, fused kernels, 8-bit states, a smaller
+    micro-batch."""
+    out: list[Change] = []
+    head = "lm_head" in stack.lora_targets or "lm_head" in stack.modules_to_save
+    if not stack.grad_checkpointing:
+        out.append(("--grad-checkpointing", {"grad_checkpointing": True}, {}))
+    if (not stack.liger and stack.loss in ("trl", "standard") and not head and families.traits(engine.spec.family).liger
+            and liger_runs_on(gpu)):
+        out.append(("--liger", {"liger": True}, {}))  # same model, same batch: smaller loss path and norms
+    if (stack.attention == "eager" and gpu.supports_flash_attention
+            and "flash" in supported_attention(engine.spec.family)):
+        out.append(("--attention flash", {"attention": "flash"}, {}))
+    if stack.optimizer in ("adamw", "adamw-fp32", "sgd"):
+        out.append(("--optimizer adamw-8bit", {"optimizer": "adamw-8bit"}, {}))
+    if shape.micro_batch > 1:
+        mb = max(1, min(max_micro_batch, shape.micro_batch - 1))  # the largest that fits, if any
+        out.append((f"--batch-size {mb} (raise gradient accumulation instead)", {}, {"micro_batch": mb}))
+    return out
+
+
+def _scale_changes(stack: Stack) -> list[Change]:
+    """More GPUs sharing the state (FSDP)."""
+    return [(f"--gpus {n} --sharding fsdp (per-GPU share)", {"gpus": n, "sharding": "fsdp"}, {})
+            for n in (2, 4, 8) if stack.gpus < n]
+
+
+def _method_changes(stack: Stack) -> list[Change]:
+    """A cheaper method (adapters, then a 4-bit base), and for full fine-tuning both main memory savers at once."""
+    out: list[Change] = []
+    if stack.method == "full":
+        out.append(("--method lora", {"method": "lora"}, {}))
+    if stack.method in ("full", "lora"):
+        out.append(("--method qlora", {"method": "qlora"}, {}))
+    if stack.method == "full" and (not stack.grad_checkpointing or stack.optimizer != "adamw-8bit"):
+        out.append(("--grad-checkpointing --optimizer adamw-8bit",
+                    {"grad_checkpointing": True, "optimizer": "adamw-8bit"}, {}))
+    return out
+
+
+def _combination(engine: Engine, stack: Stack, shape: Shape, limit: int) -> str | None:
+    """No single change is enough: the memory savers combined one after another (same GPU count) until the run
+    fits, then without any the combination does not need; None when even all of them are not enough."""
     chosen: list[Change] = []
-    for step in steps:
+    for step in COMBINED_SAVERS:
         chosen.append(step)
-        total = need(chosen)
+        total = _need(engine, stack, shape, chosen)
         if total is not None and total <= limit:
             for item in list(chosen):
                 rest = [c for c in chosen if c is not item]
-                t = need(rest)
+                t = _need(engine, stack, shape, rest)
                 if t is not None and t <= limit:
                     chosen, total = rest, t
-            return [text(chosen, total)]
-    return [f"nothing on one {gpu.name} at this sequence length; try --seq-len, more GPUs, or a larger card"]
+            return _text(chosen, total)
+    return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor import techniques
 from advisor.errors import BadInput
 from advisor.estimate.activations import (
     ActivationEstimate,
@@ -166,22 +167,15 @@ def _saved_copies(arch: Architecture, stack: Stack) -> tuple[int, int]:
 
 def _copy_optimizer_bytes(stack: Stack, count: int, pb: int, arch: Architecture) -> tuple[float, str]:
     """Optimizer state of the modules_to_save copies (their own dtype, not the adapters')."""
-    opt = stack.optimizer
+    row = techniques.get(stack.optimizer)
     if stack.is_zero and pb == 2:
-        states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
-                  "sgd": 4, "adafactor": 0}[opt]
+        states = row.state_bytes(BYTES_FP32)
         return count * (8 + states), "fp32 master + fp32 gradient partition + states (DeepSpeed mixed precision)"
-    if opt == "adamw":
-        return count * 2 * pb, f"2 AdamW states × {pb} B (parameter dtype)"
-    if opt == "adamw-fp32":
-        return count * (8 + (4 if pb < 4 else 0)), "2 fp32 states" + (" + fp32 master weights" if pb < 4 else "")
-    if opt in ("adamw-8bit", "paged-adamw-8bit"):
-        return count * (2 + 8 / 2048), "2 states × 1 B + fp32 absmax per 2048-block"
-    if opt == "sgd":
-        return count * pb, f"momentum × {pb} B"
-    spec = arch.spec  # adafactor: one row + one column factor per V×H matrix
-    n = sum(1 for m in stack.saved_modules if m in ("embed_tokens", "lm_head"))
-    return n * (spec.vocab_size + spec.hidden_size) * pb, "factored second moment (rows + columns)"
+    if row.factored:  # one row + one column factor per V×H matrix
+        spec = arch.spec
+        n = sum(1 for m in stack.saved_modules if m in ("embed_tokens", "lm_head"))
+        return n * (spec.vocab_size + spec.hidden_size) * pb + count * row.state_bytes(pb), row.note(pb, copy=True)
+    return count * row.state_bytes(pb), row.note(pb, copy=True)
 
 
 def _adafactor_state_elems(arch: Architecture, stack: Stack) -> int:
@@ -321,40 +315,20 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
                cb: int) -> dict[str, Component]:
     """Optimizer state per GPU by optimizer (and DeepSpeed's fp32 partitions in its 16-bit modes)."""
     n_o = stack.shard_degree_optimizer
-    opt = stack.optimizer
-    if opt == "adamw":
-        per, note = 2 * tb, f"2 states (exp_avg, exp_avg_sq) × {tb} B, parameter dtype (torch.optim.AdamW default)"
-    elif opt == "adamw-fp32":
-        master = 4 if tb < 4 else 0
-        per, note = 8 + master, "2 fp32 states" + (" + fp32 master weights" if master else "")
-    elif opt in ("adamw-8bit", "paged-adamw-8bit"):
-        per, note = 2 + 8 / 2048, "2 states × 1 B + fp32 absmax per 2048-block (bitsandbytes 8-bit Adam)"
-    elif opt == "sgd":
-        per, note = tb, f"momentum buffer × {tb} B"
-    else:  # adafactor
-        per, note = 0.0, "factored second moment (rows + columns per matrix), no first moment"
+    row = techniques.get(stack.optimizer)
+    per, note = row.state_bytes(tb), row.note(tb)
     deepspeed_mixed = stack.is_zero and tb == 2
     if deepspeed_mixed:
         # DeepSpeed's bf16/fp16 mode always keeps fp32 master weights and an fp32 gradient partition
         # the optimizer reads (DeepSpeed stage_1_and_2.py / stage3.py: single_partition_of_fp32_groups
         # and its .grad); the optimizer -- DeepSpeed's or the Trainer's client optimizer -- keeps its
         # states for those fp32 partitions (ZeRO §3, K = 12 for Adam).
-        states = {"adamw": 8, "adamw-fp32": 8, "adamw-8bit": 2 + 8 / 2048, "paged-adamw-8bit": 2 + 8 / 2048,
-                  "sgd": 4, "adafactor": 0}[opt]
-        per, note = 8 + states, f"fp32 master + fp32 gradient partition + {opt} states of the fp32 partition " \
-                                "(DeepSpeed mixed precision)"
-    if opt == "adafactor":
-        opt_bytes = _adafactor_state_elems(arch, stack) * (4 if deepspeed_mixed else tb) + trainable * per
-    else:
-        opt_bytes = trainable * per
-    source = {
-        "adamw": "ZeRO §3: K = 12 B/param with fp32 master + states (DeepSpeed); torch keeps states in param dtype",
-        "adamw-fp32": "ZeRO §3 (mixed precision Adam: K = 12)",
-        "adamw-8bit": "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization",
-        "paged-adamw-8bit": "Dettmers et al. 2022 + bitsandbytes paged optimizers (unified memory)",
-        "sgd": "torch.optim.SGD(momentum>0)",
-        "adafactor": "Shazeer & Stern 2018, Adafactor",
-    }[opt]
+        per, note = 8 + row.state_bytes(BYTES_FP32), f"fp32 master + fp32 gradient partition + {row.name} states of " \
+                                                     "the fp32 partition (DeepSpeed mixed precision)"
+    opt_bytes = trainable * per
+    if row.factored:
+        opt_bytes += _adafactor_state_elems(arch, stack) * (4 if deepspeed_mixed else tb)
+    source = row.memory_source
     offload_opt = stack.offloads_optimizer
     optimizer = {
         "optimizer.states": Component(
@@ -377,12 +351,12 @@ def _optimizer(arch: Architecture, stack: Stack, trainable: int, tb: int, copies
 
 def _offloaded(arch: Architecture, stack: Stack, trainable: int, copies: int) -> int:
     """Host RAM (bytes, over all GPUs) the offloaded states take."""
-    opt, P, pb = stack.optimizer, arch.params_total, PARAM_BYTES[stack.precision]
+    P, pb = arch.params_total, PARAM_BYTES[stack.precision]
     offload_opt = stack.offloads_optimizer
     cpu = 0
     if offload_opt:
         # ZeRO-Offload (Ren et al. 2021) keeps fp32 master params, fp32 grads and Adam states on CPU.
-        cpu += int((trainable + copies) * (16 if opt.startswith("adamw") else 8))
+        cpu += int((trainable + copies) * techniques.get(stack.optimizer).offload_host_bytes)
     if stack.offloads_params:
         cpu += int(P * (0.5 if stack.is_qlora else pb))
     return cpu
@@ -463,70 +437,24 @@ def _parts(arch: Architecture):
 
 def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
     """Every memory component of `stack` at `shape`, the peak phase, and what nvidia-smi would show."""
-    spec = arch.spec
     key = ("states", stack.key)  # model states do not depend on the shape: once per stack
     if key not in arch._memo:
         arch._memo[key] = _model_states(arch, stack)
     states = arch._memo[key]
     part = _parts(arch)
     acts: ActivationEstimate = estimate_activations(arch, stack, shape)
-    comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer}
-    for key, val in acts.saved.items():
-        where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
-        comps[key] = part(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
-    if acts.recompute:
-        comps["activations.recompute_layer"] = part(
-            bytes=acts.recompute,
-            formula="one decoder layer's activations rebuilt during backward",
-            source="torch.utils.checkpoint (Chen et al. 2016, sublinear memory)",
-        )
+    comps: dict[str, Component] = {**states.weights, **states.gradients, **states.optimizer,
+                                   **_activation_parts(acts, part)}
     W = sum(c.bytes for k, c in comps.items() if k.startswith("weights."))
     G = sum(c.bytes for k, c in comps.items() if k.startswith("gradients."))
     O = sum(c.bytes for k, c in comps.items() if k.startswith("optimizer."))  # noqa: E741 - W, G, O, A as summed
     A = acts.saved_total + acts.recompute
 
     transients = _transients(arch, stack, shape, acts, part)
-    T = sum(c.bytes for c in transients.values())
-    G_peak, A_peak, phase = G, A, "backward start, gradients of earlier micro-batches resident (accumulation)"
-    if shape.grad_accum == 1:
-        # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
-        # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
-        tb = _trainable(arch, stack)[1]
-        head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.is_full else 0
-        if "lm_head" in stack.saved_modules and stack.is_adapter:
-            head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
-        if stack.liger_loss:
-            head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
-        start = A + T + head
-        end = G + transients["overhead.backward_workspace"].bytes
-        if start >= end:
-            G_peak, phase = int(min(head, G)), "backward start: activations saved, only lm_head's gradient allocated"
-        else:
-            A_peak, T, phase = 0, transients["overhead.backward_workspace"].bytes, "end of backward: all gradients allocated, activations freed"
-    peak_allocated = W + G_peak + O + A_peak + T
-    dynamic = A + acts.loss_transient
-    frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * dynamic)
-    ddp_buckets = G if stack.sharding == "ddp" and stack.gpus > 1 else 0
-    overhead = dict(transients)
-    if ddp_buckets:
-        overhead["overhead.ddp_buckets"] = part(
-            bytes=ddp_buckets,
-            formula="DDP's flat gradient buckets (a second copy of the gradients)",
-            source="torch DDP Reducer, gradient_as_bucket_view=False (accelerate default)",
-        )
-    if stack.gpus > 1:
-        overhead["overhead.nccl_buffers"] = part(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
-    reduce_bucket = 0
-    if stack.sharding == "zero3":
-        gb = BYTES_FP32 if stack.fp32_weights else BYTES_16BIT
-        reduce_bucket = DEEPSPEED_ZERO3["reduce_bucket_size"] * gb
-        overhead["overhead.zero3_reduce_bucket"] = part(
-            bytes=reduce_bucket,
-            formula=f"reduce_bucket_size {DEEPSPEED_ZERO3['reduce_bucket_size']:,} elements × {gb} B: the contiguous "
-            "gradient bucket, allocated once at optimizer setup whatever the number of trainable parameters",
-            source="deepspeed 0.19.8 runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: "
-            "bucket.buffer = torch.empty(self.reduce_bucket_size) when contiguous_gradients (default True)",
-        )
+    G_peak, A_peak, T, phase = _peak_phase(arch, stack, shape, G, A, transients)
+    frag = int(ALLOCATOR_FLOOR_BYTES + ALLOCATOR_DYNAMIC_FRACTION * (A + acts.loss_transient))
+    comm = _communication(stack, G, part)
+    overhead = {**transients, **comm}
     overhead["overhead.allocator"] = part(
         bytes=frag,
         formula=f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of activations and loss buffers",
@@ -536,34 +464,95 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         bytes=CUDA_CONTEXT_BYTES, formula="CUDA context and kernel images", source="CUDA lazy module loading, typical 0.3-0.6 GiB"
     )
     comps.update(overhead)
-    peak_allocated += ddp_buckets + (NCCL_BUFFER_BYTES if stack.gpus > 1 else 0) + reduce_bucket
+    peak_allocated = W + G_peak + O + A_peak + T + sum(c.bytes for c in comm.values())
     peak_reserved = peak_allocated + frag
     device_total = peak_reserved + CUDA_CONTEXT_BYTES
-    overhead_total = device_total - (W + G_peak + O + A_peak)
-
-    trainable = _trainable(arch, stack)[0] + _saved_copies(arch, stack)[0]
-    warnings = _warnings(arch, stack, shape)
-    assumptions = _assumptions(arch, stack, shape, phase)
-    info = arch._memo.get(("model_info", trainable))  # shared by every stack training as many parameters
-    if info is None:
-        info = arch._memo["model_info", trainable] = ModelInfo(
-            name=spec.name, family=spec.family, source=spec.source, params_total=arch.params_total,
-            params_trainable=trainable, params_active=arch.params_active)
     return MemoryEstimate(
-        model=info,
+        model=_model_info(arch, _trainable(arch, stack)[0] + _saved_copies(arch, stack)[0]),
         stack=stack,
         shape=shape,
-        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak, overhead=overhead_total,
-                            total=device_total),
+        breakdown=Breakdown(weights=W, gradients=G_peak, optimizer=O, activations=A_peak,
+                            overhead=device_total - (W + G_peak + O + A_peak), total=device_total),
         components=comps,
         peak_allocated=peak_allocated,
         peak_reserved=peak_reserved,
         device_total=device_total,
         static_bytes=W + G + O,
         cpu_ram_bytes=states.cpu_ram,
-        assumptions=assumptions,
-        warnings=warnings,
+        assumptions=_assumptions(arch, stack, shape, phase),
+        warnings=_warnings(arch, stack, shape),
     )
+
+
+def _activation_parts(acts: ActivationEstimate, part) -> dict[str, Component]:
+    """The saved activations as named components, and the layer a checkpointed backward rebuilds."""
+    comps: dict[str, Component] = {}
+    for key, val in acts.saved.items():
+        where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
+        comps[key] = part(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
+    if acts.recompute:
+        comps["activations.recompute_layer"] = part(
+            bytes=acts.recompute,
+            formula="one decoder layer's activations rebuilt during backward",
+            source="torch.utils.checkpoint (Chen et al. 2016, sublinear memory)",
+        )
+    return comps
+
+
+def _peak_phase(arch: Architecture, stack: Stack, shape: Shape, G: int, A: int,
+                transients: dict[str, Component]) -> tuple[int, int, int, str]:
+    """(gradients, activations, transients) at the peak, and the phase it falls in. With accumulation the
+    gradients of earlier micro-batches are resident at backward start; without, the peak is either backward start
+    (activations saved, only lm_head's gradient allocated) or the end of backward (all gradients, no activations)."""
+    T = sum(c.bytes for c in transients.values())
+    if shape.grad_accum != 1:
+        return G, A, T, "backward start, gradients of earlier micro-batches resident (accumulation)"
+    # No accumulation: Trainer's zero_grad(set_to_none=True) leaves no gradient during forward;
+    # backward allocates them as it frees activations, lm_head's (or the tied embedding's) first.
+    tb = _trainable(arch, stack)[1]
+    head = (arch.lm_head_params or arch.embed_params) * tb / stack.shard_degree_grads if stack.is_full else 0
+    if "lm_head" in stack.saved_modules and stack.is_adapter:
+        head = arch.spec.vocab_size * arch.spec.hidden_size * PARAM_BYTES[stack.precision] / stack.shard_degree_grads
+    if stack.liger_loss:
+        head = 0  # Liger's fused loss computed lm_head's gradient in forward: a saved activation already
+    workspace = transients["overhead.backward_workspace"].bytes
+    if A + T + head >= G + workspace:
+        return int(min(head, G)), A, T, "backward start: activations saved, only lm_head's gradient allocated"
+    return G, 0, workspace, "end of backward: all gradients allocated, activations freed"
+
+
+def _communication(stack: Stack, G: int, part) -> dict[str, Component]:
+    """Buffers of multi-GPU runs, alive at the peak: DDP's gradient buckets, NCCL's, ZeRO-3's reduce bucket."""
+    out: dict[str, Component] = {}
+    if stack.sharding == "ddp" and stack.gpus > 1 and G:
+        out["overhead.ddp_buckets"] = part(
+            bytes=G,
+            formula="DDP's flat gradient buckets (a second copy of the gradients)",
+            source="torch DDP Reducer, gradient_as_bucket_view=False (accelerate default)",
+        )
+    if stack.gpus > 1:
+        out["overhead.nccl_buffers"] = part(bytes=NCCL_BUFFER_BYTES, formula="communicator buffers", source="NCCL_BUFFSIZE (4 MiB per channel and peer)")
+    if stack.sharding == "zero3":
+        gb = BYTES_FP32 if stack.fp32_weights else BYTES_16BIT
+        out["overhead.zero3_reduce_bucket"] = part(
+            bytes=DEEPSPEED_ZERO3["reduce_bucket_size"] * gb,
+            formula=f"reduce_bucket_size {DEEPSPEED_ZERO3['reduce_bucket_size']:,} elements × {gb} B: the contiguous "
+            "gradient bucket, allocated once at optimizer setup whatever the number of trainable parameters",
+            source="deepspeed 0.19.8 runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3.__init__: "
+            "bucket.buffer = torch.empty(self.reduce_bucket_size) when contiguous_gradients (default True)",
+        )
+    return out
+
+
+def _model_info(arch: Architecture, trainable: int) -> ModelInfo:
+    """The model's record, shared by every stack training as many parameters."""
+    info = arch._memo.get(("model_info", trainable))
+    if info is None:
+        spec = arch.spec
+        info = arch._memo["model_info", trainable] = ModelInfo(
+            name=spec.name, family=spec.family, source=spec.source, params_total=arch.params_total,
+            params_trainable=trainable, params_active=arch.params_active)
+    return info
 
 
 def _transients(arch: Architecture, stack: Stack, shape: Shape, acts: ActivationEstimate, part) -> dict[str, Component]:
@@ -640,7 +629,7 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
         "padding": "padded batches with an attention mask" if shape.padded else "none (packed or equal-length sequences)",
         "cuda_context_bytes": CUDA_CONTEXT_BYTES,
         "allocator_fragmentation": f"{ALLOCATOR_FLOOR_BYTES // MiB} MiB + {ALLOCATOR_DYNAMIC_FRACTION:.0%} of dynamic bytes",
-        "optimizer_impl": "fused AdamW (adamw_torch_fused)" if stack.optimizer in ("adamw", "adamw-fp32") else stack.optimizer,
+        "optimizer_impl": techniques.get(stack.optimizer).label,
     }
     if spec.vision is not None:
         assumptions["vision_tower"] = "weights counted; text-only batches (no image activations)"

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from advisor import techniques
 from advisor.errors import BadInput
 from advisor.estimate.memory import nf4_bytes_per_param
 from advisor.results import StepNumbers, Throughput
@@ -148,74 +149,117 @@ def counts(arch, stack: Stack) -> Counts:
 def _counts(arch, stack: Stack) -> Counts:
     m = arch.spec
     k = m.num_experts_per_tok / m.num_experts if m.is_moe else 1.0
-    linear_total = matmul_active = dense = experts = quantised = 0.0
-    n_linears = tensors = moe_layers = 0
-    mlp_width = 0.0
+    lt = _LayerTotals()
     for layer in arch.layers:
         for lin in layer.linears:
-            linear_total += lin.weight_params
-            matmul_active += lin.weight_params * (k if lin.expert else 1.0)
-            if lin.expert:
-                experts += lin.weight_params
-                tensors += 1
-            else:
-                dense += lin.weight_params
-                quantised += lin.weight_params
-                n_linears += lin.count
-                tensors += lin.count * (2 if lin.bias else 1)
-        linear_total += layer.other_params  # MoE router, a matmul over every token
-        matmul_active += layer.other_params
-        dense += layer.other_params
-        tensors += m.norms_per_layer + (2 if m.qk_norm else 0) + (1 if layer.other_params else 0)
-        if layer.moe:
-            moe_layers += 1
-            fe = m.moe_intermediate_size or m.intermediate_size
-            mlp_width += m.num_experts_per_tok * fe + m.shared_expert_intermediate_size
-        else:
-            mlp_width += m.intermediate_size
+            lt.add_linear(lin, k)
+        lt.add_layer(layer, m)
     L = max(m.num_hidden_layers, 1)
-    adapters_total = adapters_active = 0.0
-    adapted = 0
-    adapted_in = adapted_out = adapted_w = 0.0
-    trainable_tensors = 0
-    if stack.is_adapter:
-        adapters_total = float(arch.lora_params(stack.lora_rank, stack.lora_targets))
-        adapters_active = float(arch.lora_params_per_token(stack.lora_rank, stack.lora_targets))
-        text = [lin for layer in arch.layers for lin in layer.linears]
-        ids = {id(lin) for lin in text}
-        for lin in arch.lora_targeted(stack.lora_targets):
-            if id(lin) in ids:
-                adapted += lin.count
-                adapted_in += lin.count * lin.in_features
-                adapted_out += lin.count * lin.out_features
-                adapted_w += lin.weight_params
-        trainable_tensors = 2 * adapted
+    ad = _adapter_totals(arch, stack)
+    trainable_tensors = 2 * ad.linears if stack.is_adapter else 0
     lm_head = float(m.vocab_size * m.hidden_size)
-    matmul_active += lm_head  # lm_head projection (tied or not, the matmul happens)
-    extra, lm_head_trained = 0.0, False
-    if stack.is_adapter and stack.modules_to_save:
-        for name in (n.strip() for n in stack.modules_to_save.split(",") if n.strip()):
-            if name in ("lm_head", "embed_tokens", "wte", "output"):
-                extra += lm_head
-                trainable_tensors += 1
-                lm_head_trained |= name in ("lm_head", "output")
-    tensors += 2 + (0 if m.tie_word_embeddings else 1)  # embedding, final norm, lm_head
+    lt.matmul_active += lm_head  # lm_head projection (tied or not, the matmul happens)
+    extra, saved_tensors, lm_head_trained = _saved_modules(stack, lm_head)
+    trainable_tensors += saved_tensors
+    tensors = lt.tensors + 2 + (0 if m.tie_word_embeddings else 1)  # embedding, final norm, lm_head
     if stack.is_full:
         trainable_tensors = tensors
     scale = arch.scale  # --params mode: the synthetic shape stretched to the given size
     return Counts(
-        layers=m.num_hidden_layers, d_attn=m.num_attention_heads * m.head_dim, matmul_active=matmul_active * scale,
-        layer_linear_total=linear_total * scale, params_total=float(arch.params_total), adapters_total=adapters_total,
-        adapters_active=adapters_active, window=m.sliding_window, hidden=m.hidden_size, head_dim=m.head_dim,
-        q_dim=m.num_attention_heads * m.head_dim, kv_dim=m.num_key_value_heads * m.head_dim,
-        mlp_width=mlp_width / L, vocab=m.vocab_size, lm_head=lm_head * scale, dense_weight_total=dense * scale,
-        expert_weight_total=experts * scale, expert_tokens_fraction=k, moe_layers=moe_layers,
-        top_k=m.num_experts_per_tok if m.is_moe else 0, quantised_weight_total=quantised * scale,
-        quantised_linears=n_linears, adapted_linears=adapted, adapted_in_features=adapted_in * scale,
-        adapted_out_features=adapted_out * scale,
-        adapted_weight_total=adapted_w * scale, param_tensors=tensors, trainable_tensors=trainable_tensors,
+        layers=m.num_hidden_layers, d_attn=m.num_attention_heads * m.head_dim, matmul_active=lt.matmul_active * scale,
+        layer_linear_total=lt.linear_total * scale, params_total=float(arch.params_total),
+        adapters_total=ad.total, adapters_active=ad.active, window=m.sliding_window, hidden=m.hidden_size,
+        head_dim=m.head_dim, q_dim=m.num_attention_heads * m.head_dim, kv_dim=m.num_key_value_heads * m.head_dim,
+        mlp_width=lt.mlp_width / L, vocab=m.vocab_size, lm_head=lm_head * scale, dense_weight_total=lt.dense * scale,
+        expert_weight_total=lt.experts * scale, expert_tokens_fraction=k, moe_layers=lt.moe_layers,
+        top_k=m.num_experts_per_tok if m.is_moe else 0, quantised_weight_total=lt.quantised * scale,
+        quantised_linears=lt.linears, adapted_linears=ad.linears, adapted_in_features=ad.in_features * scale,
+        adapted_out_features=ad.out_features * scale,
+        adapted_weight_total=ad.weights * scale, param_tensors=tensors, trainable_tensors=trainable_tensors,
         extra_trainable=extra * scale, lm_head_trained=lm_head_trained,
     )
+
+
+@dataclass
+class _LayerTotals:
+    """Sums over the decoder layers, added layer by layer in order (the float sums depend on it)."""
+
+    linear_total: float = 0.0  # every linear's weights, experts included, + routers
+    matmul_active: float = 0.0  # weights a token multiplies (routed experts at k / E)
+    dense: float = 0.0  # weights every token multiplies + routers
+    experts: float = 0.0  # routed experts' weights
+    quantised: float = 0.0  # what bitsandbytes stores in NF4 (the non-expert linears)
+    linears: int = 0  # non-expert Linear modules
+    tensors: int = 0  # parameter tensors
+    moe_layers: int = 0
+    mlp_width: float = 0.0  # Σ SwiGLU width a token passes through
+
+    def add_linear(self, lin, k: float) -> None:
+        self.linear_total += lin.weight_params
+        self.matmul_active += lin.weight_params * (k if lin.expert else 1.0)
+        if lin.expert:
+            self.experts += lin.weight_params
+            self.tensors += 1
+        else:
+            self.dense += lin.weight_params
+            self.quantised += lin.weight_params
+            self.linears += lin.count
+            self.tensors += lin.count * (2 if lin.bias else 1)
+
+    def add_layer(self, layer, m) -> None:
+        """A layer's parameters beyond its linears: the MoE router (a matmul over every token) and its norms."""
+        self.linear_total += layer.other_params
+        self.matmul_active += layer.other_params
+        self.dense += layer.other_params
+        self.tensors += m.norms_per_layer + (2 if m.qk_norm else 0) + (1 if layer.other_params else 0)
+        if layer.moe:
+            self.moe_layers += 1
+            fe = m.moe_intermediate_size or m.intermediate_size
+            self.mlp_width += m.num_experts_per_tok * fe + m.shared_expert_intermediate_size
+        else:
+            self.mlp_width += m.intermediate_size
+
+
+@dataclass(frozen=True)
+class _AdapterTotals:
+    """LoRA's parameters and the text model's adapted linears (all zero for full fine-tuning)."""
+
+    total: float = 0.0
+    active: float = 0.0
+    linears: int = 0
+    in_features: float = 0.0
+    out_features: float = 0.0
+    weights: float = 0.0
+
+
+def _adapter_totals(arch, stack: Stack) -> _AdapterTotals:
+    if not stack.is_adapter:
+        return _AdapterTotals()
+    adapted = 0
+    adapted_in = adapted_out = adapted_w = 0.0
+    ids = {id(lin) for layer in arch.layers for lin in layer.linears}  # the text model's linears
+    for lin in arch.lora_targeted(stack.lora_targets):
+        if id(lin) in ids:
+            adapted += lin.count
+            adapted_in += lin.count * lin.in_features
+            adapted_out += lin.count * lin.out_features
+            adapted_w += lin.weight_params
+    return _AdapterTotals(total=float(arch.lora_params(stack.lora_rank, stack.lora_targets)),
+                          active=float(arch.lora_params_per_token(stack.lora_rank, stack.lora_targets)),
+                          linears=adapted, in_features=adapted_in, out_features=adapted_out, weights=adapted_w)
+
+
+def _saved_modules(stack: Stack, lm_head: float) -> tuple[float, int, bool]:
+    """(parameters, tensors, whether lm_head is one) of the modules peft trains fully beside the adapters."""
+    extra, tensors, lm_head_trained = 0.0, 0, False
+    if not (stack.is_adapter and stack.modules_to_save):
+        return extra, tensors, lm_head_trained
+    for name in (n.strip() for n in stack.modules_to_save.split(",") if n.strip()):
+        if name in ("lm_head", "embed_tokens", "wte", "output"):
+            extra += lm_head
+            tensors += 1
+            lm_head_trained |= name in ("lm_head", "output")
+    return extra, tensors, lm_head_trained
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -404,7 +448,7 @@ def _optimizer_seconds(c: Counts, stack: Stack, gpu, trainable: float, bw: float
     # optimizer traffic is then the mixed-precision kind
     mixed = (stack.mixed_precision or stack.pure_fp32 or stack.is_adapter
              or stack.is_zero)
-    opt_bytes = t["optimizer_bytes_per_param"]["amp" if mixed else "pure16"][stack.optimizer]
+    opt_bytes = techniques.get(stack.optimizer).step_bytes(mixed)  # advisor/data/optimizers.csv
     grad_bytes = BYTES_16BIT if stack.is_full and not mixed else BYTES_FP32
     passes = t["grad_clip_passes"] + (t["loss_scale_passes"] if "fp16" in stack.precision else 0)
     clip = passes * grad_bytes * trainable / stack.shard_degree_grads  # (unscale,) norm, then rescale
@@ -624,36 +668,13 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
     s_ctx = shape.seq_len / 2 if c.window is None else min(shape.seq_len / 2, c.window)
     attn_fwd = 4.0 * c.layers * s_ctx * c.d_attn
     attn_flops = attn_fwd * (3.0 + ckpt) * T
-    mm_flops = exec_fpt * T - attn_flops
-    weight_passes = (3.0 if stack.is_full else 2.0) + ckpt  # fwd, dgrad, (wgrad), recompute
-    dense_bytes = 2.0 * (c.dense_weight_total + c.lm_head) * weight_passes
-    expert_bytes = 2.0 * c.expert_weight_total * weight_passes  # every expert is read by each pass
-    # grouped expert GEMMs multiply only M·k/E rows each: below the ridge they stream weights
-    mm_expert = 2.0 * c.expert_weight_total * c.expert_tokens_fraction * T * weight_passes
-    matmul = (max((mm_flops - mm_expert) / rate, dense_bytes / bw)
-              + (max(mm_expert / rate, expert_bytes / bw) if c.expert_weight_total else 0.0))
-
+    matmul = _matmul_seconds(c, stack, exec_fpt * T - attn_flops, T, rate, bw)
     attention = _attention_seconds(c, stack, shape, gpu, attn_flops, rate, bw, mfu)
-
-    # elementwise traffic (norms, RoPE, SwiGLU, residuals, casts, LoRA inputs, loss)
-    passes = 3.0 + ckpt  # forward + backward (twice the forward's bytes) + recompute
-    elem = _elementwise_bytes(c, stack, shape.seq_len) * c.layers * passes * T
-    if stack.is_adapter and c.adapted_linears:
-        lb = t["elementwise_bytes"]["lora_per_input_feature"]
-        per_in = lb[stack.adapter_dtype] * (1.0 - (lb["dropout_share"] if stack.lora_dropout == 0 else 0.0))
-        elem += per_in * c.adapted_in_features * (3.0 + ckpt) / 3.0 * T * (0.5 if stack.compile else 1.0)
-    elem += _loss_bytes(c, stack) * T
-    elementwise = elem / bw
-
+    elementwise = _elementwise_seconds(c, stack, shape, T, bw)
     dequant, dora = _adapter_seconds(c, stack, T, rate, bw)
 
     gpu_work = matmul + attention + elementwise + dequant + dora
-    launches = _kernels_per_microbatch(c, stack)
-    host = launches * k["dispatch_seconds_per_kernel"]
-    if stack.sharding == "zero3":
-        host += c.param_tensors * (2.0 + ckpt) * k["zero3_param_fetch_s"]
-    calls = module_calls(c, stack)
-    host += calls * k["module_call_seconds_hf"]
+    launches, calls, host = _host_seconds(c, stack, k)
     per_mb = max(gpu_work, host)
     compute = matmul + attention  # the FLOP-bound part (what --mfu scales)
     if nodes > 1:
@@ -689,18 +710,65 @@ def step_time(c: Counts, stack: Stack, shape: Shape, gpu, *, grad_accum: int = 1
         "module_calls_per_micro_batch": calls, "sustained_fraction": sustained_fraction(gpu),
         "mfu_cap": cap,
     }
-    band_fields: dict[str, float | int] = {}
-    if with_band:
-        low, high, rows = _band_factors(gpu, stack)
-        band_fields = {"tokens_per_sec_low": float(tokens_per_sec * low),
-                       "tokens_per_sec_high": float(tokens_per_sec * high), "interval_rows": int(rows)}
+    band_fields = _band_fields(gpu, stack, tokens_per_sec) if with_band else {}
     return StepNumbers(**{k_: float(v) for k_, v in out.items()}, capped=bool(capped), **band_fields)
+
+
+def _matmul_seconds(c: Counts, stack: Stack, mm_flops: float, T: int, rate: float, bw: float) -> float:
+    """The linears of one micro-batch of T tokens (`mm_flops` executed FLOPs): at the sustained rate, but no faster
+    than their weights stream from memory (dense and expert weights apart)."""
+    ckpt = 1.0 if stack.grad_checkpointing else 0.0
+    weight_passes = (3.0 if stack.is_full else 2.0) + ckpt  # fwd, dgrad, (wgrad), recompute
+    dense_bytes = 2.0 * (c.dense_weight_total + c.lm_head) * weight_passes
+    expert_bytes = 2.0 * c.expert_weight_total * weight_passes  # every expert is read by each pass
+    # grouped expert GEMMs multiply only M·k/E rows each: below the ridge they stream weights
+    mm_expert = 2.0 * c.expert_weight_total * c.expert_tokens_fraction * T * weight_passes
+    return (max((mm_flops - mm_expert) / rate, dense_bytes / bw)
+            + (max(mm_expert / rate, expert_bytes / bw) if c.expert_weight_total else 0.0))
+
+
+def _elementwise_seconds(c: Counts, stack: Stack, shape: Shape, T: int, bw: float) -> float:
+    """Elementwise traffic of one micro-batch (norms, RoPE, SwiGLU, residuals, casts, LoRA inputs, loss) at the
+    card's effective bandwidth."""
+    t = table()
+    ckpt = 1.0 if stack.grad_checkpointing else 0.0
+    passes = 3.0 + ckpt  # forward + backward (twice the forward's bytes) + recompute
+    elem = _elementwise_bytes(c, stack, shape.seq_len) * c.layers * passes * T
+    if stack.is_adapter and c.adapted_linears:
+        lb = t["elementwise_bytes"]["lora_per_input_feature"]
+        per_in = lb[stack.adapter_dtype] * (1.0 - (lb["dropout_share"] if stack.lora_dropout == 0 else 0.0))
+        elem += per_in * c.adapted_in_features * (3.0 + ckpt) / 3.0 * T * (0.5 if stack.compile else 1.0)
+    elem += _loss_bytes(c, stack) * T
+    return elem / bw
+
+
+def _host_seconds(c: Counts, stack: Stack, k: Mapping) -> tuple[float, float, float]:
+    """(kernel launches, module calls, host seconds) of one micro-batch: dispatch, ZeRO-3's parameter fetches and
+    the Python module calls."""
+    ckpt = 1.0 if stack.grad_checkpointing else 0.0
+    launches = _kernels_per_microbatch(c, stack)
+    host = launches * k["dispatch_seconds_per_kernel"]
+    if stack.sharding == "zero3":
+        host += c.param_tensors * (2.0 + ckpt) * k["zero3_param_fetch_s"]
+    calls = module_calls(c, stack)
+    host += calls * k["module_call_seconds_hf"]
+    return launches, calls, host
+
+
+def _band_fields(gpu, stack: Stack, tokens_per_sec: float) -> dict[str, float | int]:
+    """The held-out band around `tokens_per_sec` and the calibration rows behind it."""
+    low, high, rows = _band_factors(gpu, stack)
+    return {"tokens_per_sec_low": float(tokens_per_sec * low), "tokens_per_sec_high": float(tokens_per_sec * high),
+            "interval_rows": int(rows)}
 
 
 # --------------------------------------------------------------------------- uncertainty
 
 
 FRAMEWORK_BAND_ROWS = 3  # a framework's own segment band needs this many held-out rows, else all frameworks'
+# A segment (GPU class x method) is calibrated only with at least this many held-out rows: with one row its p80 is
+# its p90 (one error, not a spread), so fewer rows widen to the band of held-out GPU classes and say so (issue 45).
+MIN_CALIBRATED_ROWS = 3
 
 
 def liger_runs_on(gpu) -> bool:
@@ -736,10 +804,18 @@ def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
     if own is not None and own["rows"] >= FRAMEWORK_BAND_ROWS:
         return own, f"{seg}: {own['rows']} held-out calibration rows of the {stack.framework} framework"
     entry = (bands.get("segments") or {}).get(seg)
-    if entry is None:
+    if entry is None or entry.get("rows", 0) < MIN_CALIBRATED_ROWS:
+        rows = 0 if entry is None else int(entry.get("rows", 0))
         entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
-        return entry, f"{seg}: no calibration rows; the band of held-out GPU classes"
+        return entry, f"{seg}: {thin_rows_words(rows)}; the band of held-out GPU classes"
     return entry, f"{seg}: {entry['rows']} held-out calibration rows"
+
+
+def thin_rows_words(rows: int) -> str:
+    """Why a segment's own band is not used: no rows, or fewer than MIN_CALIBRATED_ROWS."""
+    if rows <= 0:
+        return "no calibration rows"
+    return f"only {rows} held-out calibration row{'s' if rows != 1 else ''} (fewer than {MIN_CALIBRATED_ROWS}: uncalibrated)"
 
 
 def _band_factors(gpu, stack: Stack) -> tuple[float, float, int]:

@@ -13,6 +13,7 @@ back to recover a fact: readers read the findings (advisor/results/facts.py).
 This module only hands the public names on.
 """
 
+from advisor.explain.claims import TIME_VALUE_SOURCE
 from advisor.explain.notes import (
     HOST_UNKNOWN_NOTE,
     NEAR_TIE_NOTE,
@@ -24,5 +25,5 @@ from advisor.explain.notes import (
 )
 from advisor.explain.warnings import disagreeing, warning, warnings
 
-__all__ = ["HOST_UNKNOWN_NOTE", "NEAR_TIE_NOTE", "ONLY_8BIT_NOTE", "SPOT_SUSPECT_NOTE", "candidate_notes",
-           "disagreeing", "note", "tie_words", "warning", "warnings"]
+__all__ = ["HOST_UNKNOWN_NOTE", "NEAR_TIE_NOTE", "ONLY_8BIT_NOTE", "SPOT_SUSPECT_NOTE", "TIME_VALUE_SOURCE",
+           "candidate_notes", "disagreeing", "note", "tie_words", "warning", "warnings"]

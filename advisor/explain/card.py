@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import re
 
-from advisor.explain.claims import managed_summary, ranked_cost, ranked_hours, ranking_quantile, versus
+from advisor.explain.claims import (
+    knee_words,
+    managed_summary,
+    ranked_cost,
+    ranked_hours,
+    ranking_quantile,
+    total_words,
+    versus,
+)
 from advisor.explain.notes import note
 from advisor.explain.price_age import is_stale, price_age_days
 from advisor.launch.caveats import caveats
@@ -57,9 +65,9 @@ def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
     by_time = plan.assumptions.get("sort") == RankBy.TIME
-    parts = [("Fastest" if by_time else "Cheapest") + f" option that fits at {ranking_quantile(plan)}" if plan.constraints_met
-             else "Closest to the constraints"]
-    tie = first(c.findings, K.NEAR_TIE)
+    parts = [("Fastest" if by_time else "Cheapest" + total_words(plan)) + f" option that fits at {ranking_quantile(plan)}"
+             if plan.constraints_met else "Closest to the constraints"]
+    tie = first(c.findings, K.NEAR_TIE, K.SAFE_OVER_RISKY)
     if tie is not None:  # not the cheapest (or fastest) row: say what it was preferred for instead
         said = note(tie)
         parts[0] = said[0].upper() + said[1:] if plan.constraints_met else f"{parts[0]}, {said}"
@@ -68,6 +76,8 @@ def why(plan: Plan) -> str:
     b = plan.baseline
     if b is not None and plan.constraints_met and plan.saving_vs_baseline_usd is not None:
         parts.append(versus(c, b, "the naive baseline"))
+    knee = knee_words(plan) if plan.constraints_met else ""
+    parts += [knee[0].lower() + knee[1:]] if knee else []
     return "; ".join(parts) + "."
 
 

@@ -22,8 +22,46 @@ DOLLAR = 1.0
 AFTER_SCORING = ("over the budget", "misses the deadline")
 
 
+# Where the default --time-value comes from (advisor/planner/ranking.py DEFAULT_TIME_VALUE, BLS wage data cited there),
+# as the plan's `ranking` record states it
+TIME_VALUE_SOURCE = "one ML engineer's loaded cost per wall-clock hour, from BLS wage data"
+
+
 def _quantile(q: float) -> str:
     return f"p{round(q * 100)}"
+
+
+def ranked_by_words(stated: dict, by: str) -> str:
+    """'total = cost + hours × $22.22/h (--time-value: ...) at p80 (the cost and hours columns; --risk)', from the
+    plan's `ranking` record; an exit-3 table says first that its rows are ordered by how far each misses."""
+    q = stated["quantile"]
+    tv = stated.get("time_value_usd_per_hour")
+    if by == "cost" and isinstance(tv, (int, float)) and tv > 0:
+        source = stated.get("time_value_source") or "--time-value"
+        by = (f"total = cost + hours × {money(float(tv))}/h (--time-value"
+              + (f": {source}" if source != "--time-value" else "") + "; 0 ranks on cost alone)")
+    if stated.get("order") == "miss":  # select._violation, then the cost (no time value: every row is late)
+        return (f"how far each row misses the budget/deadline at {q}, closest first, then cost at {q} (the cost and "
+                "hours columns; --risk)")
+    return f"{by} at {q} (the cost and hours columns; --risk)"
+
+
+def total_words(plan: Plan) -> str:
+    """' in total (cost + hours × $22.22/h)' when the plan ranked on the total, else ''."""
+    stated = plan.ranking or {}
+    tv = stated.get("time_value_usd_per_hour")
+    if stated.get("key") != "total" or not isinstance(tv, (int, float)) or tv <= 0:
+        return ""
+    return f" in total (cost + hours × {money(float(tv))}/h)"
+
+
+def risk_margin_words(stated: dict) -> str:
+    """'; a tight, uncalibrated or stack-caveat row loses to a safe one up to 10% dearer (marked)' ('' if unstated)."""
+    margin = stated.get("risk_margin_pct")
+    if not isinstance(margin, (int, float)) or margin <= 0:
+        return ""
+    return (f"; a tight, uncalibrated or stack-caveat row loses to a safe one up to {float(margin):g}% dearer "
+            "(marked)")
 
 
 def ranking_basis(plan: Plan) -> str:
@@ -33,7 +71,7 @@ def ranking_basis(plan: Plan) -> str:
     if isinstance(stated, str) and stated.strip():
         return stated.strip()
     if isinstance(stated, dict) and stated.get("quantile"):
-        text = f"{by} at {stated['quantile']} (the cost and hours columns; --risk)"
+        text = ranked_by_words(stated, by)
         if stated.get("band"):
             text += f", band {stated['band']} beside"
         tie = stated.get("near_tie_pct")
@@ -43,12 +81,13 @@ def ranking_basis(plan: Plan) -> str:
             if isinstance(breakers, (list, tuple)) and breakers:
                 text += " settled by " + ", then ".join(str(b) for b in breakers)
             text += " (marked)"
+        text += risk_margin_words(stated)
         return text
     risk = str(plan.assumptions.get("risk") or "p50")
     quantiles = {_quantile(c.timing.risk_quantile) for c in plan.candidates}
     others = sorted(quantiles - {risk})
     text = f"{by} at {risk}" + (f" ({', '.join(others)} where the time model is uncalibrated)" if others else "")
-    if any(c.tie_rule or first(c.findings, K.NEAR_TIE) for c in plan.candidates):
+    if any(c.tie_rule or first(c.findings, K.NEAR_TIE, K.SAFE_OVER_RISKY) for c in plan.candidates):
         text += f"; a row marked '{NEAR_TIE_NOTE}' is ranked above a slightly cheaper one"
     return text
 
@@ -103,6 +142,39 @@ def pareto_points(plan: Plan) -> list[tuple[Candidate, str]]:
     """The front, fastest first, each with the figures it was computed on ('$2,160.80 / 4.7 h')."""
     return [(c, f"{money(ranked_cost(c))} / {ranked_hours(c):,.1f} h")
             for c in sorted(plan.pareto, key=lambda c: (ranked_hours(c), ranked_cost(c)))]
+
+
+def pareto_knee(plan: Plan) -> Candidate | None:
+    """The front's knee: the point farthest below the straight line joining its cheapest and its fastest ends,
+    cost and hours each scaled to [0, 1] over the front (the Kneedle idea: Satopaa et al. 2011, "Finding a
+    'Kneedle' in a Haystack", ICDCS workshops); None with fewer than three points."""
+    points = pareto_points(plan)
+    if len(points) < 3:
+        return None
+    costs = [ranked_cost(c) for c, _ in points]
+    hours = [ranked_hours(c) for c, _ in points]
+    c_span, h_span = (max(costs) - min(costs)) or 1.0, (max(hours) - min(hours)) or 1.0
+    # scaled, both ends sit at x + y = 1; the knee is the point with the smallest x + y
+    score = [(k - min(costs)) / c_span + (h - min(hours)) / h_span for k, h in zip(costs, hours)]
+    return points[min(range(len(points)), key=score.__getitem__)][0]
+
+
+def knee_words(plan: Plan) -> str:
+    """'The Pareto front's knee ... is 32× H200 aws p5en.48xlarge: $2,931.87 and 11.6 h, against #1's ...' ('' when
+    the knee is #1)."""
+    knee = pareto_knee(plan)
+    if knee is None or not plan.candidates or not plan.constraints_met:
+        return ""
+    top = plan.candidates[0]
+    share = float((plan.ranking or {}).get("near_tie_pct") or 0) / 100
+    close = (abs(ranked_cost(knee) - ranked_cost(top)) <= share * ranked_cost(top)
+             and abs(ranked_hours(knee) - ranked_hours(top)) <= share * ranked_hours(top))
+    if close:  # #1 itself, or a near-tie of it (the same trade, another seller)
+        return ""
+    gpus = f"{knee.offer.gpu_count * knee.nodes}× {knee.offer.gpu_model}"
+    return (f"The Pareto front's knee (where a little more money stops buying much time) is {gpus} "
+            f"{knee.offer.provider} {knee.offer.instance_type}: {money(ranked_cost(knee))} and {ranked_hours(knee):,.1f} h, "
+            f"against #1's {money(ranked_cost(top))} and {ranked_hours(top):,.1f} h")
 
 
 def pareto_basis(plan: Plan) -> str:

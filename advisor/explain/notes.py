@@ -29,7 +29,8 @@ def _gpus(n, nodes) -> str:
 # the tie rule in words, with the two candidates' values where they say more than the name
 _TIE_WORDS = {"requested global batch kept": "keeps the requested global batch exactly",
               "clear of the memory limit": "clear of the memory limit (the cheaper one is tight)",
-              "calibrated": "a calibrated time model", "non-marketplace": "not a marketplace host",
+              "calibrated": "a calibrated time model", "no stack caveat": "no software-stack caveat",
+              "non-marketplace": "not a marketplace host",
               "known host": "a known host (its RAM listed)", "dated price": "a dated price",
               "bf16": "bf16", "unquantized": "unquantized base weights"}
 
@@ -45,6 +46,36 @@ def tie_words(f: Finding) -> str:
 def _near_tie(f: Finding) -> str:
     return (f"{NEAR_TIE_NOTE} (within {f['within_pct']:g}% of a {f['what']} option, "
             f"{f['here_pct']:.1f}% here) for: {tie_words(f)}")
+
+
+def _safe_over_risky(f: Finding) -> str:
+    """A safe row placed above a cheaper risky one by the risk margin (ranking.RISK_MARGIN_PCT)."""
+    what = ", ".join(name for name, key in (("tight", "tight"), ("uncalibrated", "uncalibrated"),
+                                             ("stack caveat", "stack_caveat")) if f.get(key)) or "risky"
+    return (f"{NEAR_TIE_NOTE} (within the {f['margin_pct']:g}% risk margin of a cheaper option that is {what}, "
+            f"{max(f['here_pct'], 0.0):.1f}% dearer here) for: a safe row (calibrated, clear of the memory limit, no "
+            "stack caveat)")
+
+
+# One software-stack caveat (ranking.STACK_CAVEATS) in words, with its source
+_CAVEAT_WORDS = {
+    "rocm-bitsandbytes": "ROCm: bitsandbytes (QLoRA's NF4 weights, 8-bit optimizers) supports AMD GPUs only "
+                         "experimentally (huggingface.co/docs/bitsandbytes installation)",
+    "aarch64-host": "aarch64 host: {gpu}'s Grace CPU is ARM; flash-attn has no prebuilt aarch64 wheel (builds from "
+                    "source, Dao-AILab/flash-attention#1866), and bitsandbytes' and vLLM's aarch64 wheels differ from "
+                    "x86_64's",
+}
+
+
+def _caveat(f: Finding) -> str:
+    words = _CAVEAT_WORDS.get(str(f["caveat"]), str(f["caveat"])).replace("{gpu}", str(f.get("gpu") or "this GPU"))
+    return f"stack caveat: {words}; loses to a safe row up to {f['margin_pct']:g}% dearer"
+
+
+def _listed_only(f: Finding) -> str:
+    return (f"region listed, availability unknown: the sheet lists this instance in every region whatever its "
+            f"capacity ({f['tag']}); no row with known availability in --regions {f['regions']} "
+            "remained, so check capacity there before planning on it")
 
 
 def _dpo(f: Finding) -> str:
@@ -89,9 +120,12 @@ NOTES: dict[K, Callable[[Finding], str]] = {
     K.FP16_NO_BF16: lambda f: (f"fp16: {f['gpu']} has no bf16, and the model was released in bf16 (overflow risk; "
                                "loss scaling needed)"),
     K.ONLY_8BIT: lambda f: ONLY_8BIT_NOTE,
-    K.UNCALIBRATED: lambda f: ("uncalibrated: the time model has no held-out rows for this GPU class and method (a "
-                               "wider band)"),
-    K.TIGHT: lambda f: f"tight: peak within {f['fraction']:.0%} of the memory limit, the estimator's measured error band",
+    K.UNCALIBRATED: lambda f: (f"uncalibrated: the time model has fewer than {f['min_rows']} held-out rows for this "
+                               "GPU class and method (the band of held-out GPU classes, wider; ranked at its quantile)"),
+    K.TIGHT: lambda f: (f"tight: peak within {f['fraction']:.0%} of the memory limit, the estimator's measured error "
+                        f"band; loses to a safe row up to {f['margin_pct']:g}% dearer"),
+    K.STACK_CAVEAT: _caveat,
+    K.LISTED_ONLY: _listed_only,
     K.PADDED: lambda f: (f"padded batches of {f['micro_batch']} rows compute {f['factor']:.3f}× the kept tokens (the "
                          "dataset's lengths; --packed computes only the kept tokens)"),
     K.GLOBAL_BATCH_CHANGED: lambda f: (f"runs a global batch of {f['runs']} sequences instead of {f['requested']} "
@@ -99,6 +133,7 @@ NOTES: dict[K, Callable[[Finding], str]] = {
     K.DPO_REFERENCE: _dpo,
     K.GRPO_GENERATION: _grpo,
     K.NEAR_TIE: _near_tie,
+    K.SAFE_OVER_RISKY: _safe_over_risky,
     K.SPOT_SUSPECT: lambda f: SPOT_SUSPECT_NOTE,
     K.HOST_UNKNOWN: lambda f: (f"{HOST_UNKNOWN_NOTE}: this run needs about {gb(f['ram_need_bytes'])} of host RAM per "
                                "node to load and feed it (advisor/planner/host.py); check the host before renting"),

@@ -31,7 +31,7 @@ def _head(plan: Plan) -> list[str]:
 def _why_first(plan: Plan) -> list[str]:
     """Why #1 (when a near-tie rule put it there), the marked rows, and where #1's host is."""
     lines = []
-    if plan.candidates and first(plan.candidates[0].findings, K.NEAR_TIE) is not None:
+    if plan.candidates and first(plan.candidates[0].findings, K.NEAR_TIE, K.SAFE_OVER_RISKY) is not None:
         lines.append(f"Why #1: {why(plan)}")
     marked = [c for c in plan.candidates if c.tie_rule]
     if marked:
@@ -70,6 +70,8 @@ def _tail(plan: Plan) -> list[str]:
                      f"{claims.pareto_basis(plan)}, fastest first): " + "; ".join(
                          f"{figures} ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} {c.offer.provider})"
                          for c, figures in claims.pareto_points(plan)))
+        knee = claims.knee_words(plan)
+        lines += [knee + "."] if knee else []
     ruled_out = claims.counts(plan)["ruled_out"]
     if ruled_out:
         more = len(ruled_out) - 6
@@ -97,7 +99,8 @@ def spot_line(plan: Plan, s: Candidate) -> str:
     q = ranking_quantile(plan)
     what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
             + f", {ranked_hours(s):,.1f} h and {money(ranked_cost(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
-            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, {s.offer.price_date})")
+            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, "
+            f"{getattr(s.offer, 'spot_price_date', '') or s.offer.price_date})")  # the spot quote's own date
     top = plan.candidates[0] if plan.candidates else None
     if top is None or top.cost.spot:
         return what + "."

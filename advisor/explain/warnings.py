@@ -51,8 +51,35 @@ WORDS: dict[K, Callable[[Finding], str]] = {
                                  f"observation; priced at {money(f['price_hour'])}/h ({f['price_date']}, "
                                  f"{str(f['source'])[:60]})."),
     K.TOP_TIGHT: lambda f: "The top pick is within the estimator's measured error band of its GPU memory limit (tight).",
-    K.NO_SPOT: lambda f: "--spot: no spot price among the matching offers.",
+    K.NO_SPOT: lambda f: _no_spot(f),
 }
+
+
+def _no_spot(f: Finding) -> str:
+    """--spot found no spot price to show: none at all, or only undated ones (left out of the spot line)."""
+    undated = int(f.get("undated") or 0)
+    if not undated:
+        return "--spot: no spot price among the matching offers."
+    return (f"--spot: no dated spot price among the matching offers; {undated:,} spot price{'s' if undated != 1 else ''} "
+            "without an observation date of its own left out of the spot line and remedies (an undated spot price "
+            "can be far from today's market).")
+
+
+def near_miss(f: Finding) -> str:
+    """'--deadline 13h: 64× H200 aws p5en.48xlarge, 12.1 h, $3,483.00 ($8,498.30 less in total than #1)'."""
+    nodes = int(f["nodes"])
+    what = (f"{f['gpus']}× {f['gpu_model']}" + (f" ({nodes} nodes)" if nodes > 1 else "")
+            + f" {f['provider']} {f['instance_type']}" + (" on spot" if f["spot"] else ""))
+    stale = " (a stale price)" if f["stale"] else ""
+    total = "in total " if f["time_value"] else ""
+    return (f"{f['flags']}: {what}{stale}, {f['hours']:,.1f} h, {money(f['usd'])} "
+            f"({money(f['saving_usd'])} less {total}than #1)")
+
+
+def near_misses(findings: list[Finding]) -> str:
+    """The near misses, one line: 'Near misses (figures at p80): ...; ....' ('' when there are none)."""
+    near = found(findings, K.NEAR_MISS)
+    return (f"Near misses (figures at {near[0]['risk']}): " + "; ".join(near_miss(f) for f in near) + ".") if near else ""
 
 
 def warning(f: Finding, top: Candidate | None = None) -> str:
@@ -65,9 +92,16 @@ def warning(f: Finding, top: Candidate | None = None) -> str:
 
 
 def warnings(findings: list[Finding], candidates: list[Candidate]) -> list[str]:
-    """The plan's own warnings, in recorded order."""
+    """The plan's own warnings, in recorded order; the near misses together, as one line where the first is."""
     top = candidates[0] if candidates else None
-    return [warning(f, top) for f in findings]
+    out = []
+    for i, f in enumerate(findings):
+        if f.kind is K.NEAR_MISS:
+            if not any(g.kind is K.NEAR_MISS for g in findings[:i]):
+                out.append(near_misses(findings))
+            continue
+        out.append(warning(f, top))
+    return out
 
 
 def disagreeing(disagreements, candidates: list[Candidate]) -> list[str]:

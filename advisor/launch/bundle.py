@@ -24,9 +24,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from advisor import techniques
+from advisor.approval import Approval
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.memory import DEEPSPEED_ZERO3
-from advisor.launch import launchers, rl
+from advisor.launch import caps, launchers, rl
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
     DECODER_LAYERS,
@@ -69,14 +71,6 @@ _COMMON_KEYS = {
     "tpu_use_sudo": False,
 }
 
-OPTIM_NAMES = {  # our optimizer -> transformers OptimizerNames (reference §10)
-    "adamw": "adamw_torch_fused",
-    "adamw-fp32": "adamw_torch_fused",
-    "adamw-8bit": "adamw_bnb_8bit",
-    "paged-adamw-8bit": "paged_adamw_8bit",
-    "sgd": "sgd",
-    "adafactor": "adafactor",
-}
 ATTN_NAMES = {"flash": "flash_attention_2", "sdpa": "sdpa", "eager": "eager"}
 # precision -> (load dtype, autocast mode)
 PRECISIONS = {
@@ -231,7 +225,7 @@ def training_args(
         # transformers 5.24 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs); the old
         # names warn "will be removed in v6" (transformers/training_args.py, TrainingArguments.__post_init__)
         "activation_checkpointing": c.stack.grad_checkpointing and not fsdp_ckpt,
-        "optim": OPTIM_NAMES[c.stack.optimizer],
+        "optim": techniques.get(c.stack.optimizer).hf_optim,
         "bf16": mp == "bf16",
         "fp16": mp == "fp16",
         "learning_rate": 2e-5 if c.stack.is_full else 2e-4,
@@ -353,7 +347,8 @@ def requirements(c: Candidate) -> list[str]:
     names = ["torch", "transformers", "trl", "datasets", "accelerate", "pyyaml"]
     if c.stack.is_adapter:
         names.append("peft")
-    if c.stack.is_qlora or "8bit" in c.stack.optimizer:
+    package = techniques.get(c.stack.optimizer).package  # the optimizer's row of advisor/data/optimizers.csv
+    if c.stack.is_qlora or package == "bitsandbytes":
         names.append("bitsandbytes")
     if c.stack.is_zero:
         names.append("deepspeed")
@@ -370,13 +365,17 @@ def build_bundle(
     *,
     dataset: str = "data/train.jsonl",
     options: Mapping[str, object] | None = None,
+    approval: Approval | None = None,
 ) -> dict[str, str]:
-    """Every file of the bundle, filename -> content. Emits a LaunchWarning per caveat (also in README)."""
+    """Every file of the bundle, filename -> content. Emits a LaunchWarning per caveat (also in README). Under an
+    `approval` (advisor/approval.py) every launcher carries its caps (advisor/launch/caps.py)."""
     c = candidate
-    if c.stack.precision not in PRECISIONS or c.stack.optimizer not in OPTIM_NAMES or c.stack.attention not in ATTN_NAMES:
+    hours_cap = approval.caps.hours if approval else None
+    optimizers = techniques.rows()
+    if c.stack.precision not in PRECISIONS or c.stack.optimizer not in optimizers or c.stack.attention not in ATTN_NAMES:
         raise BadInput(
             f"candidate: precision {c.stack.precision!r}, optimizer {c.stack.optimizer!r} or attention {c.stack.attention!r} "
-            f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(OPTIM_NAMES)}, {sorted(ATTN_NAMES)}."
+            f"unknown; accepted: {sorted(PRECISIONS)}, {sorted(optimizers)}, {sorted(ATTN_NAMES)}."
         )
     acc = accelerate_config(c, model)
     args = training_args(c, model, dataset=dataset, options=options)
@@ -422,12 +421,13 @@ def build_bundle(
         "README.md": _templates("markdown").get_template("README.md.j2").render(ctx) + (  # which framework's hours
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
             "TRL SFTTrainer (transformers Trainer) + peft + accelerate/DeepSpeed + bitsandbytes.\n")
-        + ("" if c.stack.objective.is_sft else rl.rl_readme(c)),
+        + ("" if c.stack.objective.is_sft else rl.rl_readme(c)) + (caps.readme(approval) if approval else ""),
         "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
                      + _dump(sky_task(c, model))),
         "requirements.txt": "\n".join(reqs) + "\n",
-        "slurm.sbatch": launchers.slurm_script(c, model, job),
-        **_dstack_files(c, model, job),
+        "slurm.sbatch": launchers.slurm_script(c, model, job, hours_cap),
+        **_dstack_files(c, model, job, hours_cap),
+        **(caps.files(approval) if approval else {}),
         SMOKE_CONFIG_FILE: json.dumps(launchers.smoke_config(model), indent=2) + "\n",
         "chat_mask.py": Path(chat_mask.__file__).read_text(encoding="utf-8"),
         **({DS_CONFIG_FILE: json.dumps(deepspeed_json(c), indent=2) + "\n"} if acc["distributed_type"] == "DEEPSPEED" else {}),
@@ -443,10 +443,11 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
         return {}
     dtype, _ = PRECISIONS[c.stack.precision]
     cfg = rl.trl_config(c, dtype=dtype, attention=ATTN_NAMES[c.stack.attention], mixed_precision=mixed_precision(c),
-                        optim=OPTIM_NAMES[c.stack.optimizer], checkpointing=bool(args["training"]["activation_checkpointing"]),
+                        optim=techniques.get(c.stack.optimizer).hf_optim, checkpointing=bool(args["training"]["activation_checkpointing"]),
                         epochs=float(options.get("epochs") or 1), save_steps=args["training"]["save_steps"])
     shared = {k: v for k, v in args.items() if k != "training"}
-    shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json")}
+    shared["objective"] = {"kind": o.kind, "trl_config": rl.TRL_CONFIG_FILE, "settings": o.model_dump(mode="json"),
+                           "seq_len": c.shape.seq_len}  # rows' tokens, the planner's unit (--benchmark's measured.json)
     header = _comment(f"trl.{o.kind.upper()}Config fields written by gpu-advisor: the stack of the estimate "
                       f"({c.label or c.stack.method}); train.py reads them (trl.{o.kind.upper()}Config(**this file))")
     files = {
@@ -460,9 +461,9 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
     return files
 
 
-def _dstack_files(c: Candidate, model: ModelSpec, job: str) -> dict[str, str]:
+def _dstack_files(c: Candidate, model: ModelSpec, job: str, hours_cap: float | None = None) -> dict[str, str]:
     """dstack.yml (a task), and for a multi-node plan fleet.dstack.yml (placement: cluster), which the task names."""
-    task = launchers.dstack_task(c, model, job, setup_commands(c))
+    task = launchers.dstack_task(c, model, job, setup_commands(c), hours_cap)
     note = "" if launchers.dstack_backend(c.offer.provider) else _comment(
         f"dstack has no {c.offer.provider!r} backend: no backends/regions pin; any backend within max_price.")
     if c.nodes == 1:
@@ -491,7 +492,7 @@ def _axolotl_file(c: Candidate, model: ModelSpec, dataset: str, options: Mapping
         return {}
     cfg, notes = axolotl_config(c, model_name=model.name, family=model.family, moe=model.is_moe,
                                 layer=DECODER_LAYERS.get(model.family), dataset=dataset,
-                                epochs=float(options.get("epochs") or 1), optimizer=OPTIM_NAMES[c.stack.optimizer],
+                                epochs=float(options.get("epochs") or 1), optimizer=techniques.get(c.stack.optimizer).hf_optim,
                                 ds_file=DS_CONFIG_FILE)
     for note in notes:
         warnings.warn(note, LaunchWarning, stacklevel=3)

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 from advisor.model import families
 from advisor.results import Candidate
+from pricing import providers
 
 # config.json model_type -> class name FSDP wraps (each is in `_no_split_modules` of the family's
 # *ForCausalLM / *ForConditionalGeneration in transformers 5.24.0; families.json decoder_layer_class).
 DECODER_LAYERS: dict[str, str] = families.decoder_layers()
-# Provider names as price sheets spell them -> SkyPilot's cloud name.
-SKY_NAMES = {"lambdalabs": "lambda", "google": "gcp", "lambda-labs": "lambda", "amazon": "aws"}
+# Provider names as price sheets spell them -> SkyPilot's cloud name (pricing/data/providers.csv `skypilot`).
+SKY_NAMES = {s: p.skypilot for p in providers.providers().values() for s in p.aliases if p.skypilot}
 # The SkyPilot release sky.yaml is checked against (the test extra's pin; tests/test_sky_yaml.py loads every
 # planner-written sky.yaml in it) and its clouds: sorted(sky.utils.registry.CLOUD_REGISTRY) in skypilot 0.9.2.
 # Hyperbolic is a cloud from SkyPilot 0.10 (sky/clouds/hyperbolic.py in skypilot-org/skypilot).
 SKYPILOT_CHECKED = "0.9.2"
 SKY_NOTE = "`sky launch sky.yaml` refuses it"  # in the caveat below; sky.yaml repeats that caveat as a comment
-SKYPILOT_CLOUDS = frozenset({"aws", "azure", "cudo", "do", "fluidstack", "gcp", "ibm", "kubernetes", "lambda",
-                             "nebius", "oci", "paperspace", "runpod", "scp", "vast", "vsphere"})
+# The clouds themselves are providers.csv's `skypilot` column plus kubernetes and vsphere.
+SKYPILOT_CLOUDS = providers.skypilot_clouds()
 
 
 def total_gpus(c: Candidate) -> int:
@@ -55,7 +56,7 @@ def cpu_adam(c: Candidate) -> bool:
 
 def sky_cloud(provider: str) -> str:
     """The cloud name sky.yaml gives SkyPilot for a price sheet's provider."""
-    return SKY_NAMES.get(provider.lower(), provider.lower())
+    return providers.sky_cloud(provider)
 
 
 def runs_as(c: Candidate) -> str:
@@ -124,7 +125,7 @@ def lm_head_adapter(c: Candidate) -> bool:
 def sky_caveat(c: Candidate) -> str:
     """Why sky.yaml cannot launch `c` (its provider is no cloud of the checked SkyPilot), or '' when it can:
     the caveat, the sky.yaml comment, the bundle README's Run block and launch's Run line all follow it."""
-    if sky_cloud(c.offer.provider) in SKYPILOT_CLOUDS:
+    if sky_cloud(c.offer.provider) in providers.skypilot_clouds():
         return ""
     return (f"SkyPilot {SKYPILOT_CHECKED}, the release sky.yaml is checked against, has no "
             f"{sky_cloud(c.offer.provider)!r} cloud, so {SKY_NOTE} (a newer SkyPilot may have one): rent the machine at "

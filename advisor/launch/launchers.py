@@ -21,6 +21,7 @@ from advisor.model.spec import ModelSpec, VisionSpec
 from advisor.planner import host
 from advisor.results import Candidate
 from advisor.text import plain
+from pricing import providers
 
 # Slurm --time / dstack max_duration: the plan's wall hours (the p90 of the time model's band where there is one)
 # times 1.25, plus 30 minutes for the job's start (an assumption: enough that a run at the band's slow end still
@@ -28,13 +29,11 @@ from advisor.text import plain
 TIME_MARGIN = 1.25
 TIME_START_HOURS = 0.5
 MAIN_PORT = 29500
-# Price-sheet providers -> dstack backend names (dstack 0.22.5 dstack/_internal/core/models/backends/base.py
-# BackendType); a provider not in this table gets no `backends` pin and dstack searches every configured backend.
-DSTACK_NAMES = {"vast": "vastai", "vast.ai": "vastai", "lambdalabs": "lambda", "lambda-labs": "lambda",
-                "google": "gcp", "amazon": "aws", "do": "digitalocean", "jarvis": "jarvislabs"}
-DSTACK_BACKENDS = frozenset({"amddevcloud", "aws", "azure", "cloudrift", "crusoe", "cudo", "datacrunch", "digitalocean",
-                             "gcp", "hotaisle", "jarvislabs", "lambda", "nebius", "oci", "runpod", "seeweb",
-                             "tensordock", "vastai", "verda", "vultr"})
+# Price-sheet providers -> dstack backend names (pricing/data/providers.csv `dstack`: dstack 0.22.5
+# dstack/_internal/core/models/backends/base.py BackendType); a provider without one gets no `backends` pin and
+# dstack searches every configured backend.
+DSTACK_NAMES = {s: p.dstack for p in providers.providers().values() for s in p.aliases if p.dstack}
+DSTACK_BACKENDS = providers.dstack_backends()
 # The tiny model of `launch.sh --smoke`: the candidate's model family at these sizes (random weights on the CPU).
 SMOKE_SIZES = {"vocab_size": 320, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256}
@@ -72,13 +71,14 @@ def slurm_time(hours: float) -> str:
     return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-def slurm_script(c: Candidate, model: ModelSpec, job: str) -> str:
+def slurm_script(c: Candidate, model: ModelSpec, job: str, approved_hours: float | None = None) -> str:
     """slurm.sbatch: one task per node, each running launch.sh (accelerate launch), which reads its node rank from
-    SLURM_NODEID; the head node's address is the allocation's first host (scontrol show hostnames)."""
+    SLURM_NODEID; the head node's address is the allocation's first host (scontrol show hostnames). Under an
+    approval (`approved_hours`: its hours cap) --time is the cap itself."""
     ram, cpus = host_needs(c, model)
     gpus = c.offer.gpu_count
     mem = f"{math.ceil(ram / 2**30)}G" if ram else "0"
-    limit = time_limit_hours(c)
+    limit = approved_hours or time_limit_hours(c)
     t = c.timing
     lines = [
         "#!/bin/bash",
@@ -90,7 +90,9 @@ def slurm_script(c: Candidate, model: ModelSpec, job: str) -> str:
         f"# --mem and --cpus-per-task: gpu-advisor's host check (model loading, offloaded states, "
         f"{host.PROCESS_RAM_GB:g} GB and {host.VCPUS_PER_GPU} vCPUs per GPU process)"
         + ("" if ram else "; the model's size is unknown here, so --mem=0 asks for all of each node's memory") + ".",
-        f"# --time: the plan's {max(t.hours, t.hours_high or 0.0):.2f} h x {TIME_MARGIN:g} + {TIME_START_HOURS:g} h.",
+        (f"# --time: the approved cap's {approved_hours:.2f} h (budget_cap.json; train.py stops before it)."
+         if approved_hours else
+         f"# --time: the plan's {max(t.hours, t.hours_high or 0.0):.2f} h x {TIME_MARGIN:g} + {TIME_START_HOURS:g} h."),
         "# Submit from this folder: sbatch slurm.sbatch   (check first: sbatch --test-only slurm.sbatch)",
         "# Continue after a time limit or a failure from the newest checkpoint: sbatch slurm.sbatch --resume",
         "# Your cluster may also need --partition and --account (add #SBATCH lines below).",
@@ -117,8 +119,7 @@ def slurm_script(c: Candidate, model: ModelSpec, job: str) -> str:
 
 
 def dstack_backend(provider: str) -> str | None:
-    name = DSTACK_NAMES.get(provider.lower(), provider.lower())
-    return name if name in DSTACK_BACKENDS else None
+    return providers.dstack_backend(provider)
 
 
 def _dstack_common(c: Candidate, model: ModelSpec) -> dict:
@@ -137,12 +138,14 @@ def _dstack_common(c: Candidate, model: ModelSpec) -> dict:
     return out
 
 
-def dstack_task(c: Candidate, model: ModelSpec, name: str, setup: list[str]) -> dict:
+def dstack_task(c: Candidate, model: ModelSpec, name: str, setup: list[str],
+                approved_hours: float | None = None) -> dict:
     """dstack.yml: a task on `nodes` nodes running launch.sh, which reads DSTACK_NODE_RANK and
-    DSTACK_MASTER_NODE_IP (set by dstack's runner on every node)."""
+    DSTACK_MASTER_NODE_IP (set by dstack's runner on every node); max_duration is the approval's hours cap where
+    there is one."""
     task: dict = {"type": "task", "name": name, "nodes": c.nodes, "python": "3.12",
                   "env": ["HF_TOKEN"], "commands": [*setup, "bash launch.sh"], **_dstack_common(c, model),
-                  "max_duration": f"{math.ceil(time_limit_hours(c) * 60)}m"}
+                  "max_duration": f"{math.ceil((approved_hours or time_limit_hours(c)) * 60)}m"}
     if c.nodes > 1:
         task["fleets"] = [f"{name}-fleet"]
     return task

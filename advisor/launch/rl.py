@@ -114,5 +114,9 @@ def rl_readme(c: Candidate) -> str:
                                "(`trl vllm-serve`); training on the others."}[o.vllm]]
     lines += ["", "Smoke test on any machine (random tiny model, transformers generation, two steps): "
               "`accelerate launch --config_file accelerate_config.yaml train.py --config training_args.yaml "
-              "--init_from_config path/to/config.json --max_steps 2 --output_dir /tmp/smoke`.", ""]
+              "--init_from_config path/to/config.json --max_steps 2 --output_dir /tmp/smoke`.", "",
+              "Measured run: `bash launch.sh --benchmark [--steps N]` trains 3 warm-up steps plus N timed optimizer "
+              "steps (20) of the planned setup, saves nothing and writes `measured.json` (tokens through the policy "
+              "per second, generation and reference passes included); then `gpu-advisor calibrate measured.json`.",
+              ""]
     return "\n".join(lines)

@@ -54,12 +54,13 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
         r = scored_row(int(i))
         o = offer_row(int(r["offer_row"]))
         cfg = configs[int(r["row"])]
-        extra = [chosen.why[int(i)]] if int(i) in chosen.why else []
+        extra = [_why_note(chosen, int(i))] if int(i) in chosen.why else []
         if o["spot"] and suspect[int(r["offer_row"])]:
             extra.append(Finding(kind=FindingKind.SPOT_SUSPECT))
         names, regions = others.get(int(r["offer_row"]), ([], []))
         c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
         c.tie_rule = chosen.rule.get(int(i), "")
+        c.caveats = list(ranking.stack_caveats(cfg.gpu, cfg.stack))
         found = list(c.findings)
         if not c.offer.host_known:
             found.append(Finding(kind=FindingKind.HOST_UNKNOWN, figures={
@@ -98,14 +99,37 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
                 prices_as_of=_pinned_day(),
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
-                ranking=ranking_basis(request),
+                ranking=ranking_basis(request, chosen.constraints_met),
                 managed_alternatives=_managed(spec, counts, top_stack.method, request))
 
 
-def ranking_basis(request: PlanRequest) -> dict:
-    """What the ranking used, for every reader of the plan (table header, report, web page)."""
-    return {"quantile": request.risk, "sort": request.sort, "near_tie_pct": ranking.NEAR_TIE_PCT,
-            "tie_breakers": list(ranking.TIE_BREAKERS), "band": "p10-p90"}
+def _why_note(chosen: Selection, i: int) -> Finding:
+    """The finding of a row a tie rule promoted; for the risk margin, completed with what made the row it passed
+    risky (tight, uncalibrated, a stack caveat) in place of that row's position."""
+    why = chosen.why[i]
+    if why.kind is not FindingKind.SAFE_OVER_RISKY:
+        return why
+    f = chosen.fitting
+    cfg_row = int(chosen.scored["cfg_row"].iat[int(why["beaten"])])
+    figures = {k: v for k, v in why.figures.items() if k != "beaten"}
+    return Finding(kind=FindingKind.SAFE_OVER_RISKY, figures={
+        **figures, "tight": bool(f["tight"].iat[cfg_row]), "uncalibrated": not bool(f["calibrated"].iat[cfg_row]),
+        "stack_caveat": bool(f["caveats"].iat[cfg_row])})
+
+
+def ranking_basis(request: PlanRequest, constraints_met: bool = True) -> dict:
+    """What the ranking used, for every reader of the plan (table header, report, web page): the quantile, the
+    key (`total` = cost + hours x time value, `cost` with --time-value 0, or `hours`), the time value and its
+    source, and, when nothing meets --budget/--deadline, that rows are ordered by how far they miss."""
+    tv = float(request.time_value)
+    key = "hours" if request.sort == "time" else ("total" if tv else "cost")
+    out = {"quantile": request.risk, "sort": request.sort, "key": key, "time_value_usd_per_hour": tv,
+           "time_value_source": (explain.TIME_VALUE_SOURCE if tv == ranking.DEFAULT_TIME_VALUE else "--time-value"),
+           "near_tie_pct": ranking.NEAR_TIE_PCT, "tie_breakers": list(ranking.TIE_BREAKERS),
+           "risk_margin_pct": ranking.RISK_MARGIN_PCT, "band": "p10-p90"}
+    if not constraints_met:
+        out["order"] = "miss"  # closest first: by how far each row misses the budget / deadline (select._violation)
+    return out
 
 
 def _managed(spec, counts, method: str, request: PlanRequest) -> list:
@@ -227,7 +251,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     usd = float(r["cost_usd"])
 
-    found = candidate_findings(cfg, request, spec) + placement(stack, cfg.per_node, nodes) + list(extra_findings)
+    found = candidate_findings(cfg, request, spec, str(o.get("notes") or "")) + placement(stack, cfg.per_node, nodes) + list(extra_findings)
     peak, tight = measured_peak(int(cfg.fitted.peak), int(cfg.limit), cfg.fitted.tight, step, TIGHT_FRACTION)
     return Candidate(
         rank=rank, offer=_offer(o, list(also_named), list(also_regions)), nodes=nodes, network_gbps=network if nodes > 1 else None,

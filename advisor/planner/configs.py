@@ -21,8 +21,16 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from advisor import techniques
 from advisor.estimate.engine import Engine, usable_limit
-from advisor.estimate.throughput import band_quantile, liger_runs_on, quantile_factor, segment, table
+from advisor.estimate.throughput import (
+    MIN_CALIBRATED_ROWS,
+    band_quantile,
+    liger_runs_on,
+    quantile_factor,
+    segment,
+    table,
+)
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention
@@ -33,12 +41,17 @@ from advisor.stacks import ADAPTER_METHODS, OPTIMIZER_SHARDINGS, PARAM_SHARDINGS
 from advisor.workload import measurements
 from pricing.gpus import GPU, get_gpu
 
-OPTIMIZERS = ("adamw", "adamw-8bit")  # the ones searched when --optimizer is not pinned (of stacks.OPTIMIZERS)
+# The optimizers searched when --optimizer is not pinned, the 8-bit ones (kept only where they make the run fit) and
+# the standard one they are judged against: rows of advisor/data/optimizers.csv (advisor/techniques.py)
+OPTIMIZERS = techniques.searched()
+EIGHT_BIT = techniques.eight_bit()
+STANDARD = next(name for name in OPTIMIZERS if name not in EIGHT_BIT)
 # Pins that describe adapters: they shape LoRA/QLoRA stacks, not the full fine-tune (the baseline)
 ADAPTER_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "adapter_dtype", "dora",
                   "modules_to_save", "double_quant", "bnb_saves_inputs")
 MAX_MICRO_BATCH = 64
-LEANEST = {"grad_checkpointing": True, "optimizer": "adamw-8bit"}  # the same stack with the two memory savers
+# the same stack with the two memory savers (checkpointing and the searched 8-bit optimizer)
+LEANEST = {"grad_checkpointing": True, "optimizer": next(name for name in OPTIMIZERS if name in EIGHT_BIT)}
 # The estimator's measured error band: on the high-confidence published rows its worst under-estimate
 # is 8.1% (benchmarks/results/accuracy.md, "conf=high", row lr-13). A candidate whose peak is within
 # this share of the limit is "tight": the planner prefers a micro-batch outside the band.
@@ -74,36 +87,50 @@ def stacks_for(gpu, n_gpus: int, methods: Iterable[str], family: str = "llama",
     return list(found)
 
 
-def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tuple[str, ...], family: str,
-                pins: dict[str, Any]) -> tuple[Stack, ...]:
+def _attention_for(flash: bool, family: str, pins: dict[str, Any]) -> str | None:
+    """The pinned attention kernel (None: the family or the GPU cannot run it), else FlashAttention where both can,
+    else SDPA, else eager."""
     allowed = supported_attention(family)
     if "attention" in pins:
         attention = pins["attention"]
-        if attention not in allowed or (attention == "flash" and not flash):
-            return ()
-    elif flash and "flash" in allowed:
-        attention = "flash"
-    else:
-        attention = "sdpa" if "sdpa" in allowed else "eager"
-    out = []
+        return None if attention not in allowed or (attention == "flash" and not flash) else attention
+    if flash and "flash" in allowed:
+        return "flash"
+    return "sdpa" if "sdpa" in allowed else "eager"
+
+
+def _stacks_for(flash: bool, bf16: bool, triton: bool, n_gpus: int, methods: tuple[str, ...], family: str,
+                pins: dict[str, Any]) -> tuple[Stack, ...]:
+    attention = _attention_for(flash, family, pins)
+    if attention is None:
+        return ()
+    objective = pins.get("objective")
+    out: list[Stack] = []
     for method in methods:
-        objective = pins.get("objective")
         if method == "full" and objective is not None and objective.ref_model == "adapter-off":
             continue  # the adapter switched off is a LoRA/QLoRA reference (advisor/stacks.py refuses it for full)
         for sharding, offload in _shardings(method, n_gpus, pins):
             precision = pins.get("precision") or precision_for(method, sharding, bf16)
             if method == "qlora" and precision == "fp32":
                 continue
-            for optimizer in (pins["optimizer"],) if "optimizer" in pins else OPTIMIZERS:
-                for ckpt in (pins["grad_checkpointing"],) if "grad_checkpointing" in pins else (False, True):
-                    for liger in _liger_choices(triton, family, pins, method):
-                        skip = ("sharding", "offload", "precision") + (ADAPTER_FIELDS if method == "full" else ())
-                        fields = {k: v for k, v in pins.items() if k not in skip}
-                        fields.update(method=method, precision=precision, optimizer=optimizer,
-                                      grad_checkpointing=ckpt, attention=attention, gpus=n_gpus, sharding=sharding,
-                                      offload=offload, liger=liger)
-                        out.append(_stack(tuple(sorted(fields.items()))))
+            skip = ("sharding", "offload", "precision") + (ADAPTER_FIELDS if method == "full" else ())
+            base = {k: v for k, v in pins.items() if k not in skip}
+            base.update(method=method, precision=precision, attention=attention, gpus=n_gpus, sharding=sharding,
+                        offload=offload)
+            out += _variants(base, _liger_choices(triton, family, pins, method), pins)
     return tuple(out)
+
+
+def _variants(base: dict[str, Any], ligers: tuple[bool, ...], pins: dict[str, Any]) -> list[Stack]:
+    """The stacks of one method × sharding × precision: each optimizer, checkpointing and Liger choice the pins
+    leave open (optimizer outermost, as the planner lists them)."""
+    out = []
+    for optimizer in (pins["optimizer"],) if "optimizer" in pins else OPTIMIZERS:
+        for ckpt in (pins["grad_checkpointing"],) if "grad_checkpointing" in pins else (False, True):
+            for liger in ligers:
+                fields = dict(base, optimizer=optimizer, grad_checkpointing=ckpt, liger=liger)
+                out.append(_stack(tuple(sorted(fields.items()))))
+    return out
 
 
 def no_stack_reason(gpu, n_gpus: int, family: str, pins: dict[str, Any]) -> str:
@@ -233,9 +260,10 @@ def _shape(micro_batch: int, seq_len: int, grad_accum: int | None, padded: bool)
 
 
 def is_calibrated(gpu, stack: Stack) -> bool:
-    """Whether the time model has held-out calibration rows for this GPU class x method (mfu.json bands)."""
+    """Whether the time model has at least MIN_CALIBRATED_ROWS held-out calibration rows for this GPU class x
+    method (mfu.json bands); fewer rows take the band of held-out GPU classes (throughput._band_entry)."""
     entry = ((table().get("bands") or {}).get("segments") or {}).get(segment(gpu, stack))
-    return bool(entry and entry.get("rows", 0) > 0)
+    return bool(entry and entry.get("rows", 0) >= MIN_CALIBRATED_ROWS)
 
 
 def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
@@ -253,21 +281,25 @@ def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
     return band_quantile(cfg.gpu, cfg.stack, q)[0]
 
 
-EIGHT_BIT = ("adamw-8bit", "paged-adamw-8bit")
+def _hardware(c: Config) -> tuple:
+    """What an 8-bit variant is judged on: the same GPU model, GPUs per node, nodes, fabric and method."""
+    return c.gpu.name, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
+
+
+def _standard_fits(configs: list[Config]) -> set[tuple]:
+    """The hardware (`_hardware`) on which a standard-AdamW stack fits."""
+    return {_hardware(c) for c in configs if c.stack.optimizer == STANDARD and c.fitted.max_micro_batch > 0}
 
 
 def drop_needless_8bit(configs: list[Config], request: PlanRequest) -> tuple[list[Config], list[Config]]:
     """Standard AdamW by default (DESIGN.md): an unpinned 8-bit AdamW config is kept only where no
     standard-AdamW stack of the same method fits the same hardware (GPU model, GPUs per node,
-    nodes, fabric): then 8-bit is what makes the run fit. Returns (kept, dropped)."""
+    nodes, fabric): then 8-bit is what makes the run fit. Returns (kept, dropped); `Evaluator.configs` left the
+    dropped ones unfitted."""
     if "optimizer" in request.pins:
         return configs, []
-
-    def hardware(c: Config) -> tuple:
-        return c.gpu.name, c.per_node, c.nodes, c.fabric_gbps, c.stack.method
-
-    fits = {hardware(c) for c in configs if c.stack.optimizer == "adamw" and c.fitted.max_micro_batch > 0}
-    needless = [c.stack.optimizer in EIGHT_BIT and hardware(c) in fits for c in configs]
+    fits = _standard_fits(configs)
+    needless = [c.stack.optimizer in EIGHT_BIT and _hardware(c) in fits for c in configs]
     return ([c for c, x in zip(configs, needless) if not x], [c for c, x in zip(configs, needless) if x])
 
 
@@ -300,6 +332,7 @@ class Evaluator:
         self._lean: dict[tuple, Stack] = {}
         self._one = Shape(micro_batch=1, seq_len=request.seq_len, padded=request.padded)
         self.excluded: dict[str, list] = {}  # reason -> [hardware configs, example]: for the plan's rejections
+        self.estimated = 0  # configs fitted (and timed where they fit) by `configs`
 
     def _exclude(self, reason: str, example: str, hardware: tuple = ()) -> None:
         entry = self.excluded.setdefault(reason, [0, example])
@@ -309,55 +342,76 @@ class Evaluator:
                 offers: dict | None = None) -> list[Config]:
         """Every (GPU model, GPUs per node, fabric) × node count × stack the request allows, fitted and
         timed. One node per (GPU model, GPUs per node); more only over a known fabric. `offers`: how many
-        offers each (GPU model, GPUs per node) has, to count what a pin rules out in offers."""
-        self._offers = offers or {}
+        offers each (GPU model, GPUs per node) has, to count what a pin rules out in offers.
 
-        req, rows = self.request, []
-        global_batch = req.sequences_per_step
+        Standard AdamW first: an unpinned 8-bit AdamW config is fitted only where no standard-AdamW stack of
+        its method fits its hardware (elsewhere `drop_needless_8bit` drops it unfitted), so the plan estimates
+        each hardware's 8-bit variants only when they may be what makes the run fit. `estimated` counts the
+        configs fitted."""
+        self._offers = offers or {}
+        self.estimated = 0
+        rows: list[Config] = []
+        deferred: list[tuple[Config, int]] = []
         single: set[tuple[str, int]] = set()
         for gpu_model, per_node, fabric in hardware:
-            gpu = get_gpu(gpu_model)
-            limit = usable_limit(gpu, req.headroom)
             fabric = None if fabric is None or fabric != fabric else float(fabric)  # NaN: unknown
-            for nodes in node_counts(req.max_nodes if fabric else 1):
+            for nodes in node_counts(self.request.max_nodes if fabric else 1):
                 if nodes == 1 and (gpu_model, per_node) in single:
                     continue
                 single.add((gpu_model, per_node))
-                n = per_node * nodes
-                where = f"{n}x {gpu_model}" + (f" on {nodes} nodes" if nodes > 1 else "")
-                if req.max_gpus is not None and n > req.max_gpus:
-                    if nodes > 1:  # single instances over the limit: already counted with the offers
-                        self._exclude(f"--max-gpus {req.max_gpus}: more GPUs in total", where)
-                    continue
-                if n > global_batch:
-                    if nodes > 1:
-                        self._exclude(f"more GPUs than sequences in the global batch ({global_batch})", where)
-                    continue
-                setups = objectives_for(req, gpu, n)  # SFT/DPO: one; GRPO: each generation setup (advisor/planner/objectives.py)
-                if not setups:
-                    self._exclude(f"--vllm server: {req.objective.vllm_server_gpus} GPU(s) serve vLLM, so the instance "
-                                  "needs more to train as well", where, (gpu_model, per_node))
-                for objective, n_train in setups:
-                    pins = req.pins if objective.is_sft else {**req.pins, "objective": objective}
-                    cap = min(MAX_MICRO_BATCH, max(1, global_batch // n_train))
-                    stacks = stacks_for(gpu, n_train, methods, self.engine.spec.family, pins)
-                    if not stacks:
-                        self._exclude(no_stack_reason(gpu, n_train, self.engine.spec.family, req.pins), where,
-                                      (gpu_model, per_node))
-                    refused = refusal_reason(self.engine.memory(stacks[0], self._one)) if stacks and \
-                        objective.vllm != "none" else None  # vLLM would not start: the same for every stack here
-                    if refused:
-                        self._exclude(refused, where, (gpu_model, per_node))
-                        continue
-                    for stack in stacks:
-                        cfg = Config(gpu=gpu, per_node=per_node, nodes=nodes, stack=stack, limit=limit,
-                                     fabric_gbps=fabric if nodes > 1 else None)
-                        rows.append(self.fit(cfg, cap))
+                for cfg, cap in self._hardware_configs(gpu_model, per_node, nodes, fabric, methods):
+                    rows.append(cfg)
+                    if "optimizer" not in self.request.pins and cfg.stack.optimizer in EIGHT_BIT:
+                        deferred.append((cfg, cap))
+                    else:
+                        self.fit(cfg, cap)
+        fits = _standard_fits(rows)
+        for cfg, cap in deferred:
+            if _hardware(cfg) not in fits:
+                self.fit(cfg, cap)
         return rows
+
+    def _hardware_configs(self, gpu_model: str, per_node: int, nodes: int, fabric: float | None,
+                          methods: tuple[str, ...]) -> Iterable[tuple[Config, int]]:
+        """The unfitted configs of `nodes` × `per_node` of `gpu_model` and the micro-batch cap of each; none (and
+        the reason recorded) where the request rules the hardware out."""
+        req, gpu = self.request, get_gpu(gpu_model)
+        global_batch = req.sequences_per_step
+        n = per_node * nodes
+        where = f"{n}x {gpu_model}" + (f" on {nodes} nodes" if nodes > 1 else "")
+        if req.max_gpus is not None and n > req.max_gpus:
+            if nodes > 1:  # single instances over the limit: already counted with the offers
+                self._exclude(f"--max-gpus {req.max_gpus}: more GPUs in total", where)
+            return
+        if n > global_batch:
+            if nodes > 1:
+                self._exclude(f"more GPUs than sequences in the global batch ({global_batch})", where)
+            return
+        setups = objectives_for(req, gpu, n)  # SFT/DPO: one; GRPO: each generation setup (advisor/planner/objectives.py)
+        if not setups:
+            self._exclude(f"--vllm server: {req.objective.vllm_server_gpus} GPU(s) serve vLLM, so the instance "
+                          "needs more to train as well", where, (gpu_model, per_node))
+        limit = usable_limit(gpu, req.headroom)
+        family = self.engine.spec.family
+        for objective, n_train in setups:
+            pins = req.pins if objective.is_sft else {**req.pins, "objective": objective}
+            cap = min(MAX_MICRO_BATCH, max(1, global_batch // n_train))
+            stacks = stacks_for(gpu, n_train, methods, family, pins)
+            if not stacks:
+                self._exclude(no_stack_reason(gpu, n_train, family, req.pins), where, (gpu_model, per_node))
+            refused = refusal_reason(self.engine.memory(stacks[0], self._one)) if stacks and \
+                objective.vllm != "none" else None  # vLLM would not start: the same for every stack here
+            if refused:
+                self._exclude(refused, where, (gpu_model, per_node))
+                continue
+            for stack in stacks:
+                yield Config(gpu=gpu, per_node=per_node, nodes=nodes, stack=stack, limit=limit,
+                             fabric_gbps=fabric if nodes > 1 else None), cap
 
     def fit(self, cfg: Config, cap: int) -> Config:
         """The predicted micro-batch; a stack whose leanest variant (checkpointing + 8-bit states)
         does not fit at micro-batch 1 is not estimated on its own."""
+        self.estimated += 1
         engine, seq = self.engine, self.seq_len
         lean = self._lean.get(cfg.stack.key)
         if lean is None:

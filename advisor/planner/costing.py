@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from advisor.units import GB
+from pricing import providers
 
 BILLING_FILE = Path(__file__).resolve().parents[1] / "data" / "billing.json"
 CPU_RAM_USABLE = 0.9  # share of instance RAM offloaded states may use (OS, dataloader, page cache)
@@ -23,7 +24,10 @@ CPU_RAM_USABLE = 0.9  # share of instance RAM offloaded states may use (OS, data
 
 @lru_cache(maxsize=1)
 def billing() -> dict:
-    return json.loads(BILLING_FILE.read_text(encoding="utf-8"))
+    """billing.json, with each provider's billing terms from its row in pricing/data/providers.csv."""
+    data = json.loads(BILLING_FILE.read_text(encoding="utf-8"))
+    data["providers"] = providers.billing_table()
+    return data
 
 
 def billing_increment(provider: str) -> tuple[float, float]:

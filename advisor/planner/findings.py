@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import re
 
+from advisor.estimate.throughput import MIN_CALIBRATED_ROWS
 from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
+from advisor.planner.offers import LISTED_ONLY
+from advisor.planner.ranking import RISK_MARGIN_PCT, stack_caveats
 from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
 from advisor.planner.select import Selection
 from advisor.results import Candidate
@@ -17,8 +20,9 @@ from advisor.results.facts import Finding, FindingKind as K
 CONSTRAINT_REASONS = ("over the budget", "misses the deadline")
 
 
-def candidate_findings(cfg: Config, request: PlanRequest, spec=None) -> list[Finding]:
-    """What this candidate trades away (its stack, fit, batch), in the order its notes say it."""
+def candidate_findings(cfg: Config, request: PlanRequest, spec=None, offer_notes: str | None = None) -> list[Finding]:
+    """What this candidate trades away (its stack, fit, software caveats, region availability, batch), in the order
+    its notes say it; `offer_notes`: the offer row's tags (a `region-listed-not-availability` row under --regions)."""
     st, out, t = cfg.stack, [], cfg.timed
     if st.method == "full" and st.precision in ("bf16", "fp16") and not st.sharding.startswith("zero"):
         out.append(Finding(kind=K.PURE_LOW_PRECISION, figures={"precision": st.precision}))
@@ -27,9 +31,13 @@ def candidate_findings(cfg: Config, request: PlanRequest, spec=None) -> list[Fin
     if st.optimizer in _configs.EIGHT_BIT and "optimizer" not in request.pins:
         out.append(Finding(kind=K.ONLY_8BIT, figures={"optimizer": st.optimizer}))
     if t is not None and not t.calibrated:
-        out.append(Finding(kind=K.UNCALIBRATED))
+        out.append(Finding(kind=K.UNCALIBRATED, figures={"min_rows": MIN_CALIBRATED_ROWS}))
     if cfg.fitted.tight:
-        out.append(Finding(kind=K.TIGHT, figures={"fraction": TIGHT_FRACTION}))
+        out.append(Finding(kind=K.TIGHT, figures={"fraction": TIGHT_FRACTION, "margin_pct": RISK_MARGIN_PCT}))
+    out += [Finding(kind=K.STACK_CAVEAT, figures={"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT})
+            for key in stack_caveats(cfg.gpu, st)]
+    if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
+        out.append(Finding(kind=K.LISTED_ONLY, figures={"tag": LISTED_ONLY, "regions": ",".join(request.regions)}))
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
     if padding > 1.0005:
         out.append(Finding(kind=K.PADDED, figures={"micro_batch": int(t.micro_batch), "factor": float(padding)}))
@@ -150,5 +158,5 @@ def plan_findings(chosen: Selection, candidates: list[Candidate], request: PlanR
     if top is not None and top.fit.tight:
         out.append(Finding(kind=K.TOP_TIGHT))
     if request.spot and spot is None:
-        out.append(Finding(kind=K.NO_SPOT))
+        out.append(Finding(kind=K.NO_SPOT, figures={"undated": int(chosen.undated_spot)}))
     return out

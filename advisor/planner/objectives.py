@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from advisor.estimate.objectives.spec import Objective
+from advisor.objective import Objective
 from advisor.planner.request import PlanRequest
 
 MODES = ("none", "colocate", "server")

@@ -35,10 +35,34 @@ def load(request: PlanRequest):
 
 def prepare(offers, request: PlanRequest, rejections: Rejections):
     """Usable instance rows (one per provider × region × instance type), filtered as asked."""
-    import pandas as pd
-
     if offers is None or len(offers) == 0:
         raise AdvisorError("No usable price sheet: no offers loaded; run `gpu-advisor prices` to fetch or import one.")
+    off, names = _priced_rows(offers)
+    sold = off["gpu_model"].unique()  # --gpu names are checked against every sheet row, before other filters
+    off = _by_provider(off, request)
+    off = _by_region(off, request, rejections)
+    off = _by_seller(off, request, rejections)
+    off = _by_gpu(off, request, sold)
+    off = _known_and_priced(off, names, rejections)
+    off = _complete_prices(off, rejections)
+    off = _fresh_only(off, request, rejections)
+    if len(off) == 0:
+        why = "; ".join(f"{r.count} × {r.reason}" for r in rejections.to_list())
+        raise AdvisorError("No usable offer: every row matching the filters was left out" + (f" ({why})." if why else "."))
+    off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
+    off = _one_of_billed_alike(off, request.spot, rejections)
+    off = collapse_regions(off, request.spot)
+    off = cheapest(off, max(request.top, 10), request.spot, rejections)
+    _note_gpu_counts(off, request, rejections)
+    return off
+
+
+def _priced_rows(offers):
+    """A copy of the sheet with every optional column, numeric prices and GPU counts, only the rows with a usable
+    on-demand price (or a disputed one, kept to be counted) and canonical GPU names; with the {label: canonical
+    name or None} map it used."""
+    import pandas as pd
+
     off = offers.copy()
     if "observed_at" not in off and "fetched_at" in off:  # a library user's own frame: its dates are its own
         off["observed_at"] = off["fetched_at"]
@@ -58,48 +82,66 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     off["gpu_count"] = off["gpu_count"].astype(int)
     names = {g: canonical_name(str(g)) for g in off["gpu_model"].unique()}  # once per distinct label
     off["gpu_model"] = off["gpu_model"].map({g: c or str(g) for g, c in names.items()})
+    return off, names
 
-    sold = off["gpu_model"].unique()  # --gpu names are checked against every sheet row, before other filters
-    if request.providers:
-        providers = [p.lower() for p in request.providers]
-        check_choice("--providers", providers, off["provider"].unique())
-        off = off[off["provider"].str.lower().isin(providers)]
-    if request.regions:  # country / continent codes (pricing.geo), or the providers' own region names
-        countries, continents, region_names = geo.parse_codes(request.regions)
-        if region_names:
-            check_choice("--regions", region_names, off["region"].unique())
-        keep = off["region"].str.lower().isin([r.lower() for r in region_names]).to_numpy()
-        if countries or continents:
-            keep = keep | geo.matches(off["region"].astype(str), countries, continents)
-        rejections.add(f"--regions {','.join(request.regions)}: host elsewhere or in an unknown country",
-                       int((~keep).sum()))
-        off = off[keep]
-    if request.no_marketplace:
-        peer = marketplace(off)
-        rejections.add("--no-marketplace: a marketplace or community host", int(peer.sum()),
-                       _examples(off.loc[peer]))
-        off = off[~peer]
-    if request.gpus:
-        want = [get_gpu(g).name for g in request.gpus]
-        check_choice("--gpu", want, sold)
-        off = off[off["gpu_model"].isin(want)]
+
+def _by_provider(off, request: PlanRequest):
+    """--providers: only their rows (an unknown name is an error listing the sheet's)."""
+    if not request.providers:
+        return off
+    wanted = [p.lower() for p in request.providers]
+    check_choice("--providers", wanted, off["provider"].unique())
+    return off[off["provider"].str.lower().isin(wanted)]
+
+
+def _by_region(off, request: PlanRequest, rejections: Rejections):
+    """--regions: country / continent codes (pricing.geo), or the providers' own region names."""
+    if not request.regions:
+        return off
+    countries, continents, region_names = geo.parse_codes(request.regions)
+    if region_names:
+        check_choice("--regions", region_names, off["region"].unique())
+    keep = off["region"].str.lower().isin([r.lower() for r in region_names]).to_numpy()
+    if countries or continents:
+        keep = keep | geo.matches(off["region"].astype(str), countries, continents)
+    rejections.add(f"--regions {','.join(request.regions)}: host elsewhere or in an unknown country",
+                   int((~keep).sum()))
+    return listed_only(off[keep], request, rejections)
+
+
+def _by_seller(off, request: PlanRequest, rejections: Rejections):
+    """--no-marketplace: no marketplace or community host."""
+    if not request.no_marketplace:
+        return off
+    peer = marketplace(off)
+    rejections.add("--no-marketplace: a marketplace or community host", int(peer.sum()),
+                   _examples(off.loc[peer]))
+    return off[~peer]
+
+
+def _by_gpu(off, request: PlanRequest, sold):
+    """--gpu: only those GPU models (checked against every GPU the sheets sell)."""
+    if not request.gpus:
+        return off
+    want = [get_gpu(g).name for g in request.gpus]
+    check_choice("--gpu", want, sold)
+    return off[off["gpu_model"].isin(want)]
+
+
+def _known_and_priced(off, names: dict, rejections: Rejections):
+    """Rows whose GPU the GPU table knows and whose on-demand price stands (a disputed one is counted out)."""
     known = off["gpu_model"].isin({c for c in names.values() if c})
     for g, n in off.loc[~known, "gpu_model"].value_counts().items():
         rejections.add(f"{g}: GPU not in the GPU table (pricing/data/gpus.csv)", n, g)
     off = off[known].reset_index(drop=True)
     gone = off["price_hour"].isna()
     rejections.add(DISPUTED, int(gone.sum()), _examples(off.loc[gone]))
-    off = off[~gone].reset_index(drop=True)
-    off = _complete_prices(off, rejections)
-    off = _fresh_only(off, request, rejections)
-    if len(off) == 0:
-        why = "; ".join(f"{r.count} × {r.reason}" for r in rejections.to_list())
-        raise AdvisorError("No usable offer: every row matching the filters was left out" + (f" ({why})." if why else "."))
-    off = off.assign(price_date=_observed(off), fabric_gbps=_fabric(off))
-    off = _one_of_billed_alike(off, request.spot, rejections)
-    off = collapse_regions(off, request.spot)
-    off = cheapest(off, max(request.top, 10), request.spot, rejections)
+    return off[~gone].reset_index(drop=True)
 
+
+def _note_gpu_counts(off, request: PlanRequest, rejections: Rejections) -> None:
+    """Count the instances the GPU-count limits will leave out (--max-gpus, more GPUs than sequences per step);
+    the rows stay: advisor/planner/configs.py applies the limits per configuration."""
     if request.max_gpus is not None:
         over = off["gpu_count"] > request.max_gpus
         rejections.add(f"--max-gpus {request.max_gpus} excludes larger instances", int(over.sum()),
@@ -107,7 +149,6 @@ def prepare(offers, request: PlanRequest, rejections: Rejections):
     big = off["gpu_count"] > request.sequences_per_step
     rejections.add(f"more GPUs than sequences in the global batch ({request.sequences_per_step})", int(big.sum()),
                    _examples(off.loc[big]))
-    return off
 
 
 DISPUTED = ("catalog price disputed by a dated observation, with no dated price for its region to replace it "
@@ -186,6 +227,24 @@ def _one_of_billed_alike(off, spot: bool, rejections: Rejections):
     rejections.add("billed as another instance type listed in the same region at the same price (that one is "
                    "kept; pricing/crosscheck.py BILLED_AS)", int(same.sum()), _examples(off.loc[same]))
     return off[~same].reset_index(drop=True)
+
+
+LISTED_ONLY = "region-listed-not-availability"  # a sheet that lists every region whatever the capacity
+
+
+def listed_only(off, request: PlanRequest, rejections: Rejections):
+    """With --regions: rows whose sheet lists the instance in every region regardless of capacity (noted
+    LISTED_ONLY; scripts/build_snapshot.py) do not show availability in that region; they are left out while a
+    row with known availability remains, else kept, each saying so (advisor.explain.notes, LISTED_ONLY)."""
+    import numpy as np
+
+    listed = np.asarray(mentions(off["notes"], LISTED_ONLY), bool) if "notes" in off else np.zeros(len(off), bool)
+    if not listed.any() or listed.all():
+        return off
+    rejections.add(f"--regions {','.join(request.regions)}: the sheet lists this instance in every region whatever "
+                   f"its capacity ({LISTED_ONLY}), so availability there is unknown", int(listed.sum()),
+                   _examples(off.loc[listed]))
+    return off[~listed]
 
 
 def collapse_regions(off, spot: bool):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor import explain
 from advisor.estimate.engine import Engine
 from advisor.model.spec import ModelSpec
 from advisor.planner import configs as _configs, offers as _offers, remedy
@@ -75,6 +76,12 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
         result.warnings = [text if w == result.remedy else w for w in result.warnings]
         result.remedy = text
         result.assumptions = result.assumptions.model_copy(update={"remedy_plans": runs})
+    elif search_remedies and result.constraints_met and result.candidates and (request.deadline_hours or request.budget):
+        near, runs = remedy.near_misses(request, result.candidates[0], lambda relaxed: plan(
+            relaxed, offers=offers, estimator=estimator, search_remedies=False))
+        result.findings = list(result.findings) + near
+        result.warnings += explain.warnings(near, result.candidates)
+        result.assumptions = result.assumptions.model_copy(update={"near_miss_plans": runs})
     return result
 
 

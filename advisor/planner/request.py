@@ -14,7 +14,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, validation_message
-from advisor.estimate.objectives.spec import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.model.catalog import load_model, parse_param_count
 from advisor.model.spec import (
     MAX_BATCH,
@@ -27,6 +26,8 @@ from advisor.model.spec import (
     MAX_USD,
     ModelSpec,
 )
+from advisor.objective import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
+from advisor.planner.ranking import DEFAULT_TIME_VALUE, MAX_TIME_VALUE
 from advisor.results.facts import RankBy
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain
@@ -119,6 +120,8 @@ class PlanRequest(BaseModel):
     risk: str = Field(DEFAULT_RISK, description="the one quantile of the time model's held-out error every candidate "
                                                 "is ranked, shown and checked against --budget/--deadline at "
                                                 "(p50, p80, p90; docs/plans.md says why p80 is the default)")
+    time_value: float = Field(DEFAULT_TIME_VALUE, description="USD per wall-clock hour of waiting: rows rank on "
+                                                            "cost + hours x this, both at --risk (0: cost alone)")
     top: int = Field(10, gt=0, le=MAX_TOP)
     interruptions_per_hour: float | None = Field(None, description="spot interruptions per instance-hour")
     checkpoint_interval_hours: float | None = Field(None, description="hours between checkpoints (default: Young's optimum)")
@@ -131,7 +134,7 @@ class PlanRequest(BaseModel):
     pins: dict[str, Any] = Field(default_factory=dict, description="stack settings the user fixed (Stack fields); "
                                                                    "every other dimension is searched")
     padded: bool = False
-    # SFT (default), DPO or GRPO and their settings (advisor/estimate/objectives/spec.py). Tokens, seq_len and the
+    # SFT (default), DPO or GRPO and their settings (advisor/objective.py). Tokens, seq_len and the
     # global batch count rows through the policy: DPO 2 per pair (prompt + response each), GRPO completions
     # (prompt + completion each). With GRPO an unset `vllm` is searched (none, colocate, server).
     objective: Objective = Field(default_factory=lambda: SFT)
@@ -183,7 +186,7 @@ class PlanRequest(BaseModel):
         raise BadInput(f"--{name}: expected a whole number (got {v!r:.80}).")
 
     @field_validator("epochs", "budget", "headroom", "mfu", "setup_hours", "interruptions_per_hour",
-                     "checkpoint_interval_hours", "network_gbps", mode="before")
+                     "checkpoint_interval_hours", "network_gbps", "time_value", mode="before")
     @classmethod
     def _number(cls, v: Any, info) -> Any:
         """A finite number (a YAML 'many', .nan or .inf is refused here, naming the option)."""
@@ -284,6 +287,8 @@ class PlanRequest(BaseModel):
             raise BadInput(f"--headroom: must be a fraction in [0, 1), got {self.headroom}.")
         if self.mfu is not None and not 0 < self.mfu <= 1:
             raise BadInput(f"--mfu: must be a fraction in (0, 1], got {self.mfu}.")
+        if not 0 <= self.time_value <= MAX_TIME_VALUE:
+            raise BadInput(f"--time-value: must be between 0 and {MAX_TIME_VALUE:,.0f} USD per hour (got {self.time_value:g}).")
         if self.sort not in ("cost", "time"):
             raise BadInput(f"--sort: expected cost or time, got {self.sort!r}.")
         self.sort = RankBy(self.sort)
@@ -363,7 +368,7 @@ FILE_KEYS = ("model", "tokens", "examples", "avg_tokens", "pairs", "prompts", *O
              "global_batch", "global_batch_tokens",
              "methods", "budget", "deadline", "providers", "regions", "no_marketplace", "gpu", "spot", "max_gpus", "max_nodes",
              "headroom", "mfu", "prices", "discount", "sort", "top", "setup_hours", "all_stacks", "allow_stale",
-             "skip_bad_rows", "checkpoint_every", "padded", "risk", "measured", "no_measured", *PIN_FIELDS,
+             "skip_bad_rows", "checkpoint_every", "padded", "risk", "time_value", "measured", "no_measured", *PIN_FIELDS,
              *SOURCE_FILE_KEYS)
 
 

@@ -40,6 +40,7 @@ class Selection:
     constraints_met: bool = True
     why: dict = None  # position -> the near-tie Finding that preferred it (ranking.prefer_in_near_ties)
     rule: dict = None  # position -> the tie rule that promoted it (ranking.TIE_BREAKERS)
+    undated_spot: int = 0  # spot offers left out of the spot line and remedies: no spot observation date
 
     def __post_init__(self):
         self.why = self.why or {}
@@ -70,6 +71,7 @@ def config_frame(configs: list[Config], request: PlanRequest, weights_gb: float,
                                                       np.array([c.nodes for c in configs], float)),
         "vcpus_need": [host.vcpus_needed(c.per_node) for c in configs],
         "bf16": [c.stack.precision.endswith("bf16") or c.stack.precision == "fp32" for c in configs],
+        "caveats": [bool(ranking.stack_caveats(c.gpu, c.stack)) for c in configs],
     })
     cfg["row"] = np.arange(len(cfg))
     is_full = (cfg["method"] == "full").to_numpy()
@@ -182,7 +184,8 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     over, late = _over_and_late(cost, hours, sel, request, rejections)
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
-    primary = (tie, hours, cost) if request.sort is RankBy.COST else (tie, cost, hours)
+    total = ranking.total(cost, hours, request.time_value)  # time has a value: cost + hours x --time-value
+    primary = (tie, hours, total) if request.sort is RankBy.COST else (tie, cost, hours)
 
     notice, met = "", True
     if sel.any() and not meets.any():
@@ -200,7 +203,7 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     why: dict = {}
     rule: dict = {}
     if met and len(ranked):
-        ranked, why, rule = _near_ties(ranked, sc, fitting, priced, request, cost, hours)
+        ranked, why, rule = _near_ties(ranked, sc, fitting, priced, request, cost, hours, total)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
@@ -210,10 +213,13 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     final = np.concatenate((ranked, order[~np.isin(order, ranked)])) if len(ranked) else order
     best = {column: _best_per(priced[column], offer_row, final) for column in ("gpu_model", "provider")}
     baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
-    spot_best = _best_spot(usable & is_spot & ~over & ~late, primary, ranking.spot_suspect(priced)[offer_row])
+    undated_spot = ranking.undated_spot(priced)[offer_row]
+    spot_best = _best_spot(usable & is_spot & ~over & ~late & ~undated_spot,  # a spot price dated on its own
+                           primary, ranking.spot_suspect(priced)[offer_row])
+    undated_spot_rows = int(len(np.unique(offer_row[usable & is_spot & undated_spot])))
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
-                     spot=spot_best, constraints_met=met, why=why, rule=rule)
+                     spot=spot_best, constraints_met=met, why=why, rule=rule, undated_spot=undated_spot_rows)
 
 
 def _over_and_late(cost, hours, sel, request: PlanRequest, rejections: Rejections):
@@ -229,14 +235,16 @@ def _over_and_late(cost, hours, sel, request: PlanRequest, rejections: Rejection
     return over, late
 
 
-def _near_ties(ranked, sc, fitting, priced, request: PlanRequest, cost, hours):
-    """The ranking with near-ties settled by the tie-breakers (ranking.prefer_in_near_ties), on the --sort key."""
+def _near_ties(ranked, sc, fitting, priced, request: PlanRequest, cost, hours, total):
+    """The ranking with near-ties settled by the tie-breakers and risky rows giving way to safe ones within the risk
+    margin (ranking.prefer_in_near_ties), on the --sort key (the total with the time value, or the hours)."""
     cfg_row = sc["cfg_row"].to_numpy()
     by_cost = request.sort is RankBy.COST
     prefs = ranking.preferences(sc, fitting, priced, request)
-    return ranking.prefer_in_near_ties(ranked, cost if by_cost else hours, prefs, max(request.top, 10),
+    return ranking.prefer_in_near_ties(ranked, total if by_cost else hours, prefs, max(request.top, 10),
                                        fitting["gpus"].to_numpy()[cfg_row], fitting["nodes"].to_numpy()[cfg_row],
-                                       "cheaper" if by_cost else "faster", hours if by_cost else None)
+                                       "cheaper" if by_cost else "faster", hours if by_cost else None,
+                                       ranking.risky(fitting, cfg_row), cost if by_cost else None)
 
 
 def _pareto(pool, tie, tight, cost, hours):

@@ -168,13 +168,15 @@ class Candidate(BaseModel):
                                                                       "facts (advisor/results/facts.py)")
     tie_rule: str = Field("", description="the near-tie rule that ranked it above a cheaper (or faster) row "
                                           "(advisor/planner/ranking.py TIE_BREAKERS); '' when its figure did")
+    caveats: list[str] = Field(default_factory=list, description="software-stack caveats of this GPU and stack "
+                                                                 "(advisor/planner/ranking.py STACK_CAVEATS keys)")
 
     @field_validator("label")
     @classmethod
     def _label(cls, v: str) -> str:
         return check_text(v, "stack_label")
 
-    @field_validator("notes")
+    @field_validator("notes", "caveats")
     @classmethod
     def _notes(cls, v: list[str]) -> list[str]:
         for note in v:

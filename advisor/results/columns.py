@@ -95,6 +95,22 @@ TERMINAL: dict[str, Column] = {col.key: col for col in (
     Column("price source, date", "price source, date",
            lambda c: f"{c.offer.source[:28]} {c.offer.price_date}" + (" STALE" if c.offer.stale else "")),
 )}
+
+
+def ranked_time_value(ranking: Any) -> float:
+    """The time value the rows were ranked with (the plan's `ranking` record; 0: on cost alone, or ordered by how far
+    they miss)."""
+    stated = ranking or {}
+    tv = stated.get("time_value_usd_per_hour")
+    by_total = stated.get("key") == "total" and stated.get("order") != "miss"
+    return float(tv) if by_total and isinstance(tv, (int, float)) else 0.0
+
+
+def total_column(time_value: float) -> Column:
+    """The figure rows rank on with a time value: cost + hours x time value, both at the ranking quantile."""
+    return Column("total", "total {q}", lambda c: ranked_cost(c) + ranked_hours(c) * time_value, money, right=True)
+
+
 # The report's tables (reports/render.py): the same ranked figures, as a reader of a page wants them
 REPORT_COST = Column("cost", "Cost {q}", ranked_cost, money)
 REPORT_HOURS = Column("hours", "Wall time {q}", ranked_hours, hours_cell)

@@ -35,13 +35,16 @@ class FindingKind(StrEnum):
     PURE_LOW_PRECISION = "pure_low_precision"  # full fine-tuning in pure bf16/fp16, no fp32 master copy
     FP16_NO_BF16 = "fp16_no_bf16"  # fp16 on a card without bf16, a model released in bf16
     ONLY_8BIT = "only_8bit"  # 8-bit AdamW is what makes the run fit
-    UNCALIBRATED = "uncalibrated"  # no held-out calibration rows for the GPU class and method
+    UNCALIBRATED = "uncalibrated"  # fewer than the calibrated minimum of held-out rows for the GPU class and method
     TIGHT = "tight"  # peak within the estimator's error band of the memory limit
+    STACK_CAVEAT = "stack_caveat"  # a software stack that does not install or run as assumed (ROCm bnb, aarch64)
+    LISTED_ONLY = "listed_only"  # kept under --regions though the sheet lists it everywhere (availability unknown)
     PADDED = "padded"  # padded batches compute more than the kept tokens
     GLOBAL_BATCH_CHANGED = "global_batch_changed"  # runs another global batch than requested
     DPO_REFERENCE = "dpo_reference"  # DPO: where the reference model lives
     GRPO_GENERATION = "grpo_generation"  # GRPO: where completions are generated
     NEAR_TIE = "near_tie"  # ranked above a cheaper (or faster) row by a tie rule
+    SAFE_OVER_RISKY = "safe_over_risky"  # a safe row ranked above a cheaper risky one within the risk margin
     SPOT_SUSPECT = "spot_suspect"  # the spot price looks like a placeholder
     HOST_UNKNOWN = "host_unknown"  # the source lists no host RAM: the loading check could not run
     MISSES_BUDGET = "misses_budget"  # over --budget at the ranking quantile
@@ -59,7 +62,8 @@ class FindingKind(StrEnum):
     SHOWN_HOST_UNKNOWN = "shown_host_unknown"  # a shown candidate's host RAM is unknown
     PRICE_DISPUTED = "price_disputed"  # a dated observation disputes a shown candidate's catalog price
     TOP_TIGHT = "top_tight"  # the top pick is a tight fit
-    NO_SPOT = "no_spot"  # --spot, and no matching offer has a spot price
+    NO_SPOT = "no_spot"  # --spot, and no matching offer has a (dated) spot price
+    NEAR_MISS = "near_miss"  # a slightly looser deadline/budget or --allow-stale picks a row cheaper in total
 
 
 class Finding(BaseModel):
@@ -224,6 +228,7 @@ class Assumptions(_Record):
     optimizers: str | None = None
     multi_node: str | None = None
     remedy_plans: int | None = None
+    near_miss_plans: int | None = None
 
     @field_validator("sort", mode="before")
     @classmethod

@@ -296,8 +296,8 @@ def _auto(name: str, where, local: bool, model: str | None = None) -> Tokenizer:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise BadInput(f"--tokenizer {plain(name)}: loading it needs transformers: pip install "
-                       "'gpu-cost-advisor[ml]', or pass a tokenizer.json file.") from None
+        raise BadInput(f"--tokenizer {plain(name)}: loading it needs transformers (the data extra, no torch): "
+                       f"pip install '{DATA_EXTRA}', or pass a tokenizer.json file.") from None
     if not local:  # a malformed HF_ENDPOINT or HF_TOKEN is refused naming the variable, not the tokenizer
         settings.hf_endpoint()
         settings.hf_token()
@@ -312,7 +312,7 @@ def _auto(name: str, where, local: bool, model: str | None = None) -> Tokenizer:
             raise BadInput(redact(
                 f"--model {plain(model)}: its tokenizer ({plain(name)}) is not in the local Hugging Face cache and "
                 f"the Hub cannot be reached or refuses it; download it once while online (run this command again, "
-                f"or `huggingface-cli download {plain(name)}`){gated}, or give a local tokenizer folder or "
+                f"or `hf download {plain(name)}`){gated}, or give a local tokenizer folder or "
                 f"tokenizer.json with --tokenizer ({_first(exc)}).")) from None
         hint = ("the folder holds no usable tokenizer.json / tokenizer_config.json" if local else
                 "not in the local Hugging Face cache and the Hub cannot be reached or refuses it"
@@ -332,7 +332,8 @@ def _from_pretrained(auto, where: str, local: bool):
 
     token = settings.hf_token()
     try:
-        return auto.from_pretrained(where, token=token, local_files_only=True)
+        with _hub_offline():
+            return auto.from_pretrained(where, token=token, local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached: ask the Hub below
         if local:
             raise
@@ -346,14 +347,59 @@ def _from_pretrained(auto, where: str, local: bool):
         hub_log.setLevel(level)
 
 
-def _hub_reachable(timeout: float = 5.0) -> None:
-    """One quick request before huggingface_hub's retries (about 45 s of back-off when offline)."""
-    import requests
+@contextlib.contextmanager
+def _hub_offline():
+    """huggingface_hub in offline mode for the local-cache lookup: `local_files_only` alone still reaches the
+    network, because every request's headers name the calling agent from a registry fetched from the Hub
+    (huggingface_hub 2.4.0, utils/_headers.py `_http_user_agent` -> utils/_detect_agent.py `_fetch_registry`,
+    skipped only when `constants.HF_HUB_OFFLINE`); with no network that lookup's name resolution alone took
+    about 30 s before the one-line refusal."""
+    from huggingface_hub import constants
 
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
     try:
-        requests.head(hub_endpoint(), timeout=timeout)
-    except requests.RequestException as exc:
-        raise ConnectionError(f"{redact(hub_endpoint())} cannot be reached: {type(exc).__name__}") from None
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
+DATA_EXTRA = "gpu-cost-advisor[data]"  # tokenizers, pyarrow, datasets and transformers without torch (pyproject.toml)
+HUB_PROBE_S = 3.0  # the whole reachability probe, name resolution included
+
+
+def _hub_reachable(timeout: float = HUB_PROBE_S) -> None:
+    """Before huggingface_hub's retries (about 45 s of back-off when offline): nothing is asked under
+    HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE, and otherwise one TCP connection to the Hub's host must open
+    within `timeout` seconds. The probe runs in a thread because a socket timeout does not bound name
+    resolution, which on a machine with no network can take half a minute. Behind a proxy only the proxy
+    knows, so nothing is probed."""
+    if settings.hf_offline():
+        raise ConnectionError("HF_HUB_OFFLINE is set")
+    if settings.proxy_set():
+        return
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    url = urlsplit(hub_endpoint())
+    address = (url.hostname or "", url.port or (443 if url.scheme == "https" else 80))
+    failed: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection(address, timeout=timeout).close()
+            failed.append(None)
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not failed:
+        raise ConnectionError(f"{redact(hub_endpoint())} cannot be reached within {timeout:g} s")
+    if failed[0] is not None:
+        raise ConnectionError(f"{redact(hub_endpoint())} cannot be reached: {type(failed[0]).__name__}")
 
 
 def tokenizer_ref(model: str | None, tokenizer: str | None) -> str:

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from advisor.errors import BadInput
-from advisor.estimate.objectives.spec import DPO_LOSSES, DPO_MAX_LENGTH, GRPO_GENERATIONS, GRPO_LOSSES
+from advisor.objective import DPO_LOSSES, DPO_MAX_LENGTH, GRPO_GENERATIONS, GRPO_LOSSES
 from advisor.text import plain
 
 # GRPOConfig fields only GRPO has (grpo_config.py): any of them makes the config a GRPO run

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from advisor import techniques
 from advisor.errors import BadInput
 from advisor.model.spec import MAX_BATCH, MAX_EPOCHS, MAX_SEQ_LEN
 from advisor.text import plain
@@ -29,14 +30,6 @@ from pricing.files import load_json, load_yaml, read_text
 
 MAX_CONFIG_BYTES = 1_000_000
 
-# Hugging Face TrainingArguments / TRL `optim` names -> our optimizers
-# (transformers/training_args.py OptimizerNames; axolotl src/axolotl/utils/schemas/training.py `optimizer`).
-OPTIMIZERS = {
-    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_hf": "adamw", "adamw_apex_fused": "adamw",
-    "adamw": "adamw", "adamw_bnb_8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "bnb_8bit": "adamw-8bit",
-    "paged_adamw_8bit": "paged-adamw-8bit", "paged_adamw_32bit": "adamw-fp32", "adafactor": "adafactor",
-    "sgd": "sgd",
-}
 ATTENTION = {"flash_attention_2": "flash", "flash_attention_3": "flash", "sdpa": "sdpa", "eager": "eager",
              "fa2": "flash", "fa3": "flash", "disabled": "eager"}
 # Keys every trainer here knows that do not move memory, time or cost (listed as `ignored`).
@@ -85,6 +78,9 @@ def _got(value: Any) -> str:
         f"a {'mapping' if isinstance(value, dict) else 'list'}")
 
 
+_SIMPLE_KINDS = {"bool": bool, "text": str, "map": dict, "list": list}
+
+
 def typed(what: str, key: str, value: Any, kind: str) -> Any:
     """`value` when it is of `kind` (None passes), as the option it becomes wants it; else BadInput naming
     `key`. Whole numbers are ints or integral floats, never true/false; numbers are finite, and text
@@ -95,31 +91,36 @@ def typed(what: str, key: str, value: Any, kind: str) -> Any:
     name = key.rsplit(".", 1)[-1].split("[")[0]
     upper = _UPPER.get(name)
     ok, out = False, value
-    if kind == "bool":
-        ok = isinstance(value, bool)
-    elif kind == "text":
-        ok = isinstance(value, str)
-    elif kind == "map":
-        ok = isinstance(value, dict)
-    elif kind == "list":
-        ok = isinstance(value, list)
+    if kind in _SIMPLE_KINDS:
+        ok = isinstance(value, _SIMPLE_KINDS[kind])
     elif kind == "int":
-        if isinstance(value, float) and value.is_integer():
-            out = int(value)
-        ok = isinstance(out, int) and not isinstance(out, bool) and out > 0 and (upper is None or out <= upper)
+        ok, out = _whole(value, upper)
     elif kind == "num":
-        if isinstance(value, str):
-            try:
-                out = float(value)
-            except ValueError:
-                pass
-        ok = (isinstance(out, (int, float)) and not isinstance(out, bool) and math.isfinite(out) and out >= 0
-              and (upper is None or out < upper if name == "lora_dropout" else upper is None or out <= upper))
+        ok, out = _non_negative(value, upper, below=name == "lora_dropout")
     if ok:
         return out
     expected = _KINDS[kind] + ("" if upper is None else f" below {upper:g}" if name == "lora_dropout"
                                else f" at most {upper:,}")
     raise BadInput(f"{what}: {plain(key)}: expected {expected} (got {_got(value)}).")
+
+
+def _whole(value: Any, upper: float | None) -> tuple[bool, Any]:
+    """(is a whole number > 0 and at most `upper`, as an int): integral floats count, true/false do not."""
+    out = int(value) if isinstance(value, float) and value.is_integer() else value
+    return isinstance(out, int) and not isinstance(out, bool) and out > 0 and (upper is None or out <= upper), out
+
+
+def _non_negative(value: Any, upper: float | None, below: bool) -> tuple[bool, Any]:
+    """(is a finite number >= 0 and at most `upper` -- below it when `below` --, as a number): text that spells a
+    number is read as it."""
+    out = value
+    if isinstance(value, str):
+        try:
+            out = float(value)
+        except ValueError:
+            pass
+    ok = isinstance(out, (int, float)) and not isinstance(out, bool) and math.isfinite(out) and out >= 0
+    return ok and (upper is None or (out < upper if below else out <= upper)), out
 
 
 def name_list(what: str, key: str, value: Any, modules: bool = True) -> tuple[str, ...]:
@@ -306,10 +307,13 @@ def _optimizer(keys: _Keys, key: str) -> dict[str, Any]:
     name = keys.text(key)
     if name is None:
         return {}
-    if name.lower() not in OPTIMIZERS:
+    # Hugging Face TrainingArguments / TRL / axolotl / LLaMA-Factory `optim` names: the optimizers' rows
+    # (advisor/data/optimizers.csv hf_optim_read, each cited there)
+    ours = techniques.from_hf_optim(name)
+    if ours is None:
         keys.notes.append(f"{key}: {plain(name)} is not modelled; the optimizer is searched")
         return {}
-    return {"optimizer": OPTIMIZERS[name.lower()]}
+    return {"optimizer": ours}
 
 
 def _attention(keys: _Keys, key: str) -> dict[str, Any]:
@@ -345,35 +349,8 @@ def _common(method: str, epochs, seq_len, micro_batch, accum) -> dict[str, Any]:
 # src/axolotl/integrations/liger/args.py (https://github.com/axolotl-ai-cloud/axolotl, commit 067b021c8b87).
 
 def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
-    adapter = k.text("adapter")
-    four, eight = k.bool("load_in_4bit"), k.bool("load_in_8bit")
-    if adapter not in (None, "lora", "qlora"):
-        raise BadInput(f"{k.what}: adapter: {plain(adapter)!r} is not modelled; use lora, qlora or none (full).")
-    if eight:
-        raise BadInput(f"{k.what}: load_in_8bit: 8-bit LoRA is not modelled; use load_in_4bit (QLoRA) or neither.")
-    if adapter == "qlora" and four is False:
-        raise BadInput(f"{k.what}: adapter qlora with load_in_4bit false contradict each other.")
-    if four and adapter is None:
-        raise BadInput(f"{k.what}: load_in_4bit needs adapter: qlora (a 4-bit model cannot be fully fine-tuned).")
-    method = "qlora" if adapter == "qlora" or (adapter == "lora" and four) else (adapter or "full")
-    # bf16 / fp16 set the weights' dtype (src/axolotl/utils/config/__init__.py normalize_config: torch_dtype)
-    bf16 = k.raw("bf16")
-    if bf16 not in (None, True, False, "auto"):
-        raise BadInput(f"{k.what}: bf16: expected true, false or auto (got {plain(bf16)[:20]!r}).")
-    if bf16 and k.bool("fp16"):
-        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
-    # bf16 false without fp16 loads float32 (normalize_config); unset bf16 is "auto", left to the search
-    precision = "bf16" if bf16 else ("fp16" if k.bool("fp16") else ("fp32" if bf16 is False else None))
-    if bf16 == "auto":
-        k.notes.append("bf16: auto is read as bf16 (axolotl uses it where the GPU has it)")
-    attention = _one_of(k, {"flash_attention": "flash", "sdp_attention": "sdpa", "eager_attention": "eager",
-                            "xformers_attention": None})
-    if attention is None and k.data.get("xformers_attention"):
-        k.notes.append("xformers_attention is modelled as sdpa (same memory-efficient kernel class)")
-        attention = "sdpa"
-    attn = {"attention": attention} if attention else _attention(k, "attn_implementation")
-    liger_plugin = any("liger" in p.lower() for p in k.names("plugins", modules=False))
-    cce_plugin = any("cut_cross_entropy" in p.lower() for p in k.names("plugins", modules=False))
+    method, precision, attn = _axolotl_method(k), _axolotl_precision(k), _axolotl_attention(k)
+    liger_plugin, cce_plugin = _axolotl_plugins(k)
     liger = k.bool("liger_fused_linear_cross_entropy")
     for key in ("liger_rope", "liger_rms_norm", "liger_glu_activation", "liger_swiglu", "liger_layer_norm",
                 "liger_cross_entropy"):
@@ -408,6 +385,51 @@ def _axolotl(k: _Keys, base: Path) -> dict[str, Any]:
     return out
 
 
+def _axolotl_method(k: _Keys) -> str:
+    """full, lora or qlora from adapter and load_in_4bit (8-bit LoRA and the contradictions refused)."""
+    adapter = k.text("adapter")
+    four, eight = k.bool("load_in_4bit"), k.bool("load_in_8bit")
+    if adapter not in (None, "lora", "qlora"):
+        raise BadInput(f"{k.what}: adapter: {plain(adapter)!r} is not modelled; use lora, qlora or none (full).")
+    if eight:
+        raise BadInput(f"{k.what}: load_in_8bit: 8-bit LoRA is not modelled; use load_in_4bit (QLoRA) or neither.")
+    if adapter == "qlora" and four is False:
+        raise BadInput(f"{k.what}: adapter qlora with load_in_4bit false contradict each other.")
+    if four and adapter is None:
+        raise BadInput(f"{k.what}: load_in_4bit needs adapter: qlora (a 4-bit model cannot be fully fine-tuned).")
+    return "qlora" if adapter == "qlora" or (adapter == "lora" and four) else (adapter or "full")
+
+
+def _axolotl_precision(k: _Keys) -> str | None:
+    """bf16 / fp16 set the weights' dtype (src/axolotl/utils/config/__init__.py normalize_config: torch_dtype)."""
+    bf16 = k.raw("bf16")
+    if bf16 not in (None, True, False, "auto"):
+        raise BadInput(f"{k.what}: bf16: expected true, false or auto (got {plain(bf16)[:20]!r}).")
+    if bf16 and k.bool("fp16"):
+        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
+    # bf16 false without fp16 loads float32 (normalize_config); unset bf16 is "auto", left to the search
+    precision = "bf16" if bf16 else ("fp16" if k.bool("fp16") else ("fp32" if bf16 is False else None))
+    if bf16 == "auto":
+        k.notes.append("bf16: auto is read as bf16 (axolotl uses it where the GPU has it)")
+    return precision
+
+
+def _axolotl_attention(k: _Keys) -> dict[str, Any]:
+    """The attention pin from axolotl's *_attention switches, else attn_implementation."""
+    attention = _one_of(k, {"flash_attention": "flash", "sdp_attention": "sdpa", "eager_attention": "eager",
+                            "xformers_attention": None})
+    if attention is None and k.data.get("xformers_attention"):
+        k.notes.append("xformers_attention is modelled as sdpa (same memory-efficient kernel class)")
+        attention = "sdpa"
+    return {"attention": attention} if attention else _attention(k, "attn_implementation")
+
+
+def _axolotl_plugins(k: _Keys) -> tuple[bool, bool]:
+    """(Liger's plugin, Cut Cross-Entropy's plugin) among `plugins`."""
+    plugins = [p.lower() for p in k.names("plugins", modules=False)]
+    return any("liger" in p for p in plugins), any("cut_cross_entropy" in p for p in plugins)
+
+
 def _axolotl_datasets(k: _Keys) -> list[dict]:
     """axolotl `datasets`: a list of {path, type, field, field_messages, ...} (src/axolotl/utils/schemas/
     datasets.py SFTDataset: path a local file/folder or a Hub id; type a format name or a mapping of a
@@ -436,24 +458,9 @@ def _axolotl_datasets(k: _Keys) -> list[dict]:
 # examples/train_lora/llama3_lora_sft.yaml (https://github.com/hiyouga/LLaMA-Factory, commit ff6d4d12eeb0).
 
 def _llamafactory(k: _Keys, base: Path) -> dict[str, Any]:
-    kind = k.text("finetuning_type", "lora")
-    if kind not in ("lora", "full"):
-        raise BadInput(f"{k.what}: finetuning_type: {plain(kind)!r} is not modelled; use lora or full.")
-    bits = k.int("quantization_bit")
-    if bits is not None and kind == "full":  # model/adapter.py: "Quantized models can only be used for the LoRA"
-        raise BadInput(f"{k.what}: quantization_bit with finetuning_type full contradict each other.")
-    if bits not in (None, 4):
-        raise BadInput(f"{k.what}: quantization_bit: only 4 (QLoRA) is modelled (got {bits}).")
-    method = "qlora" if bits == 4 else kind
+    method = _lf_method(k)
     pure = k.bool("pure_bf16", False)
-    bf16, fp16 = k.bool("bf16", False), k.bool("fp16", False)
-    if (bf16 or pure) and fp16:
-        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
-    # finetuning_args pure_bf16; model/adapter.py upcasts trainable params to fp32 unless pure_bf16
-    if method == "full":
-        precision = "bf16" if pure else ("amp-bf16" if bf16 else ("amp-fp16" if fp16 else None))
-    else:
-        precision = "bf16" if (bf16 or pure) else ("fp16" if fp16 else None)
+    precision = _lf_precision(k, method, pure)
     rank = k.int("lora_rank", 8)  # LoraArguments defaults: rank 8, alpha 2 × rank, dropout 0, target all
     pins = {
         "precision": precision, **_optimizer(k, "optim"), **_attention(k, "flash_attn"),
@@ -474,6 +481,29 @@ def _llamafactory(k: _Keys, base: Path) -> dict[str, Any]:
     folder = base / (k.text("dataset_dir") or "data")
     out["_dataset"] = _lf_dataset(k, names, folder)
     return out
+
+
+def _lf_method(k: _Keys) -> str:
+    """full, lora or qlora from finetuning_type and quantization_bit (only 4-bit LoRA is modelled)."""
+    kind = k.text("finetuning_type", "lora")
+    if kind not in ("lora", "full"):
+        raise BadInput(f"{k.what}: finetuning_type: {plain(kind)!r} is not modelled; use lora or full.")
+    bits = k.int("quantization_bit")
+    if bits is not None and kind == "full":  # model/adapter.py: "Quantized models can only be used for the LoRA"
+        raise BadInput(f"{k.what}: quantization_bit with finetuning_type full contradict each other.")
+    if bits not in (None, 4):
+        raise BadInput(f"{k.what}: quantization_bit: only 4 (QLoRA) is modelled (got {bits}).")
+    return "qlora" if bits == 4 else kind
+
+
+def _lf_precision(k: _Keys, method: str, pure: bool) -> str | None:
+    """finetuning_args pure_bf16; model/adapter.py upcasts trainable params to fp32 unless pure_bf16."""
+    bf16, fp16 = k.bool("bf16", False), k.bool("fp16", False)
+    if (bf16 or pure) and fp16:
+        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
+    if method == "full":
+        return "bf16" if pure else ("amp-bf16" if bf16 else ("amp-fp16" if fp16 else None))
+    return "bf16" if (bf16 or pure) else ("fp16" if fp16 else None)
 
 
 def _lf_dataset(k: _Keys, names: tuple[str, ...], folder: Path):
@@ -515,26 +545,8 @@ def _lf_dataset(k: _Keys, names: tuple[str, ...], folder: Path):
 # (per_device_train_batch_size 8, num_train_epochs 3, optim, deepspeed, fsdp, use_liger_kernel, torch_compile).
 
 def _trl(k: _Keys, base: Path) -> dict[str, Any]:
-    peft = k.bool("use_peft", False)
-    four = k.bool("load_in_4bit", False)
-    if k.bool("load_in_8bit"):
-        raise BadInput(f"{k.what}: load_in_8bit: 8-bit LoRA is not modelled; use load_in_4bit (QLoRA) or neither.")
-    if four and not peft:
-        raise BadInput(f"{k.what}: load_in_4bit needs use_peft: true (a 4-bit model cannot be fully fine-tuned).")
-    method = "qlora" if four else ("lora" if peft else "full")
-    fp16 = k.bool("fp16", False)
-    bf16 = k.bool("bf16", not fp16)
-    if bf16 and fp16:
-        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
-    init = k.mapping("model_init_kwargs")
-    dtype = k.text("dtype") or k.text("torch_dtype") or typed(k.what, "model_init_kwargs.dtype", init.get("dtype"),
-                                                              "text") or typed(
-        k.what, "model_init_kwargs.torch_dtype", init.get("torch_dtype"), "text")
-    half = dtype in ("bfloat16", "float16")
-    if method == "full":
-        precision = ("bf16" if half else "amp-bf16") if bf16 else (("fp16" if half else "amp-fp16") if fp16 else "fp32")
-    else:
-        precision = "bf16" if bf16 else ("fp16" if fp16 else None)
+    method = _trl_method(k)
+    precision, init = _trl_precision(k, method)
     attn = _attention(k, "attn_implementation")
     init_attn = typed(k.what, "model_init_kwargs.attn_implementation", init.get("attn_implementation"), "text")
     if not attn and init_attn:
@@ -562,6 +574,34 @@ def _trl(k: _Keys, base: Path) -> dict[str, Any]:
     return out
 
 
+def _trl_method(k: _Keys) -> str:
+    """full, lora or qlora from use_peft and load_in_4bit (8-bit LoRA refused)."""
+    peft = k.bool("use_peft", False)
+    four = k.bool("load_in_4bit", False)
+    if k.bool("load_in_8bit"):
+        raise BadInput(f"{k.what}: load_in_8bit: 8-bit LoRA is not modelled; use load_in_4bit (QLoRA) or neither.")
+    if four and not peft:
+        raise BadInput(f"{k.what}: load_in_4bit needs use_peft: true (a 4-bit model cannot be fully fine-tuned).")
+    return "qlora" if four else ("lora" if peft else "full")
+
+
+def _trl_precision(k: _Keys, method: str) -> tuple[str | None, dict]:
+    """The precision and model_init_kwargs: bf16 / fp16 (TRL's bf16 defaults to true unless fp16) and the dtype
+    the model loads in: a full fine-tune over 16-bit weights is pure 16-bit, over fp32 weights mixed precision."""
+    fp16 = k.bool("fp16", False)
+    bf16 = k.bool("bf16", not fp16)
+    if bf16 and fp16:
+        raise BadInput(f"{k.what}: bf16 and fp16 contradict each other; set one of them.")
+    init = k.mapping("model_init_kwargs")
+    dtype = k.text("dtype") or k.text("torch_dtype") or typed(k.what, "model_init_kwargs.dtype", init.get("dtype"),
+                                                              "text") or typed(
+        k.what, "model_init_kwargs.torch_dtype", init.get("torch_dtype"), "text")
+    half = dtype in ("bfloat16", "float16")
+    if method == "full":
+        return ("bf16" if half else "amp-bf16") if bf16 else (("fp16" if half else "amp-fp16") if fp16 else "fp32"), init
+    return "bf16" if bf16 else ("fp16" if fp16 else None), init
+
+
 # ----------------------------------------------------------------------------- torchtune
 # Keys: torchtune recipes/configs/llama3_1/8B_lora_single_device.yaml and 8B_qlora_single_device.yaml
 # (https://github.com/pytorch/torchtune): model._component_ (lora_/qlora_ builders, lora_rank, lora_alpha,
@@ -572,25 +612,10 @@ def _trl(k: _Keys, base: Path) -> dict[str, Any]:
 def _torchtune(k: _Keys, base: Path) -> dict[str, Any]:
     model = k.mapping("model")
     d = lambda key, kind: typed(k.what, f"model.{key}", model.get(key), kind)  # noqa: E731
-    comp = d("_component_", "text") or ""
-    builder = comp.rsplit(".", 1)[-1]
-    method = "qlora" if builder.startswith("qlora_") else ("lora" if builder.startswith("lora_") else "full")
-    name = re.sub(r"^(q?lora_)", "", builder)
-    m = re.match(r"([a-z]+)(\d+)(?:_(\d+))?_(\d+(?:_\d+)?b)$", name)
-    ref = f"{m.group(1)}-{m.group(2)}{'.' + m.group(3) if m.group(3) else ''}-{m.group(4).replace('_', '.')}" if m else None
-    attn = model.get("lora_attn_modules")
-    if attn is not None and not (isinstance(attn, list) and all(isinstance(x, str) for x in attn)):
-        raise BadInput(f"{k.what}: model.lora_attn_modules: expected a list of module names such as [q_proj, v_proj] "
-                       f"(got {_got(attn)}).")
-    targets = name_list(k.what, "model.lora_attn_modules", attn)
-    if d("apply_lora_to_mlp", "bool"):
-        targets += ("gate_proj", "up_proj", "down_proj")  # torchtune w1/w3/w2 are the SwiGLU projections
-    if d("apply_lora_to_output", "bool"):
-        targets += ("lm_head",)
-    targets = tuple(t.replace("output_proj", "o_proj") for t in targets)
+    method, ref = _torchtune_builder(d("_component_", "text") or "")
+    targets = _torchtune_targets(k, model, d)
     opt_name = typed(k.what, "optimizer._component_", k.mapping("optimizer").get("_component_"), "text") or ""
-    optimizer = {"torch.optim.AdamW": "adamw", "bitsandbytes.optim.PagedAdamW8bit": "paged-adamw-8bit",
-                 "bitsandbytes.optim.AdamW8bit": "adamw-8bit", "torch.optim.SGD": "sgd"}.get(opt_name)
+    optimizer = techniques.from_torchtune(opt_name)  # advisor/data/optimizers.csv torchtune_component
     loss = typed(k.what, "loss._component_", k.mapping("loss").get("_component_"), "text") or ""
     dtype = k.text("dtype")
     tok = k.mapping("tokenizer")
@@ -614,6 +639,32 @@ def _torchtune(k: _Keys, base: Path) -> dict[str, Any]:
         raise BadInput(f"{k.what}: dataset.data_files: expected a file name or a list of them (got {_got(files)}).")
     out["_dataset"] = (files, None, None) if isinstance(files, str) else None
     return out
+
+
+def _torchtune_builder(component: str) -> tuple[str, str | None]:
+    """(method, catalog name) from model._component_: torchtune.models.llama3_1.qlora_llama3_1_8b -> qlora,
+    llama-3.1-8b (None where the builder's name is not family + version + size)."""
+    builder = component.rsplit(".", 1)[-1]
+    method = "qlora" if builder.startswith("qlora_") else ("lora" if builder.startswith("lora_") else "full")
+    name = re.sub(r"^(q?lora_)", "", builder)
+    m = re.match(r"([a-z]+)(\d+)(?:_(\d+))?_(\d+(?:_\d+)?b)$", name)
+    ref = f"{m.group(1)}-{m.group(2)}{'.' + m.group(3) if m.group(3) else ''}-{m.group(4).replace('_', '.')}" if m else None
+    return method, ref
+
+
+def _torchtune_targets(k: _Keys, model: dict, d) -> tuple[str, ...]:
+    """LoRA targets: lora_attn_modules plus the MLP and output projections where apply_lora_to_* say so, in
+    transformers' module names."""
+    attn = model.get("lora_attn_modules")
+    if attn is not None and not (isinstance(attn, list) and all(isinstance(x, str) for x in attn)):
+        raise BadInput(f"{k.what}: model.lora_attn_modules: expected a list of module names such as [q_proj, v_proj] "
+                       f"(got {_got(attn)}).")
+    targets = name_list(k.what, "model.lora_attn_modules", attn)
+    if d("apply_lora_to_mlp", "bool"):
+        targets += ("gate_proj", "up_proj", "down_proj")  # torchtune w1/w3/w2 are the SwiGLU projections
+    if d("apply_lora_to_output", "bool"):
+        targets += ("lm_head",)
+    return tuple(t.replace("output_proj", "o_proj") for t in targets)
 
 
 READERS = {"axolotl": _axolotl, "llama-factory": _llamafactory, "trl": _trl, "torchtune": _torchtune}

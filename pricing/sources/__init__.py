@@ -1,13 +1,46 @@
 """Price sources: each module turns one provider's feed into our schema (pure `parse_*`)
-and has a `fetch(base_url, regions, session, progress)` that does the HTTP."""
+and has a `fetch(base_url, regions, session, progress)` that does the HTTP (the shape is
+pricing.providers.PriceSource).
 
-# name -> (module, default base URL, env var with an API key or None)
-SOURCES = {
-    "skypilot": ("pricing.sources.skypilot", None),
-    "azure": ("pricing.sources.azure", None),
-    "aws": ("pricing.sources.aws", None),
-    "lambda": ("pricing.sources.lambda_", "LAMBDA_API_KEY"),
-    "runpod": ("pricing.sources.runpod", "RUNPOD_API_KEY"),
-    "vast": ("pricing.sources.vast", "VAST_API_KEY"),
-    "gpuhunt": ("pricing.sources.gpuhunt", None),  # dstack's catalog; needs the optional gpuhunt package
-}
+SOURCES is found, not listed: every module here with a NAME is a source, in the order of its ORDER
+(default 100, then by name), with the environment variable of its API key (KEY_ENV) or None; a
+source with KEY_OPTIONAL = True is fetched without its key too. Adding a
+fetcher is adding its module; its provider's facts are its row in pricing/data/providers.csv.
+Modules are read as text (their NAME, KEY_ENV, ORDER assignments), not imported, so `prices --help`
+stays fast and an optional dependency (gpuhunt) is only needed when its source runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+
+def _constants(path: Path) -> dict:
+    """The module's top-level NAME / KEY_ENV / ORDER literals."""
+    out: dict = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            key = node.targets[0].id
+            if key in ("NAME", "KEY_ENV", "KEY_OPTIONAL", "ORDER") and isinstance(node.value, ast.Constant):
+                out[key] = node.value.value
+    return out
+
+
+def _discover() -> list[tuple]:
+    found = []
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        c = _constants(path)
+        if isinstance(c.get("NAME"), str):
+            found.append((c.get("ORDER", 100), c["NAME"], f"{__name__}.{path.stem}", c.get("KEY_ENV"),
+                          c.get("KEY_OPTIONAL") is True))
+    return sorted(found)
+
+
+_FOUND = _discover()
+# name -> (module, env var with an API key or None)
+SOURCES = {name: (module, key) for _, name, module, key, _ in _FOUND}
+# sources whose key is optional (KEY_OPTIONAL = True): fetched without it, the key sent when set
+KEY_OPTIONAL = frozenset(name for _, name, _, _, optional in _FOUND if optional)

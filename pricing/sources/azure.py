@@ -20,6 +20,7 @@ from pricing.http import field
 from pricing.instances import lookup
 from pricing.schema import Problem
 
+ORDER = 20  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "azure"
 DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
 DEFAULT_REGIONS = ["eastus", "eastus2", "westus2", "westus3", "southcentralus", "centralus",

@@ -28,6 +28,7 @@ from pricing.gpus import get_gpu
 from pricing.instances import resolve_gpu
 from pricing.schema import Problem, empty_frame
 
+ORDER = 90  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "gpuhunt"
 DEFAULT_URL = "https://dstack-gpu-pricing.s3.eu-west-1.amazonaws.com/v3"  # gpuhunt's CATALOG_URL
 PROVIDERS = ("aws", "azure", "gcp", "lambdalabs", "nebius", "oci", "runpod", "verda", "cloudrift")

@@ -18,6 +18,7 @@ from pricing.http import field
 from pricing.instances import lookup, resolve_gpu
 from pricing.schema import Problem
 
+ORDER = 40  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "lambda"
 DEFAULT_URL = "https://cloud.lambda.ai/api/v1"
 KEY_ENV = "LAMBDA_API_KEY"

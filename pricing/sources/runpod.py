@@ -10,6 +10,7 @@ on failure: that is a failed fetch. Region is "any" (the API prices GPU types, n
 from __future__ import annotations
 
 import datetime as dt
+from typing import TypeGuard
 
 from pricing import http
 from pricing.errors import FetchError
@@ -18,12 +19,34 @@ from pricing.http import field
 from pricing.instances import resolve_gpu
 from pricing.schema import Problem
 
+ORDER = 50  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "runpod"
 DEFAULT_URL = "https://api.runpod.io/graphql"
 KEY_ENV = "RUNPOD_API_KEY"
 QUERY = ("query GpuTypes { gpuTypes { id displayName manufacturer memoryInGb maxGpuCount "
          "secureCloud securePrice secureSpotPrice } }")
 COUNTS = (1, 2, 4, 8)
+
+
+def _number(v) -> TypeGuard[float]:
+    """A JSON number (JSON true is not 1)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _rows(t: dict, gpu: str, price: float, spot, url: str, fetched_at: str) -> list[dict]:
+    """One secure-cloud row per GPU count up to the type's maxGpuCount (8 when not stated)."""
+    top = t.get("maxGpuCount")
+    top = top if isinstance(top, int) and not isinstance(top, bool) else 8
+    rows = []
+    for n in (c for c in COUNTS if c <= top):
+        s = spot * n if _number(spot) and 0 < spot < price else None
+        rows.append({"provider": "runpod", "region": "any", "instance_type": f"{n}x_{gpu}_SECURE",
+                     "gpu_model": gpu, "gpu_count": float(n), "gpu_memory_gb": get_gpu(gpu).memory_gb,
+                     "vcpus": None, "ram_gb": None, "price_hour": round(price * n, 4),
+                     "spot_price_hour": None if s is None else round(s, 4), "currency": "USD",
+                     "source": f"runpod-graphql:{url}", "fetched_at": fetched_at,
+                     "interconnect": None, "notes": None})
+    return rows
 
 
 def parse(payload, url: str, fetched_at: str):
@@ -41,22 +64,13 @@ def parse(payload, url: str, fetched_at: str):
             continue
         name = t.get("displayName") or t.get("id")
         price, spot = t.get("securePrice"), t.get("secureSpotPrice")
-        if not t.get("secureCloud") or not isinstance(price, (int, float)) or isinstance(price, bool) or price <= 0:
+        if not t.get("secureCloud") or not _number(price) or price <= 0:
             continue  # not offered on secure cloud
         gpu = resolve_gpu("runpod", "", name, t.get("id"), memory_gib_per_gpu=t.get("memoryInGb"))
         if gpu is None:
             problems.append(Problem(url, i, "displayName", "GPU not in our GPU table", name))
             continue
-        top = t.get("maxGpuCount")
-        top = top if isinstance(top, int) and not isinstance(top, bool) else 8
-        for n in (c for c in COUNTS if c <= top):
-            s = spot * n if isinstance(spot, (int, float)) and not isinstance(spot, bool) and 0 < spot < price else None
-            rows.append({"provider": "runpod", "region": "any", "instance_type": f"{n}x_{gpu}_SECURE",
-                         "gpu_model": gpu, "gpu_count": float(n), "gpu_memory_gb": get_gpu(gpu).memory_gb,
-                         "vcpus": None, "ram_gb": None, "price_hour": round(price * n, 4),
-                         "spot_price_hour": None if s is None else round(s, 4), "currency": "USD",
-                         "source": f"runpod-graphql:{url}", "fetched_at": fetched_at,
-                         "interconnect": None, "notes": None})
+        rows += _rows(t, gpu, price, spot, url, fetched_at)
     return pd.DataFrame(rows), problems
 
 

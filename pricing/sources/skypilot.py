@@ -29,6 +29,7 @@ from pricing.gpus import get_gpu
 from pricing.instances import lookup, resolve_gpu
 from pricing.schema import Problem, empty_frame
 
+ORDER = 10  # place in `prices refresh`'s default order (pricing/sources/__init__.py)
 NAME = "skypilot"
 # Newest catalog folder per cloud in skypilot-org/skypilot-catalog (PROVENANCE.md).
 DEFAULT_URL = "https://raw.githubusercontent.com/skypilot-org/skypilot-catalog/master/catalogs"
@@ -105,6 +106,72 @@ def memory_gib_per_gpu(cloud: str, size, count: float | None) -> float | None:
     return size / 1024
 
 
+def _gpu_count(cloud: str, r: dict, info: dict, spec) -> float | None:
+    """GPUs per instance: the curated count (Azure ND96isr_H100_v5 says 12), else the row's, else GpuInfo's;
+    AWS g6f's fractional L4 from its partition size."""
+    count = _num(r.get("AcceleratorCount")) or _num(info.get("Count"))
+    if spec and spec.gpu_count:
+        count = spec.gpu_count
+    if cloud == "aws" and (not count) and info.get("Partition"):
+        count = _num(info.get("Partition"))  # g6f: fractional L4
+    return count
+
+
+def _prices(r: dict, notes: str | None) -> tuple[float | None, float | None, list[str]]:
+    """(on-demand, spot, notes) of a row: SpotPrice >= Price is no reliable spot price (§1.4)."""
+    price, spot = _price(r.get("Price")), _price(r.get("SpotPrice"))
+    note = [n for n in (r.get("_note"), notes) if n]
+    if price is not None and spot is not None and spot >= price:
+        spot = None
+        note.append("spot_suspect")
+    return price, spot, note
+
+
+def _offer(i: int, r: dict, cloud: str, source: str, fetched_at: str, sheet: str, notes: str | None,
+           seen: set):
+    """(row in our schema or None, problem or None) for one catalog row."""
+    itype = (r.get("InstanceType") or "").strip()
+    region = (r.get("Region") or "").strip()
+    if cloud == "vast":  # ", US, NA" when the state is unknown (§7)
+        region = region.lstrip(", ").strip()
+    info = gpu_info(r.get("GpuInfo"))
+    label = (r.get("AcceleratorName") or "").strip()
+    if not label and not info.get("Name"):
+        return None, None  # CPU-only row: not an offer we price
+    spec = lookup(cloud, itype)
+    count = _gpu_count(cloud, r, info, spec)
+    mem = memory_gib_per_gpu(cloud, info.get("SizeInMiB"), count)
+    gpu = resolve_gpu(cloud, itype, label, info.get("Name"), memory_gib_per_gpu=mem)
+    if gpu is None:
+        return None, Problem(sheet, i, "gpu_model", "GPU not in our GPU table; row skipped", label or info.get("Name"))
+    if not count or count <= 0:
+        return None, Problem(sheet, i, "gpu_count", "missing or zero GPU count", r.get("AcceleratorCount"))
+    price, spot, note = _prices(r, notes)
+    if price is None and spot is None:
+        return None, Problem(sheet, i, "price_hour", "no on-demand or spot price (empty/0)", r.get("Price"))
+    if (itype, region) in seen:
+        return None, None  # one row per (type, region): first zone / data centre wins
+    seen.add((itype, region))
+    return _schema_row(r, cloud, itype, region, gpu, count, spec, (price, spot), source, fetched_at, note), None
+
+
+def _schema_row(r: dict, cloud: str, itype: str, region: str, gpu: str, count: float, spec, prices,
+                source: str, fetched_at: str, note: list[str]) -> dict:
+    """A catalog row in our schema; the curated instance table's host size wins over the row's."""
+    def host(attr: str, column: str):
+        return (getattr(spec, attr) if spec and getattr(spec, attr) else None) or _num(r.get(column))
+
+    return {
+        "provider": cloud, "region": region or "default", "instance_type": itype,
+        "gpu_model": gpu, "gpu_count": count, "gpu_memory_gb": get_gpu(gpu).memory_gb,
+        "vcpus": host("vcpus", "vCPUs"), "ram_gb": host("ram_gb", "MemoryGiB"),
+        "price_hour": prices[0], "spot_price_hour": prices[1], "currency": "USD",
+        "source": source, "fetched_at": fetched_at,
+        "interconnect": spec.interconnect if spec else None,
+        "notes": ";".join(note) or None,
+    }
+
+
 def parse_rows(rows: list, cloud: str, source: str, fetched_at: str, sheet: str,
                notes: str | None = None):
     """Rows of one catalog file -> (DataFrame in our schema, problems): (row number, dict by column name)
@@ -118,53 +185,11 @@ def parse_rows(rows: list, cloud: str, source: str, fetched_at: str, sheet: str,
         rows, gcp_problems = _combine_gcp(rows, sheet)
         problems += gcp_problems
     for i, r in rows:
-        itype = (r.get("InstanceType") or "").strip()
-        region = (r.get("Region") or "").strip()
-        if cloud == "vast":  # ", US, NA" when the state is unknown (§7)
-            region = region.lstrip(", ").strip()
-        info = gpu_info(r.get("GpuInfo"))
-        count = _num(r.get("AcceleratorCount")) or _num(info.get("Count"))
-        label = (r.get("AcceleratorName") or "").strip()
-        if not label and not info.get("Name"):
-            continue  # CPU-only row: not an offer we price
-        spec = lookup(cloud, itype)
-        if spec and spec.gpu_count:
-            count = spec.gpu_count  # curated count wins (Azure ND96isr_H100_v5 says 12)
-        if cloud == "aws" and (not count) and info.get("Partition"):
-            count = _num(info.get("Partition"))  # g6f: fractional L4
-        mem = memory_gib_per_gpu(cloud, info.get("SizeInMiB"), count)
-        gpu = resolve_gpu(cloud, itype, label, info.get("Name"), memory_gib_per_gpu=mem)
-        if gpu is None:
-            problems.append(Problem(sheet, i, "gpu_model", "GPU not in our GPU table; row skipped",
-                                    label or info.get("Name")))
-            continue
-        if not count or count <= 0:
-            problems.append(Problem(sheet, i, "gpu_count", "missing or zero GPU count",
-                                    r.get("AcceleratorCount")))
-            continue
-        price, spot = _price(r.get("Price")), _price(r.get("SpotPrice"))
-        note = [n for n in (r.get("_note"), notes) if n]
-        if price is not None and spot is not None and spot >= price:
-            spot = None
-            note.append("spot_suspect")  # SpotPrice >= Price: no reliable spot (§1.4)
-        if price is None and spot is None:
-            problems.append(Problem(sheet, i, "price_hour", "no on-demand or spot price (empty/0)",
-                                    r.get("Price")))
-            continue
-        if (itype, region) in seen:
-            continue  # one row per (type, region): first zone / data centre wins
-        seen.add((itype, region))
-
-        out.append({
-            "provider": cloud, "region": region or "default", "instance_type": itype,
-            "gpu_model": gpu, "gpu_count": count, "gpu_memory_gb": get_gpu(gpu).memory_gb,
-            "vcpus": (spec.vcpus if spec and spec.vcpus else None) or _num(r.get("vCPUs")),
-            "ram_gb": (spec.ram_gb if spec and spec.ram_gb else None) or _num(r.get("MemoryGiB")),
-            "price_hour": price, "spot_price_hour": spot, "currency": "USD",
-            "source": source, "fetched_at": fetched_at,
-            "interconnect": spec.interconnect if spec else None,
-            "notes": ";".join(note) or None,
-        })
+        row, problem = _offer(i, r, cloud, source, fetched_at, sheet, notes, seen)
+        if problem is not None:
+            problems.append(problem)
+        if row is not None:
+            out.append(row)
     if cloud == "vast":
         for o in out:
             _vast_host(o)

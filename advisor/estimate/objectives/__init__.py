@@ -1,7 +1,8 @@
 """Training objectives beyond SFT: what DPO and GRPO hold and run per step, modelled from the code that runs
-them (TRL 1.16.0 and vLLM 0.33.0; each term cites file:line in those releases, `spec.TRL` / `spec.VLLM`).
+them (TRL 1.16.0 and vLLM 0.33.0; each term cites file:line in those releases, `advisor.objective.TRL` /
+`advisor.objective.VLLM`). The `Objective` record a `Stack` carries (sft, dpo, grpo, their settings and TRL's
+defaults) lives in advisor/objective.py, below the stacks and everything that uses them.
 
-- `spec`: the `Objective` record a `Stack` carries (sft, dpo, grpo and their settings, TRL's defaults);
 - `fused_head`: TRL's chunked log-prob LM head (what replaces the SFT logits path);
 - `reference`: where the reference model lives (a copy, sharded or replicated; the adapter switched off; none);
 - `generation`: transformers' `generate` inside the trainer (its KV cache) and GRPO's buffered batch;

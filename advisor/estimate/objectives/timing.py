@@ -27,8 +27,8 @@ import math
 from advisor.estimate import throughput as tm
 from advisor.estimate.objectives import generation, vllm
 from advisor.estimate.objectives.memory import rows_through_policy
-from advisor.estimate.objectives.spec import SFT
 from advisor.model.architecture import Architecture
+from advisor.objective import SFT
 from advisor.results import StepNumbers, Throughput
 from advisor.stacks import Shape, Stack
 from advisor.units import GB, TERA

@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass, field
 
 from advisor.estimate.memory import NCCL_BUFFER_BYTES, nf4_bytes_per_param
-from advisor.estimate.objectives.spec import Objective
 from advisor.model.architecture import Architecture
+from advisor.objective import Objective
 from advisor.stacks import Stack
 from advisor.units import GiB, MiB
 

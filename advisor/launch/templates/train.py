@@ -47,6 +47,12 @@ import torch
 import yaml
 from transformers import TrainerCallback
 
+try:  # the approved budget's stop, where `gpu-advisor launch --approval` wrote budget_cap.py beside this script
+    from budget_cap import callbacks as budget_callbacks
+except ImportError:
+    def budget_callbacks() -> list:
+        return []
+
 HERE = Path(__file__).resolve().parent
 SMOKE_CONFIG = "smoke_config.json"  # the tiny random model of --smoke, written beside this file
 # JSON lines are parsed this many bytes at a time (datasets' json builder `chunksize`, 10 MiB by default, whose parse
@@ -551,17 +557,48 @@ def build_trainer(argv: list[str] | None = None):
     # Built before the model so DeepSpeed ZeRO-3 init / FSDP RAM-efficient loading see it.
     sft = sft_config(cfg, args, rest)
     if args.resume and not sft.resume_from_checkpoint:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        newest = get_last_checkpoint(sft.output_dir) if Path(sft.output_dir).is_dir() else None
-        if not newest:
-            sys.exit(f"train.py: --resume: no checkpoint-* folder in {sft.output_dir} to continue from.")
-        sft.resume_from_checkpoint = newest
+        sft.resume_from_checkpoint = newest_checkpoint(sft.output_dir)
     if args.chat_template:
         sft.chat_template_path = args.chat_template
 
-    from transformers import AutoTokenizer
     from trl import SFTTrainer
+
+    model, tok, vocab = model_and_tokenizer(cfg, args, sft)
+    dataset = training_data(cfg, args, sft, tok, vocab, config_path)
+    peft_config = lora_config(cfg)
+    quant = None
+    if cfg.get("quantization") and isinstance(model, str):
+        from transformers import BitsAndBytesConfig
+
+        quant = BitsAndBytesConfig(**cfg["quantization"])
+    timer = StepTimer(args.warmup_steps) if args.benchmark else None
+    trainer = SFTTrainer(model=model, args=sft, train_dataset=dataset, processing_class=tok,
+                         peft_config=peft_config, quantization_config=quant,
+                         callbacks=[PrintLoss()] + ([timer] if timer else []) + budget_callbacks())
+    if peft_config is not None:
+        match_adapter_dtype(trainer.model, cfg)
+        if sft.process_index == 0:
+            trainer.model.print_trainable_parameters()
+    total, loss = token_counts(trainer.train_dataset)
+    say(f"{len(trainer.train_dataset):,} packed sequences of up to {sft.max_length:,} tokens: {total:,} tokens go "
+        f"through the model, {loss:,} carry loss")
+    return trainer, args, sft, cfg, timer
+
+
+def newest_checkpoint(output_dir: str) -> str:
+    """--resume: the newest checkpoint-* folder in output_dir (one line and exit when there is none)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    newest = get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if not newest:
+        sys.exit(f"train.py: --resume: no checkpoint-* folder in {output_dir} to continue from.")
+    return newest
+
+
+def model_and_tokenizer(cfg: dict, args, sft):
+    """(model or its name, tokenizer, vocabulary size): a random model from the config (--init_from_config,
+    --smoke) or the named checkpoint's tokenizer; a .jinja / .j2 chat template file becomes the tokenizer's."""
+    from transformers import AutoTokenizer
 
     if args.init_from_config or args.smoke:
         model, tok = random_model(cfg, args, sft)
@@ -573,32 +610,21 @@ def build_trainer(argv: list[str] | None = None):
     if sft.chat_template_path and sft.chat_template_path.endswith((".jinja", ".j2")):
         tok.chat_template = Path(sft.chat_template_path).read_text(encoding="utf-8")
         sft.chat_template_path = None
-    dataset = training_data(cfg, args, sft, tok, vocab, config_path)
+    return model, tok, vocab
 
-    peft_config = quant = None
-    if cfg.get("lora"):
-        from peft import LoraConfig
 
-        peft_config = LoraConfig(**cfg["lora"])
-        if "lm_head" in (peft_config.target_modules or ()) and not isinstance(peft_config.target_modules, str):
-            sys.exit("train.py: TRL's SFTTrainer refuses a LoRA adapter on lm_head (its fused LM head reads "
-                     "lm_head.weight); drop lm_head from lora.target_modules or add it to lora.modules_to_save.")
-    if cfg.get("quantization") and isinstance(model, str):
-        from transformers import BitsAndBytesConfig
+def lora_config(cfg: dict):
+    """peft's LoraConfig from the config's `lora` block (None for full fine-tuning); an adapter on lm_head is
+    refused, as TRL's fused LM head reads its weight directly."""
+    if not cfg.get("lora"):
+        return None
+    from peft import LoraConfig
 
-        quant = BitsAndBytesConfig(**cfg["quantization"])
-    timer = StepTimer(args.warmup_steps) if args.benchmark else None
-    trainer = SFTTrainer(model=model, args=sft, train_dataset=dataset, processing_class=tok,
-                         peft_config=peft_config, quantization_config=quant,
-                         callbacks=[PrintLoss()] + ([timer] if timer else []))
-    if peft_config is not None:
-        match_adapter_dtype(trainer.model, cfg)
-        if sft.process_index == 0:
-            trainer.model.print_trainable_parameters()
-    total, loss = token_counts(trainer.train_dataset)
-    say(f"{len(trainer.train_dataset):,} packed sequences of up to {sft.max_length:,} tokens: {total:,} tokens go "
-        f"through the model, {loss:,} carry loss")
-    return trainer, args, sft, cfg, timer
+    peft_config = LoraConfig(**cfg["lora"])
+    if "lm_head" in (peft_config.target_modules or ()) and not isinstance(peft_config.target_modules, str):
+        sys.exit("train.py: TRL's SFTTrainer refuses a LoRA adapter on lm_head (its fused LM head reads "
+                 "lm_head.weight); drop lm_head from lora.target_modules or add it to lora.modules_to_save.")
+    return peft_config
 
 
 def main(argv: list[str] | None = None) -> None:

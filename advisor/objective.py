@@ -4,8 +4,9 @@ settings that move memory or time and TRL's defaults for them.
 Every default is TRL 1.16.0's, cited by file:line in its wheel (trl-1.16.0-py3-none-any.whl, sha256
 c4726e139dd40e1a41661511c639c8a68416782b2e3e8c0befebd77bb7ba0396; no v1.16.0 tag exists in the stored
 huggingface/trl history, so the wheel is the citable artifact). vLLM's are 0.33.0's (vllm-0.33.0 wheel, sha256
-4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa). Only pydantic is imported here: `Stack`
-(advisor/stacks.py) carries an `Objective`, so this module sits below everything that uses stacks.
+4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa). Only pydantic and the project's errors are
+imported here: `Stack` (advisor/stacks.py) carries an `Objective`, so this module sits below everything that uses
+stacks, and the estimators of advisor/estimate/objectives/ read it from there.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ SERVER_UTILIZATION = 0.9  # trl/scripts/vllm_serve.py:92-160 (`trl vllm-serve` d
 # TRL loads the model in float32 unless model_init_kwargs sets a dtype (trl/trainer/utils.py:1332); the bundle
 # writes bfloat16. A config without it trains fp32 weights under bf16 autocast ("amp-bf16" here).
 TRL_DEFAULT_LOAD_DTYPE = "float32"
+
+
+# The GRPO-only fields and their defaults: any other value under SFT or DPO is refused.
+GRPO_ONLY_DEFAULTS = {"num_generations": GRPO_GENERATIONS, "max_completion_length": GRPO_COMPLETION, "vllm": "none",
+                      "vllm_gpu_memory_utilization": None, "vllm_server_gpus": 1, "vllm_tensor_parallel_size": 1,
+                      "vllm_sleep": False, "vllm_max_model_length": None, "num_iterations": 1,
+                      "steps_per_generation": None, "generation_batch_per_gpu": None}
 
 
 class ObjectiveError(ValueError):
@@ -108,13 +116,18 @@ class Objective(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Objective:
+        """Refuse a setting of another objective, then an out-of-place one within GRPO (first found wins)."""
+        self._check_belongs()
+        self._check_loss_types()
+        if self.kind == "grpo":
+            self._check_grpo()
+        return self
+
+    def _check_belongs(self) -> None:
+        """GRPO's settings left at their defaults outside GRPO; SFT takes no reference, beta, prompt or loss type."""
         k = self.kind
         if k != "grpo":
-            grpo_only = {"num_generations": GRPO_GENERATIONS, "max_completion_length": GRPO_COMPLETION, "vllm": "none",
-                         "vllm_gpu_memory_utilization": None, "vllm_server_gpus": 1, "vllm_tensor_parallel_size": 1,
-                         "vllm_sleep": False, "vllm_max_model_length": None, "num_iterations": 1,
-                         "steps_per_generation": None, "generation_batch_per_gpu": None}
-            for name, default in grpo_only.items():
+            for name, default in GRPO_ONLY_DEFAULTS.items():
                 if getattr(self, name) != default:
                     raise ObjectiveError(f"--{name.replace('_', '-')}: only with --objective grpo (got --objective {k}).")
         if k == "sft":
@@ -123,23 +136,28 @@ class Objective(BaseModel):
                     raise ObjectiveError(f"--{name.replace('_', '-')}: only with --objective dpo or grpo.")
             if self.loss_type:
                 raise ObjectiveError("--loss-type: only with --objective dpo or grpo (SFT's loss is --loss).")
+
+    def _check_loss_types(self) -> None:
+        k = self.kind
         valid = DPO_LOSSES if k == "dpo" else GRPO_LOSSES
         bad = [t for t in self.loss_type if t not in valid]
         if bad:
             raise ObjectiveError(f"--loss-type: {', '.join(bad)} is not a TRL {k.upper()} loss; valid: "
                                  f"{', '.join(valid)}.")
-        if k == "grpo" and len(self.loss_type) > 1:
+
+    def _check_grpo(self) -> None:
+        """One loss type, a fresh reference, and vLLM settings that match the vLLM mode."""
+        if len(self.loss_type) > 1:
             raise ObjectiveError("--loss-type: GRPO takes one loss type.")
-        if k == "grpo" and self.ref_model == "precomputed":
+        if self.ref_model == "precomputed":
             raise ObjectiveError("--ref-model precomputed: DPO only; GRPO scores fresh completions every step "
                                  "(use --beta 0 for no reference model).")
-        if k == "grpo" and self.vllm == "colocate" and self.vllm_server_gpus != 1:
+        if self.vllm == "colocate" and self.vllm_server_gpus != 1:
             raise ObjectiveError("--vllm-server-gpus: only with --vllm server.")
-        if k == "grpo" and self.vllm != "colocate" and self.vllm_sleep:
+        if self.vllm != "colocate" and self.vllm_sleep:
             raise ObjectiveError("--vllm-sleep: sleep mode frees a colocated vLLM's memory; use it with --vllm colocate.")
-        if k == "grpo" and self.vllm == "none" and self.vllm_gpu_memory_utilization is not None:
+        if self.vllm == "none" and self.vllm_gpu_memory_utilization is not None:
             raise ObjectiveError("--vllm-gpu-memory-utilization: only with --vllm colocate or server.")
-        return self
 
     # ------------------------------------------------------------------ resolved settings
 
