@@ -120,7 +120,7 @@ def test_a_risky_row_loses_to_a_safe_one_within_the_risk_margin_and_not_beyond()
     risk = np.array([True, False])
     inside = np.array([100.0, 100.0 + ranking.RISK_MARGIN_PCT * 0.9])
     ranked, why, rules = ranking.prefer_in_near_ties(np.arange(2), inside, prefs, 10, risk=risk)
-    assert list(ranked) == [1, 0] and rules == {1: ranking.RISK_RULE} and why[1][0] == 0
+    assert list(ranked) == [1, 0] and rules == {1: ranking.RISK_RULE} and why[1]["beaten"] == 0
     outside = np.array([100.0, 100.0 + ranking.RISK_MARGIN_PCT * 1.1])
     ranked, _, rules = ranking.prefer_in_near_ties(np.arange(2), outside, prefs, 10, risk=risk)
     assert list(ranked) == [0, 1] and not rules
