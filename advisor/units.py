@@ -48,9 +48,12 @@ def count(n: float) -> str:
     return str(n)
 
 
-def tokens(n: float) -> str:
+def tokens(n: float, flag: bool = False) -> str:
     """A token count as people say it, never rounded to nothing: 13_028 -> '13.0k', 100_000_000 -> '100M',
-    1_000_000_000 -> '1.0B', 850 -> '850'."""
+    1_000_000_000 -> '1.0B', 850 -> '850'. `flag`: as a --tokens value reads, in M or B to three significant
+    figures (30_700_000 -> '30.7M', 2_000_000_000 -> '2B')."""
+    if flag:
+        return f"{n / 10**9:.3g}B" if n >= 10**9 else f"{n / 10**6:.3g}M"
     n = int(round(n))
     for div, unit in ((10**9, "B"), (10**6, "M"), (10**3, "k")):
         if abs(n) >= div:

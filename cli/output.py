@@ -133,23 +133,30 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
     left out, first one first, while the natural widths do not fit (their headers appended to
     `left_out`); the rest fold long cells.
     Colour only on a TTY without NO_COLOR; in a pipe or file, plain text."""
-    from rich.cells import cell_len
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
     cells = [[plain("" if x is None else x) for x in r] for r in rows]
     heads = [plain(h) for h in headers]
     width = terminal_width() if width is None else width
+    align = set(right)
+    keep, least, natural, held = _fit(heads, cells, align, drop, width, left_out)
+    return _print(heads, cells, align, keep, least, natural, held, width)
+
+
+_GAP = 2  # spaces between columns
+
+
+def _fit(heads: list[str], cells: list[list[str]], align: set[int], drop: Sequence[int], width: int | None,
+         left_out: list[str] | None) -> tuple[list[int], list[int], list[int], bool]:
+    """(columns kept, each column's width, natural widths, whether the widths hold): drop columns in `drop` order
+    while the rest do not fit, then fold the widest text column a character at a time."""
+    from rich.cells import cell_len
+
     keep = list(range(len(heads)))
     natural = [max([cell_len(h)] + [cell_len(r[i]) for r in cells]) for i, h in enumerate(heads)]  # CJK: 2 cells
-    gap = 2
-    align = set(right)
     # A text column may fold to FOLD characters; numbers never fold.
     least = [n if i in align else max(cell_len(heads[i]), min(n, FOLD)) for i, n in enumerate(natural)]
 
-    def needed(cols: list[int], g: int) -> int:
-        return sum(least[i] for i in cols) + g * len(cols)  # rich pads the last column too
+    def needed(cols: list[int]) -> int:
+        return sum(least[i] for i in cols) + _GAP * len(cols)  # rich pads the last column too
 
     def narrower() -> bool:
         """Fold the widest text column one character more (never below its header); False when none can."""
@@ -161,24 +168,35 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[object]], right
         return True
 
     for i in drop:
-        if width is None or needed(keep, gap) <= width:
+        if width is None or needed(keep) <= width:
             break
         keep.remove(i)
         if left_out is not None:
             left_out.append(heads[i])
-    while width is not None and needed(keep, gap) > width and narrower():
+    while width is not None and needed(keep) > width and narrower():
         pass
-    held = width is None or needed(keep, gap) <= width  # else (a very narrow terminal) rich folds headers too
+    held = width is None or needed(keep) <= width  # else (a very narrow terminal) rich folds headers too
+    return keep, least, natural, held
+
+
+def _print(heads: list[str], cells: list[list[str]], align: set[int], keep: list[int], least: list[int],
+           natural: list[int], held: bool, width: int | None) -> str:
+    """The kept columns at their widths, through rich, as plain lines (colour only on a TTY)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     colour = _is_tty() and not settings.no_color()
-    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, gap, 0, 0), collapse_padding=True,
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, _GAP, 0, 0), collapse_padding=True,
                   header_style="bold" if colour else "", expand=False)
     for i in keep:
         table.add_column(Text(heads[i]), justify="right" if i in align else "left", overflow="fold",
                          min_width=least[i] if held else None)
+    fold = held and width is not None
     for r in cells:  # folded here, at separators, so rich never breaks a name mid-word
-        table.add_row(*(Text(fold_at_separators(r[i], least[i]) if held and width is not None and i not in align else r[i]) for i in keep))
+        table.add_row(*(Text(fold_at_separators(r[i], least[i]) if fold and i not in align else r[i]) for i in keep))
     buf = io.StringIO()
-    total = width if width is not None else sum(natural[i] for i in keep) + gap * len(keep)
+    total = width if width is not None else sum(natural[i] for i in keep) + _GAP * len(keep)
     console = Console(file=buf, width=total, force_terminal=colour, color_system="auto" if colour else None,
                       no_color=not colour, highlight=False, emoji=False, markup=False, soft_wrap=False)
     console.print(table)

@@ -14,19 +14,16 @@ import click
 
 import reports
 from advisor import planner
+from advisor.explain.claims import ranking_quantile
+from advisor.explain.summary import left_out_line, summary_lines
 from advisor.planner import PlanRequest
-from advisor.planner.offers import FRESH_RULE
-from advisor.results import FLAT, NEAR_TIE_NOTE
+from advisor.results import FLAT
+from advisor.results.columns import CSV_RANKED, TERMINAL, ranked_time_value, total_column
 from advisor.text import md, plain
-from advisor.units import GB, money
-from advisor.workload.measurements import is_measured  # measured run: say which rows follow one
 from cli.objective_options import objective_options
 from cli.options import FIELDS, as_args, choice, stack_options
 from cli.output import OUTPUT_FORMATS, emit, next_step, output_options, render_rows, render_table, terminal_width
 from cli.workload_sources import apply as apply_sources, source_options
-from reports import claims
-from reports.card import why  # the decision card's own sentence: the #1 is not the cheapest row
-from reports.claims import ranked_cost, ranked_hours, ranking_quantile
 
 
 def plan_options(f):
@@ -121,30 +118,27 @@ def command_line(options: dict, **extra) -> str:
     model = options.get("model") or options.get("model_arg")
     if model:
         parts += ["--model", model]
-    flags = {"plan_file": "--file"}
     for key, value in {**options, **extra}.items():
-        if key in FIELDS and value is not None:
-            parts += as_args(key, value)
-            continue
-        if key in ("vllm_sleep", "importance_sampling") and value is not None:
-            parts.append("--" + ("" if value else "no-") + key.replace("_", "-"))
-            continue
-        if key in ("spot", "padded") and value is not None:
-            parts.append({"spot": ("--spot", "--no-spot"), "padded": ("--padded", "--packed")}[key][not value])
-            continue
-        if key in ("model", "model_arg", "command") or value is None or value == () or value is False:
-            continue
-        if key == "fmt":
-            if value != "table":
-                parts += ["--format", value]
-            continue
-        flag = flags.get(key) or "--" + key.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-            continue
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            parts += [flag, str(v)]
+        parts += _flag_args(key, value)
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def _flag_args(key: str, value) -> list[str]:
+    """One option as the flags that give it (nothing for an unset one, the model, or the default format)."""
+    if key in FIELDS and value is not None:
+        return as_args(key, value)
+    if key in ("vllm_sleep", "importance_sampling") and value is not None:
+        return ["--" + ("" if value else "no-") + key.replace("_", "-")]
+    if key in ("spot", "padded") and value is not None:
+        return [{"spot": ("--spot", "--no-spot"), "padded": ("--padded", "--packed")}[key][not value]]
+    if key in ("model", "model_arg", "command") or value is None or value == () or value is False:
+        return []
+    if key == "fmt":
+        return ["--format", value] if value != "table" else []
+    flag = {"plan_file": "--file"}.get(key) or "--" + key.replace("_", "-")
+    if value is True:
+        return [flag]
+    return [a for v in (value if isinstance(value, (list, tuple)) else [value]) for a in (flag, str(v))]
 
 
 # --------------------------------------------------------------------------- formatting
@@ -154,8 +148,6 @@ def command_line(options: dict, **extra) -> str:
 # them; the header names the quantile (`_titles`).
 HEADER = ["#", "cost", "cost band", "hours", "$/h", "GPUs", "instance", "stack", "region", "mb×acc",
           "GB peak/limit", "$/M tok", "price source, date"]
-_RIGHT = {"cost", "cost band", "hours", "total", "$/h", "on-demand", "spot", "GB peak/limit", "$/M tok"}
-TIE_MARK = "*"  # a row ranked above a cheaper (or faster) one by a near-tie rule
 _DROP = ["cost band", "$/M tok", "mb×acc", "region", "price source, date", "GB peak/limit", "on-demand", "spot"]
 
 
@@ -163,168 +155,12 @@ def _columns(plan) -> list[str]:
     """HEADER, plus on-demand where some row's cost is not the on-demand cost (a spot row) and
     spot where spot was asked for and found (--spot): never a column that repeats `cost`."""
     cols = list(HEADER)
-    extra = ["total"] if _time_value(plan) else []  # the figure rows rank on: cost + hours x --time-value
+    extra = ["total"] if ranked_time_value(plan.ranking) else []  # the figure rows rank on: cost + hours x --time-value
     if any(c.cost.on_demand_usd is not None and c.cost.on_demand_usd != c.cost.usd for c in plan.candidates):
         extra.append("on-demand")
     if plan.spot_alternative is not None and any(c.cost.spot_usd is not None for c in plan.candidates):
         extra.append("spot")
     return cols[:5] + extra + cols[5:]
-
-
-def _titles(plan, columns: list[str]) -> list[str]:
-    q = ranking_quantile(plan)
-    return [{"cost": f"cost {q}", "cost band": "p10-p90", "hours": f"hours {q}", "total": f"total {q}"}.get(h, h)
-            for h in columns]
-
-
-def _time_value(plan) -> float:
-    """The time value the rows were ranked with (plan.ranking; 0: on cost alone, or ordered by how far they miss)."""
-    stated = plan.ranking or {}
-    tv = stated.get("time_value_usd_per_hour")
-    by_total = stated.get("key") == "total" and stated.get("order") != "miss"
-    return float(tv) if by_total and isinstance(tv, (int, float)) else 0.0
-
-
-def _money_band(low: float | None, high: float | None) -> str:
-    return "n/a" if low is None or high is None else f"{money(low)}-{money(high)}"
-
-
-def _cells(c) -> dict[str, str]:
-    """One candidate's table cells by column (numbers from the planner, formatted here only)."""
-    return {
-        "#": str(c.rank) + (TIE_MARK if c.tie_rule else ""),
-        "cost": money(ranked_cost(c)),
-        "cost band": _money_band(c.cost.usd_low, c.cost.usd_high),
-        "hours": _band(ranked_hours(c), c.timing.hours_low, c.timing.hours_high),
-        "$/h": money(c.cost.price_hour), "on-demand": money(c.cost.on_demand_usd), "spot": money(c.cost.spot_usd),
-        "GPUs": f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else ""),
-        "instance": f"{c.offer.provider} {c.offer.instance_type}"
-        + (f" (+{len(c.offer.also_named)} names)" if c.offer.also_named else "")
-        + (" (spot)" if c.cost.spot else "") + (" TIGHT" if c.fit.tight else "")
-        + (" HOST?" if not c.offer.host_known else ""),
-        "region": c.offer.region + (f" +{len(c.offer.also_in)}" if c.offer.also_in else ""),
-        "stack": c.label, "mb×acc": f"{c.shape.micro_batch}×{c.shape.grad_accum}",
-        "GB peak/limit": f"{c.fit.peak_bytes / GB:.1f}" + (f"/{c.fit.limit_bytes / GB:.1f}" if c.fit.limit_bytes else ""),
-        "$/M tok": f"{c.cost.usd_per_m_tokens:.3f}",
-        "price source, date": f"{c.offer.source[:28]} {c.offer.price_date}" + (" STALE" if c.offer.stale else ""),
-    }
-
-
-def _rows(plan, columns: list[str]) -> list[list[str]]:
-    tv = _time_value(plan)
-    return [[{**_cells(c), "total": money(ranked_cost(c) + ranked_hours(c) * tv)}[k] for k in columns]
-            for c in plan.candidates]
-
-
-def _band(value: float, low: float | None, high: float | None) -> str:
-    if low is None or high is None:
-        return f"{value:,.1f}"
-    return f"{value:,.1f} ({low:,.1f}-{high:,.1f})"
-
-
-def _summary(plan) -> list[str]:
-    lines = []
-    if plan.notice:
-        lines.append(f"Note: {plan.notice}")
-    w = plan.workload
-    unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
-    lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
-                 f"global batch {w['global_batch']} {unit}.")
-    lines.append(claims.counts_sentence(plan) + ".")
-    lines += [f"Warning: {x}" for x in claims.small_workload(plan)]
-
-    objective = _objective_line(plan)
-    if objective:
-        lines.append(objective)
-    if plan.candidates and any(n.startswith(NEAR_TIE_NOTE) for n in plan.candidates[0].notes):
-        lines.append(f"Why #1: {why(plan)}")
-    marked = [c for c in plan.candidates if c.tie_rule]
-    if marked:
-        how = ("a near-tie rule" if all(c.tie_rule != FRESH_RULE for c in marked)
-               else "a near-tie rule, or to head the plan with a fresh price over cheaper stale ones")
-        lines.append(f"{TIE_MARK} ranked above a cheaper row by {how}: " + "; ".join(
-            f"#{c.rank} {c.tie_rule}" for c in marked[:10]) + ".")
-    if plan.candidates and plan.candidates[0].offer.country:
-        c = plan.candidates[0]
-        lines.append(f"#1's host is in {place(c)} ({c.offer.provider} {c.offer.region}); --regions keeps the data in a country "
-                     "or continent.")
-    if plan.baseline is not None:
-        b = plan.baseline
-        method = "full fine-tuning" if b.stack.method == "full" else f"{b.stack.method.upper()} (the method asked for)"
-        line = f"Naive baseline: {method} on the cheapest instance where it fits"
-        if plan.saving_vs_baseline_usd is not None and plan.candidates:
-            line += "; the top pick " + claims.versus(plan.candidates[0], b, "the baseline", subject="").strip()
-        else:
-            line += f": {b.offer.provider} {b.offer.instance_type}, {money(b.cost.usd)}, {b.timing.hours:,.1f} h"
-        lines.append(line + ".")
-    s = plan.spot_alternative
-    if s is not None:
-        lines.append(spot_line(plan, s))
-    if plan.managed_summary():
-        lines.append(plan.managed_summary())
-
-    measured = [c for c in plan.candidates if is_measured(c.timing.band_basis)]
-    if measured:
-        lines.append("Measured: " + "; ".join(f"#{c.rank} {c.timing.tokens_per_sec:,.0f} tokens/s, "
-                                               f"{c.timing.band_basis}" for c in measured[:6]) + ".")
-    if plan.pareto:
-        lines.append(f"Pareto front ({len(plan.pareto)} options no other beats on both cost and time; cost / hours "
-                     f"{claims.pareto_basis(plan)}, fastest first): " + "; ".join(
-                         f"{figures} ({c.offer.gpu_count * c.nodes}× {c.offer.gpu_model} {c.offer.provider})"
-                         for c, figures in claims.pareto_points(plan)))
-        knee = claims.knee_words(plan)
-        lines += [knee + "."] if knee else []
-    ruled_out = claims.counts(plan)["ruled_out"]
-    if ruled_out:
-        lines.append("Ruled out before scoring (options per reason): " + "; ".join(
-            f"{r.reason}: {r.count:,}" for r in ruled_out[:6]) + (f"; {len(ruled_out) - 6} more reasons (--format "
-                                                                  "json or --report lists all)" if len(ruled_out) > 6 else ""))
-    return lines
-
-
-def spot_line(plan, s) -> str:
-    """The spot alternative against the plan's on-demand #1, at the table's quantile, with its interruption
-    allowance and the spot price's date."""
-    q = ranking_quantile(plan)
-    what = (f"On spot: {s.offer.provider} {s.offer.instance_type}" + (f" ×{s.nodes} nodes" if s.nodes > 1 else "")
-            + f", {ranked_hours(s):,.1f} h and {money(ranked_cost(s))} at {q} (including {s.timing.interruption_hours:,.2f} h "
-            f"of expected interruptions at p50; spot price {money(s.cost.price_hour)}/h, "
-            f"{getattr(s.offer, 'spot_price_date', '') or s.offer.price_date})")  # the spot quote's own date
-    top = plan.candidates[0] if plan.candidates else None
-    if top is None or top.cost.spot:
-        return what + "."
-    diff = ranked_cost(top) - ranked_cost(s)
-    share = f" ({abs(diff) / ranked_cost(top):.0%})" if ranked_cost(top) > 0 else ""
-    verdict = (f"saves {money(diff)}{share}" if diff > 0.005 else f"costs {money(-diff)} more{share}" if diff < -0.005
-               else "costs the same")
-    return (what + f": {verdict} against the on-demand #1 ({top.offer.provider} {top.offer.instance_type}, "
-            f"{money(ranked_cost(top))}, {ranked_hours(top):,.1f} h).")
-
-
-def place(c) -> str:
-    name = c.offer.country_name
-    return f"{name} ({c.offer.country})" if name else c.offer.country
-
-
-def _objective_line(plan) -> str:
-    """DPO / GRPO: the workload in its own units, and what the top pick runs where and spends generating."""
-    w = plan.workload
-    kind = w.get("objective")
-    if not kind:
-        return ""
-    if kind == "dpo":
-        line = f"DPO: {w.get('pairs', 0):,} preference pairs per epoch (2 rows each through the policy)"
-    else:
-        line = (f"GRPO: {w.get('prompts', 0):,} prompts per epoch × {w.get('num_generations')} completions "
-                f"(generation {w.get('generation')})")
-    if plan.candidates:
-        c = plan.candidates[0]
-        where = next((n for n in c.notes if n.startswith(("DPO:", "GRPO:"))), "")
-        line += f"; #1: {where.split(': ', 1)[-1]}" if where else ""
-        if kind == "grpo":
-            line += (f"; generation {c.timing.generation_hours:,.1f} h of its {c.timing.train_hours:,.1f} training "
-                     "hours (uncalibrated: band widened)")
-    return line + "."
 
 
 def render(plan, fmt: str) -> str:
@@ -333,24 +169,33 @@ def render(plan, fmt: str) -> str:
     if fmt == "json":
         return plan.model_dump_json(indent=2)
     if fmt == "csv":
-        columns = list(_flat_columns())
-        return render_rows(columns, ([_csv_value(k, row[k]) for k in columns] for row in map(_csv_row, plan.candidates)),
-                           "csv")
-    columns = _columns(plan)
-    rows = _rows(plan, columns)
-    summary = _summary(plan)
-    titles = _titles(plan, columns)
+        return _csv(plan)
+    tv = ranked_time_value(plan.ranking)
+    columns = [total_column(tv) if k == "total" else TERMINAL[k] for k in _columns(plan)]
+    rows = [[col.cell(c) for col in columns] for c in plan.candidates]
+    summary = summary_lines(plan)
+    titles = [col.title(ranking_quantile(plan)) for col in columns]
     if not rows:  # nothing to rank: the summary says why (notice and rejections)
         return "\n".join(_wrap(plain(x)) for x in summary)
     if fmt == "md":
         return render_rows(titles, rows, "md") + "\n\n" + "\n".join(f"- {md(x)}" for x in summary)
     left_out: list[str] = []
-    table = render_table(titles, rows, right=[i for i, h in enumerate(columns) if h in _RIGHT],
-                         drop=[columns.index(h) for h in _DROP if h in columns], left_out=left_out)
+    keys = [col.key for col in columns]
+    table = render_table(titles, rows, right=[i for i, col in enumerate(columns) if col.right],
+                         drop=[keys.index(k) for k in _DROP if k in keys], left_out=left_out)
     if left_out:
-        summary.append(f"Columns left out to fit {terminal_width()} columns: {', '.join(left_out)} "
-                       "(a wider terminal, COLUMNS=200, or --format csv/md/json shows them).")
+        summary.append(left_out_line(terminal_width(), left_out))
     return table + "\n\n" + "\n".join(_wrap(plain(x)) for x in summary)
+
+
+def _csv(plan) -> str:
+    """Rank, the ranked figures (named for their quantile, advisor/results/columns.py), then the flat view."""
+    columns = list(_flat_columns())
+    q = ranking_quantile(plan)
+    header = [columns[0], *(col.title(q) for col in CSV_RANKED), *columns[1:]]
+    rows = ([row["rank"], *(col.value(c) for col in CSV_RANKED), *(_csv_value(k, row[k]) for k in columns[1:])]
+            for c, row in zip(plan.candidates, map(_csv_row, plan.candidates)))
+    return render_rows(header, rows, "csv")
 
 
 def _wrap(line: str) -> str:

@@ -5,10 +5,10 @@ context (`build_context`), so a page and the HTML report of the same plan say th
 
 from __future__ import annotations
 
+from advisor.explain.price_age import is_stale, price_age_days
 from advisor.results import Plan
 from advisor.units import money
 from reports import charts
-from reports.price_age import is_stale, price_age_days
 from reports.render import _env, build_context
 
 

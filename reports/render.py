@@ -16,154 +16,38 @@ from pathlib import Path
 from urllib.parse import quote
 
 from advisor.errors import BadInput
-from advisor.launch.caveats import caveats
-from advisor.results import Candidate, Plan
-from advisor.text import md, plain
-from advisor.units import duration, gb, money, pct
-from pricing.files import atomic_write
-from reports import charts
-from reports.card import decision_card
-from reports.claims import (
+from advisor.explain.answer import answer_parts, gpus, pricing, stack, value
+from advisor.explain.captions import CHART_TEXT, stale_status
+from advisor.explain.card import decision_card
+from advisor.explain.claims import (
     counts,
     counts_sentence,
     pareto_basis,
     pareto_points,
     ranked_cost,
-    ranked_hours,
     ranking_quantile,
     small_workload,
-    versus,
 )
-from reports.price_age import is_stale, price_age_days
+from advisor.explain.notes import misses_constraint, notes_of
+from advisor.explain.price_age import is_stale, price_age_days
+from advisor.launch.caveats import caveats
+from advisor.results import Candidate, Plan
+from advisor.results.columns import (
+    REPORT_BAND,
+    REPORT_COST,
+    REPORT_HOURS,
+    REPORT_MEMORY,
+    REPORT_SHORT_HOURS,
+    TIE_MARK,
+)
+from advisor.text import md, plain
+from advisor.units import gb, money
+from pricing.files import atomic_write
+from reports import charts
 
 TOP_ROWS = 10
 FORMATS = ("html", "md")
 SUFFIXES = {".html": "html", ".htm": "html", ".md": "md"}
-
-
-# ---------- number formatting (advisor.text) -------------------------------------------
-
-def rate(v: float, key: str) -> str:
-    """A `..._per_<unit>_hour` value as a rate: '1.97e-05 per GPU-hour (one per 50,761 GPU-hours)'."""
-    unit = key.rsplit("_per_", 1)[1].replace("_", "-").replace("gpu", "GPU")
-    text = f"{v:.3g} per {unit}"
-    if 0 < v < 0.01:
-        text += f" (one per {1 / v:,.0f} {unit}s)"
-    return text
-
-
-def value(v: object, key: str = "") -> str:
-    """An assumption or workload value as a reader wants it (the key hints at its unit)."""
-    key = key.lower()
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if "_per_" in key:  # a rate (interruptions per GPU-hour), never a duration
-            return rate(v, key)
-        if "hour" in key:
-            return duration(v)
-        if "usd" in key or "price" in key or "budget" in key:
-            return money(v)
-    if v is None:
-        return "not set"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:g}" if v >= 1 or v == 0 else f"{v:g} ({pct(v)})"
-    return str(v)
-
-
-def gpus(c: Candidate) -> str:
-    per_node = f"{c.offer.gpu_count}× {c.offer.gpu_model}"
-    return f"{c.nodes} nodes × {per_node} ({c.nodes * c.offer.gpu_count} GPUs)" if c.nodes > 1 else per_node
-
-
-def stack(c: Candidate) -> str:
-    return c.label or c.stack.label()
-
-
-def pricing(c: Candidate) -> str:
-    return "spot" if c.cost.spot else "on-demand"
-
-
-# ---------- context ------------------------------------------------------------------------
-
-def _find(assumptions: dict, *words: str) -> tuple[str, object] | None:
-    for key, v in assumptions.items():
-        if all(w in key.lower() for w in words):
-            return key, v
-    return None
-
-
-def _frac(v: object, key: str) -> str:
-    if "hour" in key:
-        return value(v, key)
-    return pct(v) if isinstance(v, float) and 0 <= v < 1 else value(v, key)
-
-
-def answer_parts(plan: Plan) -> list[tuple[str, bool]]:
-    """The answer paragraph as (text, emphasised) segments, so both formats can bold safely."""
-    if not plan.candidates:
-        parts: list[tuple[str, bool]] = [
-            ("Nothing fits.", True),
-            (f" No offer can run {plan.model.name} with the allowed settings. ", False),
-        ]
-        if plan.rejected:
-            top = max(plan.rejected, key=lambda r: r.count)
-            parts.append((f"The most common reason ({top.count:,} options): {top.reason}", False))
-            parts.append((f" (e.g. {top.example})." if top.example else ".", False))
-        parts.append((" See the closest rejections below.", False))
-        return parts
-    c = plan.candidates[0]
-    parts = [
-        ("Recommended: " if plan.constraints_met else "Nearest option (it does not meet the constraints): ", False),
-        (f"{c.offer.provider} {c.offer.instance_type}", True),
-        (f" ({gpus(c)}, {pricing(c)}, {c.offer.region}) with ", False), (stack(c), True),
-        (f", micro-batch {c.shape.micro_batch} × grad-accum {c.shape.grad_accum} at {c.shape.seq_len:,} tokens. "
-         f"At {ranking_quantile(plan)} (the figure the ranking used) it should cost about ", False),
-        (money(ranked_cost(c)), True), (" and take ", False), (duration(ranked_hours(c)), True), (" wall time", False),
-    ]
-    t = c.timing
-    if t.hours_low is not None and t.hours_high is not None:
-        parts.append((f" (between {duration(t.hours_low)} and {duration(t.hours_high)}, {money(c.cost.usd_low)} "
-                      f"to {money(c.cost.usd_high)}, from "
-                      + ("the run " if t.band_basis.startswith("measured on")  # a measured run (advisor/workload/measurements.py MEASURED)
-                         else "the time model's held-out error: ")
-                      + f"{t.band_basis})", False))
-    if c.timing.train_hours:
-        parts.append((f": {duration(c.timing.train_hours)} of training plus setup, checkpoints every "
-                      f"{duration(t.checkpoint_interval_hours)} and expected interruptions", False))
-    tokens = plan.workload.get("tokens")
-    per = f" for {tokens:,} tokens" if isinstance(tokens, int) else ""
-    parts.append((f"{per} at {c.timing.tokens_per_sec:,.0f} tokens/s. ", False))
-    assumed = [f"MFU {pct(c.timing.mfu)}"] if c.timing.mfu else []
-    for words, label in ((("headroom",), "memory headroom"), (("setup",), "setup")):
-        found = _find(plan.assumptions, *words)
-        if found is not None:
-            assumed.append(f"{label} {_frac(found[1], found[0])}")
-    if assumed:
-        parts.append(("It assumes " + ", ".join(assumed) + "; ", False))
-    parts.append((f"peak memory is {gb(c.fit.peak_bytes)} per GPU against a limit of {gb(c.fit.limit_bytes)} "
-                  f"({gb(c.fit.usable_bytes)} usable less headroom), "
-                  f"and the price ({money(c.cost.price_hour)}/h) is from {c.offer.source}, {c.offer.price_date}. ", False))
-    if c.notes:
-        parts.append(("Note: " + "; ".join(c.notes) + ". ", False))
-    sp = plan.spot_alternative
-    if sp is not None:
-        parts.append((f"On spot capacity, {sp.offer.provider} {sp.offer.instance_type} would cost about {money(ranked_cost(sp))} "
-                      f"and take {duration(ranked_hours(sp))} with {duration(sp.timing.interruption_hours)} of expected "
-                      f"interruptions (spot price dated {sp.offer.price_date}), against {money(ranked_cost(c))} for the "
-                      "on-demand #1. ", False))
-    b = plan.baseline
-    if b is not None and plan.saving_vs_baseline_usd is not None:
-        parts.append((f"Against the naive baseline ({stack(b)}), ", False))
-        parts.append((versus(c, b, "the baseline"), True))
-        parts.append((".", False))
-    elif b is not None:
-        parts.append(("No candidate meets the constraints, so no saving against the naive baseline is claimed.", False))
-    else:
-        parts.append(("No naive baseline fits, so there is no saving to compare.", False))
-    return parts
 
 
 def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = None,
@@ -173,36 +57,41 @@ def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = 
             "numeric": [h in numeric for h in headers]}
 
 
-CANDIDATE_HEADERS = ["#", "Cost", "Wall time", "$ per hour", "Instance", "GPUs", "Stack", "Band p10–p90",
-                     "Memory per GPU (peak / limit)", "Batch (micro × accum × seq)", "Price date", "Notes"]
-CANDIDATE_NUMERIC = ("#", "Cost", "Wall time", "$ per hour", "Price date")
+CANDIDATE_HEADERS = ["#", REPORT_COST.header, REPORT_HOURS.header, "$ per hour", "Instance", "GPUs", "Stack",
+                     REPORT_BAND.header, REPORT_MEMORY.header, "Batch (micro × accum × seq)", "Price date", "Notes"]
+CANDIDATE_NUMERIC = ("#", REPORT_COST.header, REPORT_HOURS.header, "$ per hour", "Price date")
+
+
+def _titles(headers: list[str] | tuple[str, ...], plan: Plan) -> list[str]:
+    """Headers with the plan's ranking quantile where they name it ("{q}")."""
+    q = ranking_quantile(plan)
+    return [h.replace("{q}", q) for h in headers]
+
+
+def _table(headers: list[str], rows: list[list[str]], plan: Plan, flags: list[bool] | None = None,
+           numeric: tuple[str, ...] = ()) -> dict:
+    return table(_titles(headers, plan), rows, flags, tuple(_titles(numeric, plan)))
 
 
 def candidate_table(plan: Plan) -> dict:
     """Rank, cost, hours and $/h first (what a reader compares), then where, what and how sure; the
-    Pareto front and $ per M tokens have their own table and the CSV/JSON."""
+    Pareto front and $ per M tokens have their own table and the CSV/JSON. Cost and hours are the ranked figures
+    (advisor/results/columns.py)."""
     rows, flags = [], []
     for c in plan.candidates[:TOP_ROWS]:
         stale = is_stale(c, plan)
-        t = c.timing
-        band = (f"{duration(t.hours_low)} – {duration(t.hours_high)} · {money(c.cost.usd_low)} – "
-                f"{money(c.cost.usd_high)}" if t.hours_low is not None and c.cost.usd_low is not None else "n/a")
         where = (f"{c.offer.provider} {c.offer.instance_type} · {c.offer.region}" + (f" (+{len(c.offer.also_in)} more)"
                  if c.offer.also_in else "") + f" · {pricing(c)}")
-        misses = any(n.startswith("misses") for n in c.notes)
-        rows.append([str(c.rank) + ("*" if c.tie_rule else ""), money(ranked_cost(c)) + (" ✗" if misses else ""),
-                     _hours_cell(ranked_hours(c)),
-                     money(c.cost.price_hour), where, gpus(c), stack(c), band,
-                     f"{gb(c.fit.peak_bytes)} / {gb(c.fit.limit_bytes)}" + (" (tight)" if c.fit.tight else ""),
+        rows.append([_rank(c), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_HOURS.cell(c),
+                     money(c.cost.price_hour), where, gpus(c), stack(c), REPORT_BAND.cell(c), REPORT_MEMORY.cell(c),
                      f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
-                     "; ".join(c.notes)])
+                     "; ".join(notes_of(c))])
         flags.append(stale)
-    return table(CANDIDATE_HEADERS, rows, flags, CANDIDATE_NUMERIC)
+    return _table(CANDIDATE_HEADERS, rows, plan, flags, CANDIDATE_NUMERIC)
 
 
-def _hours_cell(h: float) -> str:
-    """Wall time in a table cell that never wraps: hours alone (the card says days)."""
-    return duration(h) if h < 48 else f"{h:,.1f} h"
+def _rank(c: Candidate) -> str:
+    return str(c.rank) + (TIE_MARK if c.tie_rule else "")
 
 
 def launch_caveats(plan: Plan) -> list[dict]:
@@ -217,13 +106,15 @@ def launch_caveats(plan: Plan) -> list[dict]:
 
 
 def best_tables(plan: Plan) -> tuple[dict, dict]:
-    gpu_rows = [[g, str(c.rank), c.offer.provider, c.offer.instance_type, stack(c), duration(c.timing.hours),
-                 money(c.cost.usd)] for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: kv[1].cost.usd)]
-    prov_rows = [[p, str(c.rank), c.offer.instance_type, gpus(c), stack(c), duration(c.timing.hours),
-                  money(c.cost.usd)]
-                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: kv[1].cost.usd)]
-    return (table(["GPU", "Rank", "Provider", "Instance", "Stack", "Wall time", "Cost"], gpu_rows),
-            table(["Provider", "Rank", "Instance", "GPUs", "Stack", "Wall time", "Cost"], prov_rows))
+    """The best option per GPU and per provider, cheapest first, at the ranked figures."""
+    gpu_rows = [[g, str(c.rank), c.offer.provider, c.offer.instance_type, stack(c), REPORT_SHORT_HOURS.cell(c),
+                 REPORT_COST.cell(c)] for g, c in sorted(plan.best_per_gpu.items(), key=lambda kv: ranked_cost(kv[1]))]
+    prov_rows = [[p, str(c.rank), c.offer.instance_type, gpus(c), stack(c), REPORT_SHORT_HOURS.cell(c),
+                  REPORT_COST.cell(c)]
+                 for p, c in sorted(plan.best_per_provider.items(), key=lambda kv: ranked_cost(kv[1]))]
+    ranked = [REPORT_SHORT_HOURS.header, REPORT_COST.header]
+    return (_table(["GPU", "Rank", "Provider", "Instance", "Stack", *ranked], gpu_rows, plan),
+            _table(["Provider", "Rank", "Instance", "GPUs", "Stack", *ranked], prov_rows, plan))
 
 
 def price_table(plan: Plan) -> dict:
@@ -243,7 +134,7 @@ def price_table(plan: Plan) -> dict:
         rows.append([c.offer.provider, c.offer.region, c.offer.instance_type + node_note, pricing(c),
                      money(c.cost.price_hour), c.offer.source, c.offer.price_date,
                      "unknown" if age is None else f"{age:,}",
-                     f"⚠ undated or older than {plan.stale_days:g} days" if stale else "ok"])
+                     stale_status(plan) if stale else "ok"])
         flags.append(stale)
     return table(["Provider", "Region", "Instance", "Pricing", "$ per hour", "Source", "Date", "Age (days)",
                   "Status"], rows, flags)
@@ -268,16 +159,17 @@ def pareto_table(plan: Plan) -> dict:
     return table(["#", "Instance", "GPUs", "Stack", "Pricing", "Cost / wall time"], rows)
 
 
-SHORT_HEADERS = ["#", "Cost", "Wall time", "GPUs", "Instance", "Stack"]
+SHORT_HEADERS = ["#", REPORT_COST.header, REPORT_SHORT_HOURS.header, "GPUs", "Instance", "Stack"]
 
 
 def short_table(plan: Plan) -> dict:
-    """The first table a reader sees: what to compare (cost, time), on what, how; the full one is below it."""
-    rows = [[str(c.rank), money(c.cost.usd) + (" ✗" if any(n.startswith("misses") for n in c.notes) else ""),
-             duration(c.timing.hours), gpus(c), f"{c.offer.provider} {c.offer.instance_type}", stack(c)]
+    """The first table a reader sees: what to compare (cost, time at the ranked quantile, in rank order), on what,
+    how; the full one is below it."""
+    rows = [[str(c.rank), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_SHORT_HOURS.cell(c),
+             gpus(c), f"{c.offer.provider} {c.offer.instance_type}", stack(c)]
             for c in plan.candidates[:TOP_ROWS]]
-    return table(SHORT_HEADERS, rows, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
-                 ("#", "Cost", "Wall time"))
+    return _table(SHORT_HEADERS, rows, plan, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
+                  ("#", REPORT_COST.header, REPORT_SHORT_HOURS.header))
 
 
 def lengths_table(plan: Plan) -> dict | None:
@@ -388,22 +280,6 @@ def _env(fmt: str):
     env.globals["md_code"] = md_code
     env.globals["Raw"] = Raw
     return env
-
-
-CHART_TEXT = {
-    "memory": ("Peak memory per GPU by component",
-               "Stacked horizontal bars: weights, gradients, optimizer states, activations and overhead "
-               "per GPU for the top candidates and the naive baseline; a black tick marks each GPU's "
-               "usable memory. The table below gives the same numbers."),
-    "cost-time": ("Cost against wall time",
-                  "Scatter of every candidate's cost (USD) against wall time (hours); the Pareto front "
-                  "(options with no cheaper and faster alternative) is joined in orange, the top-ranked "
-                  "option (#1) is a blue star and the naive baseline a black cross. The table below lists "
-                  "the Pareto front."),
-    "lengths": ("Token lengths of the dataset",
-                "Histogram of the dataset's rows by token length (plan --dataset), with the plan's seq_len and "
-                "the suggested seq_len (p99 rounded up) marked as dashed lines. The table below gives the bins."),
-}
 
 
 def _charts(plan: Plan) -> dict[str, str]:

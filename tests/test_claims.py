@@ -102,7 +102,7 @@ def test_the_table_follows_the_ranking_it_states(plans, name):
         for below in rows[i + 1:]:  # the near-tie and the risk margin are shares of the compute cost
             tolerance = max(margin * max(below["cost"]["usd_at_risk"], above["cost"]["usd_at_risk"]), usd)
             assert key(above) <= key(below) * 1.08 + tolerance + 1e-9, (name, above["rank"], below["rank"])
-    from reports.claims import ranking_basis
+    from advisor.explain.claims import ranking_basis
 
     basis = ranking_basis(p["plan"])
     quantiles = {f"p{round(c['timing']['risk_quantile'] * 100)}" for c in rows}
@@ -135,7 +135,7 @@ def test_the_table_prints_the_figures_the_rows_were_ranked_on(plans):
 
 @pytest.mark.parametrize("name", PLANS)
 def test_terminal_and_report_list_the_same_pareto_points(plans, name):
-    from reports.claims import pareto_points
+    from advisor.explain.claims import pareto_points
 
     p = plans[name]
     figures = [f for _, f in pareto_points(p["plan"])]
@@ -152,8 +152,8 @@ def test_terminal_and_report_list_the_same_pareto_points(plans, name):
 
 @pytest.mark.parametrize("name", PLANS)
 def test_counts_and_savings_agree_between_json_terminal_and_report(plans, name):
+    from advisor.explain.claims import AFTER_SCORING, difference
     from advisor.units import money
-    from reports.claims import AFTER_SCORING, difference
 
     p = plans[name]
     data, plan = p["json"], p["plan"]
@@ -179,7 +179,7 @@ def test_counts_and_savings_agree_between_json_terminal_and_report(plans, name):
 
 
 def test_a_saving_between_tiny_amounts_has_no_percentage():
-    from reports.claims import difference
+    from advisor.explain.claims import difference
 
     assert difference(0.17, 0.07) == "$0.10 more"
     assert difference(3.99, 4.83) == "$0.84 less (17%)"

@@ -21,7 +21,8 @@ ALLOWED = {
     # reports render result types: advisor.results (+ the shared formatters and errors) and the
     # one atomic file writer; never the planner, the engine or the CLI
     # + advisor.launch.caveats: what a launch bundle for a candidate differs in, a pure function of the result
-    "reports": {"advisor.results", "advisor.text", "advisor.units", "advisor.errors", "advisor.stacks",
+    # + advisor.explain: every sentence about a plan, written from the results
+    "reports": {"advisor.results", "advisor.explain", "advisor.text", "advisor.units", "advisor.errors", "advisor.stacks",
                 "advisor.launch.caveats", "pricing.files"},
     "cli": {"advisor", "pricing", "reports"},
 }

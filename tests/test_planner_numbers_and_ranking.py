@@ -12,7 +12,7 @@ import pytest
 
 from advisor.model.catalog import load_model
 from advisor.planner import host, plan
-from advisor.results import Plan
+from advisor.results import FindingKind, Plan
 from pricing.gpus import get_gpu
 
 MODEL = load_model("meta-llama/Llama-3.1-8B")
@@ -138,7 +138,7 @@ def test_the_same_offer_under_two_names_is_one_row_naming_the_other():
 
 def test_standard_adamw_unless_8bit_is_what_makes_it_fit(lora_plan):
     from advisor.api import estimate_memory
-    from advisor.planner.configs import ONLY_8BIT_NOTE
+    from advisor.explain import ONLY_8BIT_NOTE
 
     for c in every(lora_plan):
         assert c.stack.optimizer == "adamw"
@@ -154,15 +154,16 @@ def test_standard_adamw_unless_8bit_is_what_makes_it_fit(lora_plan):
 def test_every_candidate_is_ranked_at_one_quantile_and_an_uncalibrated_one_says_so(lora_plan):
     """One ranking basis: every row at --risk's quantile (default p80), calibrated or not; the table's cost
     column is that figure (cli/plan.py), and an uncalibrated row says its band is wider."""
-    from cli.plan import _cells
+    from advisor.results.columns import TERMINAL
 
     assert lora_plan.ranking["quantile"] == "p80"
     for c in every(lora_plan):
         assert c.timing.risk_quantile == 0.8 and c.timing.hours_at_risk > c.timing.hours
-        assert _cells(c)["cost"] == f"${c.cost.usd_at_risk:,.2f}"
-        assert _cells(c)["hours"].startswith(f"{c.timing.hours_at_risk:,.1f} (")
+        assert TERMINAL["cost"].cell(c) == f"${c.cost.usd_at_risk:,.2f}"
+        assert TERMINAL["hours"].cell(c).startswith(f"{c.timing.hours_at_risk:,.1f} (")
         if not c.timing.calibrated:
-            assert any(n.startswith("uncalibrated") for n in c.notes)
+            assert any(f.kind is FindingKind.UNCALIBRATED for f in c.findings)
+            assert any(n.startswith("uncalibrated") for n in c.notes)  # and says so
     p50 = plan(MODEL, offers=SHEET, tokens=20e6, methods=("lora",), risk="p50")
     assert all(c.timing.risk_quantile == 0.5 and c.timing.hours_at_risk == c.timing.hours for c in p50.candidates)
 
@@ -198,8 +199,8 @@ def test_in_a_near_tie_a_fit_clear_of_the_memory_limit_beats_a_tight_one():
     assert any("near-tie" in n and "clear of the memory limit" in n for n in safe.notes)
     assert safe.tie_rule == "clear of the memory limit"
     # the table says why #1 is not the cheapest row, in the decision card's own sentence
+    from advisor.explain.card import why
     from cli.plan import render
-    from reports.card import why
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COLUMNS", "100000")  # one line, whatever terminal the suite runs in

@@ -37,8 +37,8 @@ def test_ages_and_staleness_are_measured_on_the_pinned_day(tmp_path, monkeypatch
 def test_a_report_ages_prices_on_the_day_the_plan_measured_them(monkeypatch):
     import plan_factory as pf
 
+    from advisor.explain.price_age import price_age_days
     from advisor.planner.assemble import _pinned_day
-    from reports.price_age import price_age_days
 
     plan = pf.single_gpu_plan()
     c = plan.candidates[0].model_copy(update={"offer": plan.candidates[0].offer.model_copy(

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from advisor.explain import note
 from advisor.planner import plan, ranking, remedy
 from advisor.planner.offers import FRESH_RULE
-from advisor.results import Plan
+from advisor.results import FindingKind, Plan
 from pricing.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +145,8 @@ def test_each_tie_breaker_promotes_a_dearer_row_only_within_the_near_tie_and_say
     inside = np.array([100.0, 100.0 + ranking.NEAR_TIE_PCT * 0.9])
     ranked, why, rules = ranking.prefer_in_near_ties(np.arange(2), inside, prefs, 10,
                                                       fitting["gpus"].to_numpy(), fitting["nodes"].to_numpy())
-    assert list(ranked) == [1, 0] and rules == {1: rule} and "near-tie" in why[1]
+    assert list(ranked) == [1, 0] and rules == {1: rule}
+    assert why[1].kind is FindingKind.NEAR_TIE and why[1]["rule"] == rule and "near-tie" in note(why[1])
     outside = np.array([100.0, 100.0 + ranking.NEAR_TIE_PCT * 1.1])
     ranked, why, rules = ranking.prefer_in_near_ties(np.arange(2), outside, prefs, 10)
     assert list(ranked) == [0, 1] and not rules
@@ -199,7 +201,7 @@ def test_a_budget_is_met_at_the_risk_quantile_or_the_band_crossing_is_said():
         if c.cost.usd_high > 500:
             assert any(n.startswith("band crosses the budget") for n in c.notes)
             assert any("band crosses the budget" in w for w in p.warnings)
-            from reports.card import decision_card
+            from advisor.explain.card import decision_card
 
             assert any("band crosses" in r.lower() for r in decision_card(p)["risks"])
     else:
@@ -226,7 +228,7 @@ def test_the_remedy_levers_cover_every_limit_the_user_set():
 # ----------------------------------------------------------------- spot, regions, marketplace, hosts
 
 def test_the_spot_line_states_its_saving_against_the_on_demand_number_one():
-    from cli.plan import spot_line
+    from advisor.explain.summary import spot_line
 
     sheet = pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 3.0, spot=1.2, observed_at="2026-11-20"),
                           offer("beta", "1x-A100", "A100-80GB", 1, 1.4)])
@@ -239,7 +241,7 @@ def test_the_spot_line_states_its_saving_against_the_on_demand_number_one():
 
 
 def test_regions_keep_the_host_in_a_country_or_continent_and_the_card_names_it():
-    from reports.card import decision_card
+    from advisor.explain.card import decision_card
 
     sheet = pd.DataFrame([offer("aws", "p5", "H100", 1, 2.0, region="us-east-1"),
                           offer("aws", "p5", "H100", 1, 2.5, region="eu-central-1"),

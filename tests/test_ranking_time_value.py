@@ -124,7 +124,7 @@ def test_a_risky_row_loses_to_a_safe_one_within_the_risk_margin_and_not_beyond()
     risk = np.array([True, False])
     inside = np.array([100.0, 100.0 + ranking.RISK_MARGIN_PCT * 0.9])
     ranked, why, rules = ranking.prefer_in_near_ties(np.arange(2), inside, prefs, 10, risk=risk)
-    assert list(ranked) == [1, 0] and rules == {1: ranking.RISK_RULE} and why[1][0] == 0
+    assert list(ranked) == [1, 0] and rules == {1: ranking.RISK_RULE} and why[1]["beaten"] == 0
     outside = np.array([100.0, 100.0 + ranking.RISK_MARGIN_PCT * 1.1])
     ranked, _, rules = ranking.prefer_in_near_ties(np.arange(2), outside, prefs, 10, risk=risk)
     assert list(ranked) == [0, 1] and not rules
@@ -200,9 +200,9 @@ def test_a_segment_with_fewer_than_three_held_out_rows_is_uncalibrated_and_takes
 # ----------------------------------------------------------------- the Pareto knee
 
 def test_the_card_and_summary_name_the_knee_when_it_is_not_first():
+    from advisor.explain.card import decision_card
+    from advisor.explain.claims import knee_words, pareto_knee
     from cli.plan import render
-    from reports.card import decision_card
-    from reports.claims import knee_words, pareto_knee
 
     # on cost alone, 405B QLoRA's #1 is the 44-hour MI300X run; the knee of the front is the 18.5-hour B200 one
     cost_only = bundled(request="meta-llama/Llama-3.1-405B", tokens=100e6, methods=("qlora",), time_value=0)
@@ -241,7 +241,7 @@ def test_a_met_deadline_lists_the_near_misses_with_flags_that_reproduce_them(dea
 
 
 def test_an_exit_3_table_says_it_is_ordered_by_how_far_each_row_misses():
-    from reports.claims import ranking_basis
+    from advisor.explain.claims import ranking_basis
 
     p = bundled(request="meta-llama/Llama-3.1-70B", tokens=2e9, methods=("full",), deadline_hours=12)
     assert not p.constraints_met and p.ranking["order"] == "miss"

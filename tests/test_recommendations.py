@@ -15,6 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from advisor.explain.claims import managed_summary
 from advisor.planner import plan
 from cli import cli
 from pricing.fabrics import cluster_gbps
@@ -111,7 +112,7 @@ def test_the_plan_prices_a_managed_service_beside_the_self_hosted_pick(lora_8b):
     assert a.observed_at and a.observed_at[:4].isdigit()
     again = type(lora_8b).model_validate_json(lora_8b.model_dump_json())
     assert again.managed_alternatives == alts
-    sentence = lora_8b.managed_summary()
+    sentence = managed_summary(lora_8b)
     assert a.provider in sentence and a.observed_at in sentence and "self-hosting saves" in sentence
 
 
@@ -124,7 +125,7 @@ def test_the_reports_decision_card_shows_the_managed_alternative(lora_8b, tmp_pa
     reports.write(lora_8b, tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
     card = page[page.index('id="decision"'):page.index("</div>", page.index('id="card-managed"'))]
-    assert html.unescape(re.sub(r"<[^>]+>", "", card)).count(lora_8b.managed_summary()) == 1
+    assert html.unescape(re.sub(r"<[^>]+>", "", card)).count(managed_summary(lora_8b)) == 1
     reports.write(lora_8b, tmp_path / "r.md")
     assert "**Managed instead:**" in (tmp_path / "r.md").read_text()
 

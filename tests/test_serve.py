@@ -27,9 +27,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import plan_factory as pf  # noqa: E402
 from serve_helpers import LLAMA, SHEET, q, serving  # noqa: E402
 
+from advisor.explain.card import cost_band, time_band  # noqa: E402
+from advisor.results import ranked_cost  # noqa: E402
 from advisor.text import md as md_text  # noqa: E402
 from advisor.units import money  # noqa: E402
-from reports.card import cost_band, time_band  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = q(model=LLAMA, tokens="100M")
@@ -223,7 +224,7 @@ def test_compare_shows_both_scenarios_top_costs_and_bands_and_marks_what_differs
     for query in (BASE, other):
         plan = Plan.model_validate_json(served.get(f"/plan.json?{query}").text)
         c = plan.candidates[0]
-        assert money(c.cost.usd) in page.text and cost_band(c) in page.text and time_band(c) in page.text
+        assert money(ranked_cost(c)) in page.text and cost_band(c) in page.text and time_band(c) in page.text
         assert f'href="/plan?{query.replace("&", "&amp;")}"' in page.text
     cost_row = re.search(r"<tr class=\"differs\"><th scope=\"row\">Cost of #1</th>(.*?)</tr>", page.text)
     assert cost_row and cost_row.group(1).count('data-differs="1"') == 2

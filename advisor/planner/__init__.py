@@ -13,8 +13,9 @@
 7. rejections  (planner.rejections) why every ruled-out option was ruled out, with a count
 Everything shown is then checked exactly with the engine (`Evaluator.settle`) and re-ranked if
 a predicted micro-batch shrank (planner.pipeline); `assemble` (planner.assemble) turns positions into
-typed `Candidate`s, which only copy what the stages computed; planner.wording holds the notes, warnings
-and remedy they carry in words.
+typed `Candidate`s, which only copy what the stages computed; planner.findings records what the planner
+found about each candidate and the plan as typed `Finding` rows, and advisor/explain/ writes their words
+(notes, warnings, the remedy).
 
 This module only hands the planner's public names on.
 """

@@ -5,27 +5,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from advisor import explain
 from advisor.estimate.engine import Engine
 from advisor.estimate.throughput import band
+from advisor.explain import assumptions as explain_assumptions
 from advisor.planner import configs as _configs, ranking
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.costing import billing
-from advisor.planner.objectives import placement
+from advisor.planner.findings import candidate_findings, crossings, misses, placement, plan_findings
 from advisor.planner.ranking import offer_identity
 from advisor.planner.remedy import search as search_remedy
 from advisor.planner.request import PlanRequest
-from advisor.planner.select import Selection, misses
-from advisor.planner.wording import (
-    HOST_UNKNOWN_NOTE,
-    _disagreeing,
-    _notes,
-    _warnings,
-    crossings,
-    risk_promotion_note,
-)
+from advisor.planner.select import Selection
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
+from advisor.results.facts import Assumptions, Finding, FindingKind
 from advisor.stacks import Stack
-from advisor.units import BILLION, MILLION, gb
+from advisor.units import BILLION, MILLION
 from advisor.workload.measurements import measured_peak  # measured run: a measured peak above the estimate wins
 from pricing import clock, geo
 from pricing.cache import stale_days
@@ -61,19 +56,20 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
         cfg = configs[int(r["row"])]
         extra = [_why_note(chosen, int(i))] if int(i) in chosen.why else []
         if o["spot"] and suspect[int(r["offer_row"])]:
-            extra.append(ranking.SPOT_SUSPECT_NOTE)
+            extra.append(Finding(kind=FindingKind.SPOT_SUSPECT))
         names, regions = others.get(int(r["offer_row"]), ([], []))
         c = to_candidate(cfg, o, r, request, position.get(int(i), 0), engine.spec, extra, names, regions)
         c.tie_rule = chosen.rule.get(int(i), "")
         c.caveats = list(ranking.stack_caveats(cfg.gpu, cfg.stack))
+        found = list(c.findings)
         if not c.offer.host_known:
-            need = float(chosen.fitting["ram_need"].iat[int(r["cfg_row"])])
-            c.notes.append(f"{HOST_UNKNOWN_NOTE}: this run needs about {gb(need)} of host RAM per node to load and "
-                           "feed it (advisor/planner/host.py); check the host before renting")
+            found.append(Finding(kind=FindingKind.HOST_UNKNOWN, figures={
+                "ram_need_bytes": float(chosen.fitting["ram_need"].iat[int(r["cfg_row"])])}))
         if not chosen.constraints_met:
-            c.notes.extend(misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request))
+            found += misses(c.cost.usd_at_risk, c.timing.hours_at_risk, request)
         else:
-            c.notes.extend(crossings(c, request))
+            found += crossings(c, request)
+        c.findings, c.notes = found, explain.candidate_notes(found)
         return c
 
     candidates = [candidate(i) for i in chosen.ranked[:request.top]]  # rank k + 1: their place in `position`
@@ -87,8 +83,9 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     remedy = search_remedy(request, candidates[0], None)[0] if candidates and not chosen.constraints_met else ""
 
     warnings = list(getattr(offers, "attrs", {}).get("problems", []))[:20]
-    warnings += _disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
-    warnings += _warnings(chosen, candidates, request, off, spot, engine.spec) + ([remedy] if remedy else [])
+    warnings += explain.disagreeing(getattr(offers, "attrs", {}).get("disagreements", []), candidates)
+    found = plan_findings(chosen, candidates, request, off, spot, engine.spec)
+    warnings += explain.warnings(found, candidates) + ([remedy] if remedy else [])
     spec = engine.spec
     top_stack = candidates[0].stack if candidates else _lora_probe(request).model_copy(
         update={"method": request.methods[0]})
@@ -98,7 +95,7 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
     return Plan(model=info, workload=_workload(request), candidates=candidates, pareto=pareto, baseline=baseline,
                 best_per_gpu=best_gpu, best_per_provider=best_provider, spot_alternative=spot,
                 rejected=chosen.rejections.to_list(), assumptions=_assumptions(chosen, configs, request, engine),
-                warnings=warnings, command=request.command, stale_days=stale_days(),
+                warnings=warnings, findings=found, command=request.command, stale_days=stale_days(),
                 generated_at=datetime.now(UTC).isoformat(timespec="seconds"), saving_vs_baseline_usd=saving,
                 prices_as_of=_pinned_day(),
                 notice=chosen.notice, constraints_met=chosen.constraints_met, remedy=remedy,
@@ -106,19 +103,18 @@ def assemble(chosen: Selection, configs: list[Config], priced, request: PlanRequ
                 managed_alternatives=_managed(spec, counts, top_stack.method, request))
 
 
-def _why_note(chosen: Selection, i: int) -> str:
-    """The note of a row a tie rule promoted; for the risk margin, worded from the facts the ranking kept (the
-    risky row passed, how much dearer in total) and what made that row risky."""
+def _why_note(chosen: Selection, i: int) -> Finding:
+    """The finding of a row a tie rule promoted; for the risk margin, completed with what made the row it passed
+    risky (tight, uncalibrated, a stack caveat) in place of that row's position."""
     why = chosen.why[i]
-    if isinstance(why, str):
+    if why.kind is not FindingKind.SAFE_OVER_RISKY:
         return why
-    beaten, pct = why
     f = chosen.fitting
-    cfg_row = int(chosen.scored["cfg_row"].iat[beaten])
-    risks = [name for name, on in (("tight", bool(f["tight"].iat[cfg_row])),
-                                   ("uncalibrated", not bool(f["calibrated"].iat[cfg_row])),
-                                   ("stack caveat", bool(f["caveats"].iat[cfg_row]))) if on]
-    return risk_promotion_note(risks, pct)
+    cfg_row = int(chosen.scored["cfg_row"].iat[int(why["beaten"])])
+    figures = {k: v for k, v in why.figures.items() if k != "beaten"}
+    return Finding(kind=FindingKind.SAFE_OVER_RISKY, figures={
+        **figures, "tight": bool(f["tight"].iat[cfg_row]), "uncalibrated": not bool(f["calibrated"].iat[cfg_row]),
+        "stack_caveat": bool(f["caveats"].iat[cfg_row])})
 
 
 def ranking_basis(request: PlanRequest, constraints_met: bool = True) -> dict:
@@ -128,7 +124,7 @@ def ranking_basis(request: PlanRequest, constraints_met: bool = True) -> dict:
     tv = float(request.time_value)
     key = "hours" if request.sort == "time" else ("total" if tv else "cost")
     out = {"quantile": request.risk, "sort": request.sort, "key": key, "time_value_usd_per_hour": tv,
-           "time_value_source": (ranking.TIME_VALUE_SOURCE if tv == ranking.DEFAULT_TIME_VALUE else "--time-value"),
+           "time_value_source": (explain.TIME_VALUE_SOURCE if tv == ranking.DEFAULT_TIME_VALUE else "--time-value"),
            "near_tie_pct": ranking.NEAR_TIE_PCT, "tie_breakers": list(ranking.TIE_BREAKERS),
            "risk_margin_pct": ranking.RISK_MARGIN_PCT, "band": "p10-p90"}
     if not constraints_met:
@@ -199,35 +195,27 @@ def _objective_workload(request: PlanRequest) -> dict:
     return out
 
 
-def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest, engine: Engine) -> dict:
+def _assumptions(chosen: Selection, configs: list[Config], request: PlanRequest, engine: Engine) -> Assumptions:
+    """The counts and settings the plan assumed, with the assumption wording of advisor/explain/assumptions.py."""
     b = billing()
-    setup, ckpt, rel = b["setup"], b["checkpoint"], b["reliability"]
-    return {
-        "headroom": request.headroom, "mfu_override": request.mfu, "sort": request.sort, "risk": request.risk,
-        "hours_band": "p10-p90 of the time model's held-out error for the GPU class and method "
-                      "(benchmarks/results/time_calibration.md)",
-        "candidates_scored": chosen.n_scored, "candidates_meeting_constraints": chosen.n_meeting,
-        "configs_evaluated": len(configs), "memory_estimates": engine.estimates_made,
-        "setup_hours": request.setup_hours if request.setup_hours is not None else
-        f"{setup['provisioning_hours']} h provisioning + download at {setup['download_gb_s']} GB/s + final save",
-        "checkpoints": (f"every {request.checkpoint_interval_hours:g} h" if request.checkpoint_interval_hours else
-                        "Young's optimum interval sqrt(2 x write time x MTBF), at most "
-                        f"{ckpt['max_interval_hours']:g} h")
-        + f", written at {ckpt['write_gb_s_per_node']} GB/s per node",
-        "hardware_interruptions_per_gpu_hour": rel["hardware_interruptions_per_gpu_hour"],
-        "spot_interruptions_per_instance_hour": (rel["spot_interruptions_per_instance_hour"]
-                                                 if request.interruptions_per_hour is None
-                                                 else request.interruptions_per_hour),
-        "pricing": "on-demand ranking" + ("; best spot option beside it" if request.spot else ""),
-        "stale_prices": "ranked" if request.allow_stale else "left out while fresh offers exist",
-        "billing": "per provider, advisor/data/billing.json", "currency": "USD",
-        "time_model": "advisor/throughput.py + advisor/data/mfu.json",
-        "precision_rule": "full: mixed precision with fp32 master weights (amp, or DeepSpeed bf16/fp16 mode); "
-                          "LoRA/QLoRA: 16-bit frozen weights, fp32 adapters; fp16 where the GPU has no bf16",
-        "tight_band": f"{TIGHT_FRACTION:.0%} of the limit (worst under-estimate on high-confidence measurements)",
-        "optimizers": request.pins.get("optimizer") or ", ".join(_configs.OPTIMIZERS),
-        "multi_node": "only over a known inter-node fabric (pricing/data/fabrics.csv or the sheet's cluster_gbps)",
-    }
+    rel = b["reliability"]
+    words = explain_assumptions.words(b["setup"], b["checkpoint"], request.checkpoint_interval_hours, request.spot,
+                                      request.allow_stale, TIGHT_FRACTION)
+    return Assumptions(
+        headroom=request.headroom, mfu_override=request.mfu, sort=request.sort, risk=request.risk,
+        hours_band=words["hours_band"], candidates_scored=chosen.n_scored,
+        candidates_meeting_constraints=chosen.n_meeting, configs_evaluated=len(configs),
+        memory_estimates=engine.estimates_made,
+        setup_hours=request.setup_hours if request.setup_hours is not None else words["setup_hours"],
+        checkpoints=words["checkpoints"],
+        hardware_interruptions_per_gpu_hour=rel["hardware_interruptions_per_gpu_hour"],
+        spot_interruptions_per_instance_hour=(rel["spot_interruptions_per_instance_hour"]
+                                              if request.interruptions_per_hour is None
+                                              else request.interruptions_per_hour),
+        pricing=words["pricing"], stale_prices=words["stale_prices"], billing=words["billing"], currency="USD",
+        time_model=words["time_model"], precision_rule=words["precision_rule"], tight_band=words["tight_band"],
+        optimizers=request.pins.get("optimizer") or ", ".join(_configs.OPTIMIZERS), multi_node=words["multi_node"],
+    )
 
 
 def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
@@ -252,7 +240,7 @@ def _offer(o, also_named: list[str], also_regions: list[str]) -> Offer:
                  ram_gb=float(ram) if known else None, vcpus=int(cpus) if cpus_known else None)
 
 
-def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_notes=(),
+def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, extra_findings=(),
                  also_named=(), also_regions=()) -> Candidate:
     """One priced config as a typed Candidate (offer row `o`, scored row `r`): it only copies what
     the evaluator (StepTime) and costing (the scored row) computed."""
@@ -264,6 +252,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
     network = request.network_gbps if request.network_gbps is not None else cfg.fabric_gbps
     usd = float(r["cost_usd"])
 
+    found = candidate_findings(cfg, request, spec, str(o.get("notes") or "")) + placement(stack, cfg.per_node, nodes) + list(extra_findings)
     peak, tight = measured_peak(int(cfg.fitted.peak), int(cfg.limit), cfg.fitted.tight, step, TIGHT_FRACTION)
     return Candidate(
         rank=rank, offer=_offer(o, list(also_named), list(also_regions)), nodes=nodes, network_gbps=network if nodes > 1 else None,
@@ -285,8 +274,7 @@ def to_candidate(cfg: Config, o, r, request: PlanRequest, rank: int, spec=None, 
                   usd_per_m_tokens=usd / (request.train_tokens / MILLION), usd_low=float(r["cost_p10"]),
                   usd_high=float(r["cost_p90"]), usd_at_risk=float(r["cost_rank"])),
         label=stack.label() + (f" · {nodes} nodes" if nodes > 1 else ""),
-        notes=_notes(cfg, request, spec, str(o.get("notes") or "")) + ([placement(stack, cfg.per_node, nodes)] if not stack.objective.is_sft
-                                             else []) + list(extra_notes),
+        findings=found, notes=explain.candidate_notes(found),
     )
 
 

@@ -281,9 +281,6 @@ def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
     return band_quantile(cfg.gpu, cfg.stack, q)[0]
 
 
-ONLY_8BIT_NOTE = "fits only with 8-bit AdamW: no standard-AdamW stack of this method fits this hardware"
-
-
 def _hardware(c: Config) -> tuple:
     """What an 8-bit variant is judged on: the same GPU model, GPUs per node, nodes, fabric and method."""
     return c.gpu.name, c.per_node, c.nodes, c.fabric_gbps, c.stack.method

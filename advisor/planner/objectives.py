@@ -73,22 +73,3 @@ def refusal_reason(est) -> str | None:
         return ("vLLM would refuse to start: its KV pool cannot hold one max_model_len request at this "
                 "gpu_memory_utilization on this GPU (vllm 0.33.0 kv_cache_planning.py:50-87)")
     return "vLLM's budget does not hold its own weights and activations on this GPU"
-
-
-def placement(stack, gpu_count: int, nodes: int) -> str:
-    """What runs where, in words (a candidate note)."""
-    o = stack.objective
-    if o.kind == "dpo":
-        ref = o.reference(stack.method)
-        return f"DPO: reference model {ref}" + ("" if ref != "copy" else f" ({'sharded' if stack.shard_degree_params > 1 else 'replicated'})")
-    if o.kind != "grpo":
-        return ""
-    total = gpu_count * nodes
-    if o.vllm == "server":
-        return (f"GRPO: {o.vllm_server_gpus} of the {total} GPUs serve vLLM (gpu_memory_utilization "
-                f"{o.utilization:g}); {stack.gpus} train")
-    if o.vllm == "colocate":
-        where = "the training GPU" if stack.gpus == 1 else f"each of the {stack.gpus} training GPUs"
-        return (f"GRPO: vLLM colocated in {where} at gpu_memory_utilization {o.utilization:g}"
-                + (" with sleep mode" if o.vllm_sleep else ""))
-    return f"GRPO: transformers generate on the {'training GPU' if stack.gpus == 1 else f'{stack.gpus} training GPUs'}, no vLLM"

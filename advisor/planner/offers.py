@@ -17,6 +17,7 @@ from advisor.planner.costing import offer_billing
 from advisor.planner.ranking import marketplace
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest, check_choice
+from advisor.results.facts import Finding, FindingKind
 from pricing import geo, load_offers
 from pricing.cache import stale_days
 from pricing.crosscheck import BILLED_AS
@@ -216,7 +217,7 @@ def fresh_first(ranked, priced, offer_row, why: dict, rule: dict):
     if not stale[ranked[0]] or stale[ranked].all():
         return ranked
     pick = int(ranked[np.argmax(~stale[ranked])])
-    why[pick] = "a fresh price heads the plan: the cheaper rows above it are priced past the staleness limit"
+    why[pick] = Finding(kind=FindingKind.FRESH_FIRST, figures={"stale_days": float(stale_days())})
     rule[pick] = FRESH_RULE
     return np.concatenate(([pick], ranked[ranked != pick])).astype(int)
 
@@ -290,7 +291,7 @@ LISTED_ONLY = "region-listed-not-availability"  # a sheet that lists every regio
 def listed_only(off, request: PlanRequest, rejections: Rejections):
     """With --regions: rows whose sheet lists the instance in every region regardless of capacity (noted
     LISTED_ONLY; scripts/build_snapshot.py) do not show availability in that region; they are left out while a
-    row with known availability remains, else kept, each saying so (wording.listed_only_note)."""
+    row with known availability remains, else kept, each saying so (advisor.explain.notes, LISTED_ONLY)."""
     import numpy as np
 
     listed = np.asarray(mentions(off["notes"], LISTED_ONLY), bool) if "notes" in off else np.zeros(len(off), bool)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor import explain
 from advisor.estimate.engine import Engine
 from advisor.model.spec import ModelSpec
 from advisor.planner import configs as _configs, offers as _offers, remedy
@@ -74,12 +75,13 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
         text, runs = remedy.search(request, result.candidates[0], replan)
         result.warnings = [text if w == result.remedy else w for w in result.warnings]
         result.remedy = text
-        result.assumptions["remedy_plans"] = runs
+        result.assumptions = result.assumptions.model_copy(update={"remedy_plans": runs})
     elif search_remedies and result.constraints_met and result.candidates and (request.deadline_hours or request.budget):
-        text, runs = remedy.near_misses(request, result.candidates[0], lambda relaxed: plan(
+        near, runs = remedy.near_misses(request, result.candidates[0], lambda relaxed: plan(
             relaxed, offers=offers, estimator=estimator, search_remedies=False))
-        result.warnings += [text] if text else []
-        result.assumptions["near_miss_plans"] = runs
+        result.findings = list(result.findings) + near
+        result.warnings += explain.warnings(near, result.candidates)
+        result.assumptions = result.assumptions.model_copy(update={"near_miss_plans": runs})
     return result
 
 

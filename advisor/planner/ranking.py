@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from advisor import techniques
 from advisor.planner.costing import offer_billing
-from advisor.results import NEAR_TIE_NOTE
+from advisor.results.facts import Finding, FindingKind
 from pricing import providers
 from pricing.schema import mentions
 
@@ -30,8 +30,8 @@ from pricing.schema import mentions
 # release of 2023-04-25), over wages' share of employer compensation cost, 68.3 % (BLS ECEC September 2018,
 # https://www.bls.gov/news.release/archives/ecec_12142018.htm): $194,627 a year, over 8,760 wall-clock hours a
 # year = $22.22 per hour. A salary accrues per calendar hour, not per working hour, so a team blocked for a day
-# loses 24 of these. `--time-value 0` ranks on compute cost alone.
-TIME_VALUE_SOURCE = "one ML engineer's loaded cost per wall-clock hour, from BLS wage data"
+# loses 24 of these. `--time-value 0` ranks on compute cost alone. (advisor/explain/claims.py TIME_VALUE_SOURCE says
+# where the default comes from, in the plan's `ranking` record.)
 DEFAULT_TIME_VALUE = round(132_930 / 0.683 / 8_760, 2)  # 22.22 USD per wall-clock hour
 MAX_TIME_VALUE = 100_000.0  # USD per hour: far above any team's waiting cost, refuses a typo's extra zeros
 
@@ -102,7 +102,7 @@ def marketplace(priced):
 
 def stack_caveats(gpu, stack) -> tuple[str, ...]:
     """The STACK_CAVEATS keys that apply to this stack on this GPU (recorded on the row; worded by
-    advisor.planner.wording.caveat_note)."""
+    advisor.explain.notes)."""
     out = []
     if str(gpu.vendor).upper() == "AMD" and (stack.method == "qlora" or stack.optimizer in BITSANDBYTES_OPTIMIZERS):
         out.append("rocm-bitsandbytes")
@@ -181,20 +181,6 @@ def undated_spot(priced):
     return ~(checked | (own & observed))
 
 
-def _why_words(name: str, pick: int, beaten: int, prefs: dict, gpus, nodes) -> str:
-    """The tie rule in words, with the two candidates' values where they say more than the name."""
-    if name == "fewer GPUs and nodes":
-        def say(j):
-            return f"{gpus[j]} GPU{'s' if gpus[j] != 1 else ''}" + (f" on {nodes[j]} nodes" if nodes[j] > 1 else "")
-        return f"fewer GPUs and nodes ({say(pick)} against {say(beaten)})"
-    return {"requested global batch kept": "keeps the requested global batch exactly",
-            "clear of the memory limit": "clear of the memory limit (the cheaper one is tight)",
-            "calibrated": "a calibrated time model", "no stack caveat": "no software-stack caveat",
-            "non-marketplace": "not a marketplace host",
-            "known host": "a known host (its RAM listed)", "dated price": "a dated price",
-            "bf16": "bf16", "unquantized": "unquantized base weights"}.get(name, name)
-
-
 # A tie rule never promotes a row that takes this many times the wall time of the cheaper row it passes:
 # at a 3 % price difference nobody trades 4.5 h for 16 h to rent fewer GPUs or a safer host.
 SLOWER_LIMIT = 2.0
@@ -208,9 +194,10 @@ def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=
     pick gives way to the best safe candidate within RISK_MARGIN_PCT of it (same wall-time guard). Given `scale`
     (each candidate's compute cost, when `key` is the total with the time value), a share is of the compute cost,
     so the time value never turns a 25 % price difference between equally fast rows into a near-tie.
-    Returns (ranked, why by position, rule by position): `why` says which rule promoted a candidate
-    over a cheaper (or faster) one, `rule` names it (the table's mark); for the risk margin `why` holds the
-    facts, (the risky position passed, percent dearer), which advisor.planner.wording words."""
+    Returns (ranked, why by position, rule by position): `why` is the finding that a rule promoted a candidate
+    over a cheaper (or faster) one (with both rows' figures; for the risk margin, the risky position passed and
+    how much dearer, which advisor.planner.assemble completes with what made that row risky), `rule` names it
+    (the table's mark)."""
     import numpy as np
 
     names = list(prefs)
@@ -225,7 +212,9 @@ def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=
         pick = min(tied, key=lambda j: (tuple(prefs[n][j] for n in names), key[j]))
         safer = _safer(head, pick, key, risk, hours, base)
         if safer is not None:
-            why[int(safer)] = (int(pick), float(100 * (key[safer] - key[pick]) / base[pick]))
+            why[int(safer)] = Finding(kind=FindingKind.SAFE_OVER_RISKY, figures={
+                "beaten": int(pick), "margin_pct": RISK_MARGIN_PCT,
+                "here_pct": float(100 * (key[safer] - key[pick]) / base[pick])})
             rule[int(safer)] = RISK_RULE
             out.append(safer)
             head.remove(safer)
@@ -233,10 +222,13 @@ def prefer_in_near_ties(ranked, key, prefs: dict, window: int, gpus=None, nodes=
         if key[pick] > best:
             beaten = head[0]
             name = next((n for n in names if prefs[n][pick] < prefs[n][beaten]), "equal on every tie-breaker")
-            words = _why_words(name, pick, beaten, prefs, gpus if gpus is not None else np.zeros(len(key), int),
-                               nodes if nodes is not None else np.ones(len(key), int))
-            why[int(pick)] = (f"{NEAR_TIE_NOTE} (within {NEAR_TIE_PCT:g}% of a {what} option, "
-                              f"{100 * (key[pick] - best) / base[head[0]]:.1f}% here) for: {words}")
+            g = gpus if gpus is not None else np.zeros(len(key), int)
+            n = nodes if nodes is not None else np.ones(len(key), int)
+            why[int(pick)] = Finding(kind=FindingKind.NEAR_TIE, figures={
+                "rule": name, "within_pct": NEAR_TIE_PCT, "what": what,
+                "here_pct": float(100 * (key[pick] - best) / base[head[0]]),
+                "gpus": int(g[pick]), "nodes": int(n[pick]), "beaten_gpus": int(g[beaten]),
+                "beaten_nodes": int(n[beaten])})
             rule[int(pick)] = name
         out.append(pick)
         head.remove(pick)
@@ -267,7 +259,3 @@ def spot_suspect(priced):
     kinds = frame.dropna().groupby(["p", "r"])["k"].nunique()
     fixed = pd.MultiIndex.from_frame(frame[["p", "r"]]).isin(kinds[kinds >= SUSPECT_SHARE_ROWS].index)
     return noted | (fixed & ratio.notna().to_numpy())
-
-
-SPOT_SUSPECT_NOTE = ("spot price looks like a placeholder (a fixed fraction of on-demand across many instance "
-                     "types, or flagged spot_suspect): check availability before planning on it")

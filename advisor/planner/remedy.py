@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from advisor.explain import remedy as remedy_words
 from advisor.model.spec import MAX_NODES
 from advisor.planner.request import PlanRequest
 from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
+from advisor.results.facts import Finding, FindingKind
 from advisor.stacks import METHODS
-from advisor.units import BILLION, MILLION, money
 
 REMEDY_MAX_PLANS = 7  # re-plans one remedy search may run (counted, never timed)
 WIDER_NODES = 8  # the first node limit tried when the request allows fewer
@@ -82,15 +83,32 @@ def _exact_flags(flags: str, request: PlanRequest, best: Candidate) -> str:
     return " ".join(exact.get(part, part) for part in flags.split())
 
 
-def near_misses(request: PlanRequest, top: Candidate, run: Callable[[PlanRequest], Plan]) -> tuple[str, int]:
+def _identity(c: Candidate) -> tuple:
+    """What a near miss must differ from #1 in: the GPUs, nodes, seller, instance type and spot tier."""
+    return c.offer.gpu_count * c.nodes, c.offer.gpu_model, c.nodes, c.offer.provider, c.offer.instance_type, c.cost.spot
+
+
+def near_miss(flags: str, best: Candidate, saving: float, request: PlanRequest) -> Finding:
+    """One near miss as a finding: the exact flags, the row it would pick and how much less in total it costs."""
+    return Finding(kind=FindingKind.NEAR_MISS, figures={
+        "flags": flags, "gpus": int(best.offer.gpu_count * best.nodes), "gpu_model": best.offer.gpu_model,
+        "nodes": int(best.nodes), "provider": best.offer.provider, "instance_type": best.offer.instance_type,
+        "spot": bool(best.cost.spot), "stale": bool(best.offer.stale), "hours": float(ranked_hours(best)),
+        "usd": float(ranked_cost(best)), "saving_usd": float(saving), "time_value": float(request.time_value),
+        "risk": request.risk})
+
+
+def near_misses(request: PlanRequest, top: Candidate,
+                run: Callable[[PlanRequest], Plan]) -> tuple[list[Finding], int]:
     """When the plan meets --deadline / --budget: what a slightly looser one (up to NEAR_MISS_SHARE) or
-    --allow-stale would pick instead, where that is cheaper in total than #1 by more than a near-tie; ('', runs)
-    when nothing is. Re-plans run without remedies of their own."""
+    --allow-stale would pick instead, where that is cheaper in total than #1 by more than a near-tie, as NEAR_MISS
+    findings (advisor/explain/warnings.py words them), and the re-plans run. Re-plans run without remedies of
+    their own."""
     from advisor.planner.ranking import NEAR_TIE_PCT, total
 
     tv = request.time_value
     mine = total(ranked_cost(top), ranked_hours(top), tv)
-    found_text: list[str] = []
+    out: list[Finding] = []
     runs = 0
     for flags, update in near_miss_levers(request) if (request.deadline_hours or request.budget) else []:
         runs += 1
@@ -99,33 +117,19 @@ def near_misses(request: PlanRequest, top: Candidate, run: Callable[[PlanRequest
         except Exception:  # a lever the data cannot serve: nothing to offer
             continue
         best = found.candidates[0] if found.constraints_met and found.candidates else None
-        if best is None or _what(best) == _what(top):
+        if best is None or _identity(best) == _identity(top):
             continue
         theirs = total(ranked_cost(best), ranked_hours(best), tv)
         if theirs < mine - NEAR_TIE_PCT / 100 * ranked_cost(top):
-            found_text.append(near_miss_words(_exact_flags(flags, request, best), best, mine - theirs, tv))
-    return (f"Near misses (figures at {request.risk}): " + "; ".join(found_text) + ".") if found_text else "", runs
-
-
-def near_miss_words(flags: str, best: Candidate, saving: float, time_value: float) -> str:
-    """'--deadline 13h: 64× H200 aws p5en.48xlarge, 12.1 h, $3,483.00 ($8,498.30 less in total than #1)'."""
-    stale = " (a stale price)" if best.offer.stale else ""
-    what = "in total " if time_value else ""
-    return (f"{flags}: {_what(best)}{stale}, {ranked_hours(best):,.1f} h, {money(ranked_cost(best))} "
-            f"({money(saving)} less {what}than #1)")
-
-
-def _what(c: Candidate) -> str:
-    gpus = f"{c.offer.gpu_count * c.nodes}× {c.offer.gpu_model}" + (f" ({c.nodes} nodes)" if c.nodes > 1 else "")
-    return f"{gpus} {c.offer.provider} {c.offer.instance_type}" + (" on spot" if c.cost.spot else "")
+            out.append(near_miss(_exact_flags(flags, request, best), best, mine - theirs, request))
+    return out, runs
 
 
 def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest], Plan] | None) -> tuple[str, int]:
     """(the remedy sentence, re-plans run). `run` plans a request without a remedy search of its own; None:
     only what the closest candidate says (tokens, deadline, budget)."""
-    q = request.risk
-    met: list[tuple[float, str]] = []
-    missed: list[str] = []
+    met: list[tuple[str, Candidate]] = []
+    missed: list[tuple[str, str | None]] = []
     runs = 0
     for flags, update in levers(request) if run is not None else []:
         runs += 1
@@ -133,24 +137,19 @@ def search(request: PlanRequest, closest: Candidate, run: Callable[[PlanRequest]
         try:
             found = run(relaxed)
         except Exception as exc:  # a lever the data cannot serve (no offer left): say so, keep searching
-            missed.append(f"{_looser_flags(flags, request)} (no plan: {str(exc)[:80]})")
+            missed.append((_looser_flags(flags, request), str(exc)))
             continue
         best = found.spot_alternative if update.get("spot") else (found.candidates[0] if found.constraints_met
                                                                   and found.candidates else None)
         if best is not None:
-            flags = _exact_flags(flags, request, best)
-            met.append((ranked_cost(best), f"{flags}: {_what(best)}, {ranked_hours(best):,.1f} h, {money(ranked_cost(best))}"))
+            met.append((_exact_flags(flags, request, best), best))
         else:
-            missed.append(_looser_flags(flags, request))
-    parts = [text for _, text in sorted(met)]
-    parts += _analytic(request, closest)
-    text = f"Remedy (figures at {q}): " + "; ".join(parts)
-    if missed:
-        text += "; tried without meeting it: " + ", ".join(missed)
-    return text + ".", runs
+            missed.append((_looser_flags(flags, request), None))
+    met.sort(key=lambda m: (ranked_cost(m[1]), remedy_words.lever(*m)))
+    return remedy_words.remedy(request.risk, met, missed, _analytic(request, closest)), runs
 
 
-def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
+def _analytic(request: PlanRequest, c: Candidate) -> remedy_words.Closest:
     """From the closest candidate: the tokens that fit, and the deadline / budget the whole job needs."""
     t = c.timing
     total, setup = ranked_hours(c), t.setup_hours
@@ -161,23 +160,8 @@ def _analytic(request: PlanRequest, c: Candidate) -> list[str]:
     if request.deadline_hours is not None:
         shares.append((request.deadline_hours - setup) / scaling)
     share = max(min(shares), 0.0) if shares else 1.0
-    tokens = request.tokens * share
-    out = []
-    where = _what(c)
-    if tokens >= MILLION:
-        out.append(f"--tokens {_tokens(tokens)} (fewer tokens) fits on {where}")
-    else:
-        out.append(f"even the setup alone does not fit on {where}")
-    need = []
-    if request.deadline_hours is not None and total > request.deadline_hours:
-        need.append((f"--deadline {math.ceil(total)}h", "a later deadline"))
-    if request.budget is not None and ranked_cost(c) > request.budget:
-        need.append((f"--budget {math.ceil(ranked_cost(c))}", "a larger budget"))
-    if need:
-        out.append(f"{' '.join(f for f, _ in need)} ({' and '.join(w for _, w in need)}) for the requested "
-                   f"{_tokens(request.train_tokens)} tokens on {where}: {ranked_hours(c):,.1f} h, {money(ranked_cost(c))}")
-    return out
-
-
-def _tokens(n: float) -> str:
-    return f"{n / BILLION:.3g}B" if n >= BILLION else f"{n / MILLION:.3g}M"
+    deadline = math.ceil(total) if request.deadline_hours is not None and total > request.deadline_hours else None
+    budget = (math.ceil(ranked_cost(c)) if request.budget is not None and ranked_cost(c) > request.budget
+              else None)
+    return remedy_words.Closest(candidate=c, tokens_fit=request.tokens * share, train_tokens=request.train_tokens,
+                                deadline_hours=deadline, budget_usd=budget)

@@ -28,6 +28,7 @@ from advisor.model.spec import (
 )
 from advisor.objective import DPO_MAX_LENGTH, OPTION_FIELDS, SFT, Objective, objective_of, pop_objective
 from advisor.planner.ranking import DEFAULT_TIME_VALUE, MAX_TIME_VALUE
+from advisor.results.facts import RankBy
 from advisor.stacks import METHODS, Stack
 from advisor.text import plain, refused_char
 from advisor.workload.measurements import gather
@@ -154,7 +155,7 @@ class PlanRequest(BaseModel):
     headroom: float = 0.10
     mfu: float | None = None
     setup_hours: float | None = None
-    sort: str = "cost"
+    sort: RankBy | str = RankBy.COST  # a string until checked (_check), then the RankBy
     risk: str = Field(DEFAULT_RISK, description="the one quantile of the time model's held-out error every candidate "
                                                 "is ranked, shown and checked against --budget/--deadline at "
                                                 "(p50, p80, p90; docs/plans.md says why p80 is the default)")
@@ -416,6 +417,7 @@ def _check_rates(r: PlanRequest) -> None:
 def _check_words(r: PlanRequest) -> None:
     if r.sort not in ("cost", "time"):
         raise BadInput(f"--sort: expected cost or time, got {plain(r.sort)[:40]!r}.")
+    r.sort = RankBy(r.sort)
     if r.risk not in RISKS:
         raise BadInput(f"--risk: expected one of {', '.join(RISKS)}, got {plain(r.risk)[:40]!r}.")
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.explain import notices
 from advisor.planner import costing, host, ranking
 from advisor.planner.configs import Config
 from advisor.planner.offers import fresh_first
 from advisor.planner.rejections import Rejections
 from advisor.planner.request import PlanRequest
+from advisor.results.facts import RankBy
 from advisor.units import GB, gb
 from pricing.gpus import get_gpu
 
@@ -37,7 +39,7 @@ class Selection:
     n_meeting: int
     spot: object = ()  # the best spot candidate (with --spot), beside the on-demand ranking
     constraints_met: bool = True
-    why: dict = None  # position -> why it was preferred within a near-tie
+    why: dict = None  # position -> the near-tie Finding that preferred it (ranking.prefer_in_near_ties)
     rule: dict = None  # position -> the tie rule that promoted it (ranking.TIE_BREAKERS)
     undated_spot: int = 0  # spot offers left out of the spot line and remedies: no spot observation date
 
@@ -180,23 +182,16 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     sel = usable & ~is_spot
     cost, hours = sc["cost_rank"].to_numpy(), sc["hours_rank"].to_numpy()  # one quantile for every row (--risk)
     tight = fitting["tight"].to_numpy(bool)[cfg_row]
-    over = cost > request.budget if request.budget is not None else np.zeros(len(sc), bool)
-    late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(sc), bool)
-    if request.budget is not None:
-        rejections.add(f"over the budget of ${request.budget:,.0f} at {request.risk}", int((over & sel).sum()))
-    if request.deadline_hours is not None:
-        rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
+    over, late = _over_and_late(cost, hours, sel, request, rejections)
     meets = sel & ~over & ~late
     tie = offer_row * (len(configs) + 1) + sc["row"].to_numpy()  # deterministic ties
     total = ranking.total(cost, hours, request.time_value)  # time has a value: cost + hours x --time-value
-    primary = (tie, hours, total) if request.sort == "cost" else (tie, cost, hours)
+    primary = (tie, hours, total) if request.sort is RankBy.COST else (tie, cost, hours)
 
     notice, met = "", True
     if sel.any() and not meets.any():
         met = False
-        what = " and ".join(x for x, v in (("budget", request.budget), ("deadline", request.deadline_hours))
-                            if v is not None)
-        notice = f"No candidate meets the {what} at {request.risk}; showing the closest."
+        notice = notices.unmet(request.budget is not None, request.deadline_hours is not None, request.risk)
         pool = np.flatnonzero(sel)
         ranked = pool[np.lexsort((tie[pool], hours[pool], cost[pool], _violation(cost, hours, request)[pool]))]
     else:
@@ -209,46 +204,75 @@ def select(cfg, configs: list[Config], priced, request: PlanRequest, rejections:
     why: dict = {}
     rule: dict = {}
     if met and len(ranked):
-        key = total if request.sort == "cost" else hours
-        prefs = ranking.preferences(sc, fitting, priced, request)
-        gpus = fitting["gpus"].to_numpy()[cfg_row]
-        nodes = fitting["nodes"].to_numpy()[cfg_row]
-        ranked, why, rule = ranking.prefer_in_near_ties(ranked, key, prefs, max(request.top, 10), gpus, nodes,
-                                                        "cheaper" if request.sort == "cost" else "faster",
-                                                        hours if request.sort == "cost" else None,
-                                                        ranking.risky(fitting, cfg_row),
-                                                        cost if request.sort == "cost" else None)
+        ranked, why, rule = _near_ties(ranked, sc, fitting, priced, request, cost, hours, total)
     if not request.allow_stale:  # a stale price never heads the plan while a fresh one is ranked
         ranked = fresh_first(ranked, priced, offer_row, why, rule)
     if not sel.any():
         met = False
         reasons = rejections.beyond_offers() or rejections.to_list()
-        notice = ("Nothing fits: no offer can hold this job with the allowed settings"
-                  + (f" (most options ruled out: {reasons[0].reason})." if reasons else ".")
-                  if len(priced) else "No offer matches the filters.")
-    by_cost = pool[np.lexsort((tie[pool], tight[pool], hours[pool], cost[pool]))]  # the front: the ranked figures
-    h = hours[by_cost]
-    prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
-    pareto = by_cost[h < prev]
+        notice = notices.nothing_fits(reasons[0].reason if reasons else None) if len(priced) else notices.NO_OFFER
+    pareto = _pareto(pool, tie, tight, cost, hours)
     # best per GPU / provider follow the final ranking (near-tie preferences included), then the rest
     final = np.concatenate((ranked, order[~np.isin(order, ranked)])) if len(ranked) else order
     best = {column: _best_per(priced[column], offer_row, final) for column in ("gpu_model", "provider")}
     baseline = _baseline(fitting, cfg_row, host_ok & ~is_spot, tie, cost, sc, request)
     undated_spot = ranking.undated_spot(priced)[offer_row]
-    spot_pool = np.flatnonzero(usable & is_spot & ~over & ~late & ~undated_spot)  # a spot price dated on its own
-    spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
-    suspect = ranking.spot_suspect(priced)[offer_row]
-    plausible = spot_pool[~suspect[spot_pool]]
-    spot_best = (plausible if len(plausible) else spot_pool)[:1]
+    spot_best = _best_spot(usable & is_spot & ~over & ~late & ~undated_spot,  # a spot price dated on its own
+                           primary, ranking.spot_suspect(priced)[offer_row])
     undated_spot_rows = int(len(np.unique(offer_row[usable & is_spot & undated_spot])))
     return Selection(scored=sc, fitting=fitting, ranked=ranked, pareto=pareto, best=best, baseline=baseline,
                      notice=notice, rejections=rejections, n_scored=int(sel.sum()), n_meeting=int(meets.sum()),
                      spot=spot_best, constraints_met=met, why=why, rule=rule, undated_spot=undated_spot_rows)
 
 
+def _over_and_late(cost, hours, sel, request: PlanRequest, rejections: Rejections):
+    """Masks of candidates over --budget and past --deadline at the ranking quantile, each counted as rejected."""
+    import numpy as np
+
+    over = cost > request.budget if request.budget is not None else np.zeros(len(cost), bool)
+    late = hours > request.deadline_hours if request.deadline_hours is not None else np.zeros(len(cost), bool)
+    if request.budget is not None:
+        rejections.add(f"over the budget of ${request.budget:,.0f} at {request.risk}", int((over & sel).sum()))
+    if request.deadline_hours is not None:
+        rejections.add(f"misses the deadline of {request.deadline_hours:g} h at {request.risk}", int((late & sel).sum()))
+    return over, late
+
+
+def _near_ties(ranked, sc, fitting, priced, request: PlanRequest, cost, hours, total):
+    """The ranking with near-ties settled by the tie-breakers and risky rows giving way to safe ones within the risk
+    margin (ranking.prefer_in_near_ties), on the --sort key (the total with the time value, or the hours)."""
+    cfg_row = sc["cfg_row"].to_numpy()
+    by_cost = request.sort is RankBy.COST
+    prefs = ranking.preferences(sc, fitting, priced, request)
+    return ranking.prefer_in_near_ties(ranked, total if by_cost else hours, prefs, max(request.top, 10),
+                                       fitting["gpus"].to_numpy()[cfg_row], fitting["nodes"].to_numpy()[cfg_row],
+                                       "cheaper" if by_cost else "faster", hours if by_cost else None,
+                                       ranking.risky(fitting, cfg_row), cost if by_cost else None)
+
+
+def _pareto(pool, tie, tight, cost, hours):
+    """The Pareto front of `pool` on the ranked figures: cheapest first, each faster than every cheaper one."""
+    import numpy as np
+
+    by_cost = pool[np.lexsort((tie[pool], tight[pool], hours[pool], cost[pool]))]
+    h = hours[by_cost]
+    prev = np.concatenate(([np.inf], np.minimum.accumulate(h)[:-1])) if len(h) else h
+    return by_cost[h < prev]
+
+
+def _best_spot(mask, primary, suspect):
+    """The best spot candidate by the ranking's keys, a plausible spot price first (one position, or none)."""
+    import numpy as np
+
+    spot_pool = np.flatnonzero(mask)
+    spot_pool = spot_pool[np.lexsort(tuple(k[spot_pool] for k in primary))]
+    plausible = spot_pool[~suspect[spot_pool]]
+    return (plausible if len(plausible) else spot_pool)[:1]
+
+
 def _recipe(fitting, cfg_row, host_ok_asked, request: PlanRequest, rejections: Rejections):
     """Mask of candidates that keep the requested global batch exactly; when none can (no GPU count
-    that fits divides it), every candidate stays and says the batch it runs (wording._notes)."""
+    that fits divides it), every candidate stays and says the batch it runs (findings.candidate_findings)."""
     import numpy as np
 
     exact = fitting["global_batch"].to_numpy()[cfg_row] == request.sequences_per_step
@@ -295,15 +319,3 @@ def _violation(cost, hours, request: PlanRequest):
     if request.deadline_hours is not None:
         viol += np.maximum(hours / request.deadline_hours - 1, 0)
     return viol
-
-
-def misses(cost: float, hours: float, request: PlanRequest) -> list[str]:
-    """Plain words for how far one candidate misses each constraint (the 'closest' list)."""
-    out = []
-    if request.budget is not None and cost > request.budget:
-        out.append(f"misses the budget of ${request.budget:,.0f} by ${cost - request.budget:,.0f} "
-                   f"(+{cost / request.budget - 1:.0%})")
-    if request.deadline_hours is not None and hours > request.deadline_hours:
-        out.append(f"misses the deadline of {request.deadline_hours:g} h by {hours - request.deadline_hours:,.1f} h "
-                   f"(+{hours / request.deadline_hours - 1:.0%})")
-    return out

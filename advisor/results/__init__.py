@@ -11,6 +11,8 @@ views name it by reference, advisor/results/plan_refs.py); plans saved as schema
 - `candidate`: one priced way to run a job (offer, memory fit, timing, cost) and its flat view;
 - `plan`: the planner's answer, the plan file's schema and its versions;
 - `plan_refs`: views stored as references, and older schemas converted to them on load;
+- `facts`: typed plan facts: `Finding` (a closed `FindingKind` and its figures), `Workload`, `Assumptions`, `RankBy`;
+- `columns`: the candidate table's columns, once, for every surface (the ranked figures, named for their quantile);
 - `checks`: the text, number and bound checks every result applies to what it holds.
 
 This module only hands the public names on.
@@ -18,7 +20,6 @@ This module only hands the public names on.
 
 from advisor.results.candidate import (
     FLAT,
-    NEAR_TIE_NOTE,
     Candidate,
     Cost,
     MemoryFit,
@@ -28,37 +29,38 @@ from advisor.results.candidate import (
     ranked_hours,
 )
 from advisor.results.checks import (
-                                    NAME_CHARS,
-                                    TEXT_CHARS,
-                                    check_count,
-                                    check_gpu,
-                                    check_number,
-                                    check_text,
-                                    check_workload,
+    NAME_CHARS,
+    TEXT_CHARS,
+    check_count,
+    check_gpu,
+    check_number,
+    check_text,
+    check_workload,
 )
 from advisor.results.estimate import (
-                                    Breakdown,
-                                    Component,
-                                    FitCheck,
-                                    MemoryEstimate,
-                                    ModelInfo,
-                                    ObjectiveMemory,
-                                    Reserved,
-                                    StepNumbers,
-                                    Throughput,
+    Breakdown,
+    Component,
+    FitCheck,
+    MemoryEstimate,
+    ModelInfo,
+    ObjectiveMemory,
+    Reserved,
+    StepNumbers,
+    Throughput,
 )
+from advisor.results.facts import Finding, FindingKind, RankBy
 from advisor.results.plan import (
-                                    KNOWN_SCHEMA_VERSIONS,
-                                    MAX_HISTOGRAM_BINS,
-                                    MAX_HISTOGRAM_ROWS,
-                                    PLAN_SCHEMA_VERSION,
-                                    LengthHistogram,
-                                    Plan,
-                                    Rejection,
+    KNOWN_SCHEMA_VERSIONS,
+    MAX_HISTOGRAM_BINS,
+    MAX_HISTOGRAM_ROWS,
+    PLAN_SCHEMA_VERSION,
+    LengthHistogram,
+    Plan,
+    Rejection,
 )
 
-__all__ = ["ranked_cost", "ranked_hours", "Breakdown", "Candidate", "Component", "Cost", "FLAT", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
+__all__ = ["ranked_cost", "ranked_hours", "Breakdown", "Candidate", "Component", "Cost", "FLAT", "Finding", "FindingKind", "FitCheck", "KNOWN_SCHEMA_VERSIONS",
            "LengthHistogram", "MAX_HISTOGRAM_BINS", "MAX_HISTOGRAM_ROWS", "MemoryEstimate", "MemoryFit", "ModelInfo",
-           "NAME_CHARS", "NEAR_TIE_NOTE", "ObjectiveMemory", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "Rejection", "Reserved",
+           "NAME_CHARS", "ObjectiveMemory", "Offer", "PLAN_SCHEMA_VERSION", "Plan", "RankBy", "Rejection", "Reserved",
            "StepNumbers", "TEXT_CHARS", "Throughput", "Timing", "check_count", "check_gpu", "check_number", "check_text",
            "check_workload"]

@@ -12,11 +12,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
 from advisor.results.checks import TEXT_CHARS, check_count, check_gpu, check_number, check_text
 from advisor.results.estimate import Breakdown
+from advisor.results.facts import Finding
 from advisor.stacks import Shape, Stack
-
-# How the note of a candidate promoted by the near-tie rule starts (advisor/planner/ranking.py writes it; the
-# report's decision card and the plan table's "Why #1" line read it)
-NEAR_TIE_NOTE = "preferred in a near-tie"
 
 
 class Offer(BaseModel):
@@ -167,7 +164,10 @@ class Candidate(BaseModel):
     timing: Timing
     cost: Cost
     label: str = Field("", description="stack label as tables show it (with the node count)")
-    notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words")
+    notes: list[str] = Field(default_factory=list, description="what this candidate trades away, in words (written "
+                                                                "from `findings` by advisor/explain/notes.py)")
+    findings: list[Finding] = Field(default_factory=list, description="what this candidate trades away, as typed "
+                                                                      "facts (advisor/results/facts.py)")
     tie_rule: str = Field("", description="the near-tie rule that ranked it above a cheaper (or faster) row "
                                           "(advisor/planner/ranking.py TIE_BREAKERS); '' when its figure did")
     caveats: list[str] = Field(default_factory=list, description="software-stack caveats of this GPU and stack "
@@ -243,15 +243,7 @@ class Candidate(BaseModel):
         if not any(k in data for k in FLAT if k not in cls.model_fields):
             return data
         out = {k: v for k, v in data.items() if k not in FLAT or k in cls.model_fields}
-        parts: dict[str, dict] = {}
-        for key in _SUB_MODELS:
-            value = out.get(key) or {}
-            parts[key] = dict(value.model_dump(exclude_defaults=False) if isinstance(value, BaseModel) else value)
-        for key, how in FLAT.items():
-            if key not in data or callable(how) or "." not in how:
-                continue
-            part, field = how.split(".")
-            parts[part][field] = data[key]
+        parts = _nested_parts(out, data)
         if "lora_rank" in data and data["lora_rank"] is not None:
             parts["stack"]["lora_rank"] = data["lora_rank"]
         if "stack_label" in data:
@@ -263,6 +255,20 @@ class Candidate(BaseModel):
         for key in _SUB_MODELS:
             out[key] = parts[key]
         return out
+
+
+def _nested_parts(out: dict, data: dict) -> dict[str, dict]:
+    """The sub-models as dicts (given nested, or as models), with each flat key's value written into the nested
+    field its dotted path names (flat copies win)."""
+    parts: dict[str, dict] = {}
+    for key in _SUB_MODELS:
+        value = out.get(key) or {}
+        parts[key] = dict(value.model_dump(exclude_defaults=False) if isinstance(value, BaseModel) else value)
+    for key, how in FLAT.items():
+        if key in data and not callable(how) and "." in how:
+            part, field = how.split(".")
+            parts[part][field] = data[key]
+    return parts
 
 
 def ranked_cost(c: Candidate) -> float:

@@ -9,10 +9,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from advisor.results.candidate import Candidate
-from advisor.results.checks import TEXT_CHARS, _check_tree, check_text, check_workload
+from advisor.results.checks import TEXT_CHARS, _check_tree, check_text
 from advisor.results.estimate import ModelInfo
+from advisor.results.facts import Assumptions, Finding, Workload
 from advisor.results.plan_refs import VIEWS, to_refs
-from advisor.units import MILLION, money, tokens
 from pricing.managed import ManagedAlternative
 
 # 1: flat candidates; 2: nested offer/stack/shape/fit/timing/cost (+ flat copies); 3: nested only, each
@@ -80,7 +80,7 @@ class Plan(BaseModel):
 
     schema_version: int = PLAN_SCHEMA_VERSION
     model: ModelInfo
-    workload: dict[str, str | int | float | bool | None]
+    workload: Workload
     candidates: list[Candidate] = Field(description="the ranked top-N, best first")
     others: list[Candidate] = Field(default_factory=list, description="candidates only the views below name "
                                                                       "(each stored once)")
@@ -92,8 +92,10 @@ class Plan(BaseModel):
     spot_alternative_ref: int | None = Field(None, description="with --spot: the best spot candidate, beside "
                                                                "the on-demand headline")
     rejected: list[Rejection] = Field(default_factory=list)
-    assumptions: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    assumptions: Assumptions = Field(default_factory=Assumptions)
     warnings: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list, description="the plan's own facts behind its warnings "
+                                                                      "(advisor/results/facts.py)")
     command: str = ""
     generated_at: str = ""
     prices_as_of: str = Field("", description="the day price ages were measured on when GPU_ADVISOR_TODAY pinned it "
@@ -153,7 +155,11 @@ class Plan(BaseModel):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Plan:
         """As pydantic's; an update of the candidates or of a view (pareto=[...], baseline=...) stores them
         again, so each view keeps the candidate it named (or is given) and each candidate is stored once."""
-        if not set(update or {}) & {"candidates", "others", *VIEWS}:
+        update = {k: (Workload.model_validate(v) if k == "workload" and isinstance(v, Mapping) and
+                      not isinstance(v, Workload) else Assumptions.model_validate(v)
+                      if k == "assumptions" and isinstance(v, Mapping) and not isinstance(v, Assumptions) else v)
+                  for k, v in (update or {}).items()}  # a plain mapping becomes the typed record again
+        if not set(update) & {"candidates", "others", *VIEWS}:
             return super().model_copy(update=update, deep=deep)
         data = {k: getattr(self, k) for k in type(self).model_fields if k != "others" and k not in VIEWS.values()}
         data.update({view: getattr(self, view) for view in VIEWS}, **(update or {}))
@@ -173,25 +179,6 @@ class Plan(BaseModel):
             if not 0 <= i < n:
                 raise ValueError(f"{where}: {i} names no stored candidate (candidates + others hold {n})")
 
-    def managed_summary(self) -> str:
-        """One sentence: the cheapest managed per-token service for the same tokens beside the self-hosted
-        top pick ("" when no service lists the model and method). The table, report and card all print it."""
-        if not self.managed_alternatives:
-            return ""
-        m = self.managed_alternatives[0]
-        price = money(m.usd) + (f"-{money(m.usd_high)}" if m.usd_high is not None else "")
-        dated = m.observed_at or "date unknown"
-        text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
-                f"{tokens(m.billed_m_tokens * MILLION)} tokens (price dated {dated}, {m.source.split(' ')[0]})")
-        if self.candidates and self.constraints_met:
-            c0 = self.candidates[0]  # at the ranking quantile, the figure the table shows
-            top = c0.cost.usd_at_risk if c0.cost.usd_at_risk is not None else c0.cost.usd
-            if top <= m.usd:
-                text += f"; self-hosting saves {money(m.usd - top)} or more, but you run it"
-            else:
-                text += f"; it is cheaper than self-hosting by up to {money(top - m.usd)}"
-        return text + "."
-
     @field_validator("schema_version", mode="before")
     @classmethod
     def _schema(cls, v: Any) -> int:
@@ -207,9 +194,8 @@ class Plan(BaseModel):
     @model_validator(mode="after")
     def _text_and_numbers(self) -> Plan:
         """The plan's own text and numbers (candidates, offers and the model check themselves)."""
-        for name in ("workload", "assumptions", "warnings", "ranking"):
+        for name in ("warnings", "ranking"):  # workload and assumptions check themselves (advisor/results/facts.py)
             _check_tree(getattr(self, name), name)
-        check_workload(self.workload)
         for name in ("command", "generated_at", "prices_as_of", "notice", "remedy"):
             check_text(getattr(self, name), name, TEXT_CHARS)
         self._check_refs()

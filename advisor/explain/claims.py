@@ -4,13 +4,15 @@ The terminal table (cli/plan.py), the report (reports/render.py) and the decisio
 call these, so "ranked by ...", "$X less (Y%)", "N options scored" and the front's points cannot disagree
 between them. Every figure is read from the plan: the ranking basis is the one the plan states
 (`assumptions["ranking"]` where the planner records it, else the quantile each candidate was ranked at,
-`timing.risk_quantile`, and the near-tie notes it carries), never a constant of this module.
+`timing.risk_quantile`, and the near-tie findings it carries), never a constant of this module.
 """
 
 from __future__ import annotations
 
-from advisor.results import NEAR_TIE_NOTE, Candidate, Plan, ranked_cost, ranked_hours
-from advisor.units import duration, money
+from advisor.explain.notes import NEAR_TIE_NOTE
+from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
+from advisor.results.facts import FindingKind as K, RankBy, first
+from advisor.units import MILLION, duration, money, tokens
 
 # A difference smaller than this is "the same" (a cent); below DOLLAR no percentage is stated, because
 # a share of a few cents (a tiny dataset's $0.07 against $0.17) reads as a big claim about nothing.
@@ -18,6 +20,11 @@ CENT = 0.005
 DOLLAR = 1.0
 # Rejection reasons counted after scoring (constraints): the rest are counted before, per reason.
 AFTER_SCORING = ("over the budget", "misses the deadline")
+
+
+# Where the default --time-value comes from (advisor/planner/ranking.py DEFAULT_TIME_VALUE, BLS wage data cited there),
+# as the plan's `ranking` record states it
+TIME_VALUE_SOURCE = "one ML engineer's loaded cost per wall-clock hour, from BLS wage data"
 
 
 def _quantile(q: float) -> str:
@@ -59,7 +66,7 @@ def risk_margin_words(stated: dict) -> str:
 
 def ranking_basis(plan: Plan) -> str:
     """'cost at p50 (p80 where the time model is uncalibrated); near-ties (marked) ...' as the plan states it."""
-    by = "time" if plan.assumptions.get("sort") == "time" else "cost"
+    by = "time" if plan.assumptions.get("sort") == RankBy.TIME else "cost"
     stated = plan.ranking or plan.assumptions.get("ranking")
     if isinstance(stated, str) and stated.strip():
         return stated.strip()
@@ -80,8 +87,8 @@ def ranking_basis(plan: Plan) -> str:
     quantiles = {_quantile(c.timing.risk_quantile) for c in plan.candidates}
     others = sorted(quantiles - {risk})
     text = f"{by} at {risk}" + (f" ({', '.join(others)} where the time model is uncalibrated)" if others else "")
-    if any(n.startswith(NEAR_TIE_NOTE) for c in plan.candidates for n in c.notes):
-        text += "; a row marked 'preferred in a near-tie' is ranked above a slightly cheaper one"
+    if any(c.tie_rule or first(c.findings, K.NEAR_TIE, K.SAFE_OVER_RISKY) for c in plan.candidates):
+        text += f"; a row marked '{NEAR_TIE_NOTE}' is ranked above a slightly cheaper one"
     return text
 
 
@@ -186,3 +193,22 @@ def small_workload(plan: Plan) -> list[str]:
                 f"the run is a single partial optimizer step. Lower --global-batch (or --global-batch-tokens) "
                 f"or add data."]
     return []
+
+
+def managed_summary(plan: Plan) -> str:
+    """One sentence: the cheapest managed per-token service for the same tokens beside the self-hosted
+    top pick ("" when no service lists the model and method). The table, report and card all print it."""
+    if not plan.managed_alternatives:
+        return ""
+    m = plan.managed_alternatives[0]
+    price = money(m.usd) + (f"-{money(m.usd_high)}" if m.usd_high is not None else "")
+    dated = m.observed_at or "date unknown"
+    text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
+            f"{tokens(m.billed_m_tokens * MILLION)} tokens (price dated {dated}, {m.source.split(' ')[0]})")
+    if plan.candidates and plan.constraints_met:
+        top = ranked_cost(plan.candidates[0])  # at the ranking quantile, the figure the table shows
+        if top <= m.usd:
+            text += f"; self-hosting saves {money(m.usd - top)} or more, but you run it"
+        else:
+            text += f"; it is cheaper than self-hosting by up to {money(top - m.usd)}"
+    return text + "."

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import re
 
+from advisor.explain.claims import (
+    knee_words,
+    managed_summary,
+    ranked_cost,
+    ranked_hours,
+    ranking_quantile,
+    total_words,
+    versus,
+)
+from advisor.explain.notes import note
+from advisor.explain.price_age import is_stale, price_age_days
 from advisor.launch.caveats import caveats
-from advisor.results import NEAR_TIE_NOTE, Candidate, Plan
+from advisor.results import Candidate, Plan
+from advisor.results.facts import FindingKind as K, RankBy, first, found
 from advisor.units import duration, gb, money
-from reports.claims import knee_words, ranked_cost, ranked_hours, ranking_quantile, total_words, versus
-from reports.price_age import is_stale, price_age_days
 
 # Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
 FEW_CALIBRATION_ROWS = 3
@@ -54,12 +64,13 @@ def time_band(c: Candidate) -> str:
 def why(plan: Plan) -> str:
     """One line: what ranked this option first, against the runner-up and the naive baseline."""
     c = plan.candidates[0]
-    by_time = plan.assumptions.get("sort") == "time"
+    by_time = plan.assumptions.get("sort") == RankBy.TIME
     parts = [("Fastest" if by_time else "Cheapest" + total_words(plan)) + f" option that fits at {ranking_quantile(plan)}"
              if plan.constraints_met else "Closest to the constraints"]
-    tie = [n for n in c.notes if n.startswith(NEAR_TIE_NOTE)]
-    if tie:  # not the cheapest (or fastest) row: say what it was preferred for instead
-        parts[0] = tie[0][0].upper() + tie[0][1:] if plan.constraints_met else f"{parts[0]}, {tie[0]}"
+    tie = first(c.findings, K.NEAR_TIE, K.SAFE_OVER_RISKY)
+    if tie is not None:  # not the cheapest (or fastest) row: say what it was preferred for instead
+        said = note(tie)
+        parts[0] = said[0].upper() + said[1:] if plan.constraints_met else f"{parts[0]}, {said}"
     if len(plan.candidates) > 1:
         parts.append(versus(c, plan.candidates[1], "the runner-up"))
     b = plan.baseline
@@ -100,8 +111,8 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
                      else "is marked stale by its sheet (an old catalog generation)")
         out.append(f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) {why_stale}; "
                    "check it with the provider before you buy.")
-    out += [f"The band crosses a constraint: {n.removeprefix('band crosses ')}." for n in c.notes
-            if n.startswith("band crosses")]
+    out += [f"The band crosses a constraint: {note(f).removeprefix('band crosses ')}."
+            for f in found(c.findings, K.BAND_CROSSES_BUDGET, K.BAND_CROSSES_DEADLINE)]
     if not c.offer.host_known:
         out.append("Host unknown: the price source lists no host RAM or vCPUs, so the loading check could not run; "
                    "check the host before renting.")
@@ -112,10 +123,10 @@ def risks(plan: Plan, c: Candidate) -> list[str]:
 
 def _objective(c: Candidate) -> str:
     """DPO / GRPO: what runs where (the planner's note) and, for GRPO, the hours spent generating."""
-    where_ = next((n for n in c.notes if n.startswith(("DPO:", "GRPO:"))), "")
-    if not where_:
+    placed = first(c.findings, K.DPO_REFERENCE, K.GRPO_GENERATION)
+    if placed is None:
         return ""
-    text = f". {where_}"
+    text = f". {note(placed)}"
     if c.timing.generation_hours:
         text += f"; generation {duration(c.timing.generation_hours)} of {duration(c.timing.train_hours)} training"
     return text
@@ -130,7 +141,7 @@ def decision_card(plan: Plan) -> dict:
                 "lede": (f"No offer can run {plan.model.name} with the allowed settings"
                          + (f"; most often: {top.reason}." if top else ".")),
                 "figures": [], "stack": "", "why": "", "misses": [], "remedy": remedy, "risks": [],
-                "managed": plan.managed_summary()}
+                "managed": managed_summary(plan)}
     c = plan.candidates[0]
     met = plan.constraints_met
     return {
@@ -145,8 +156,8 @@ def decision_card(plan: Plan) -> dict:
         "stack": f"{c.label or c.stack.label()} · micro-batch {c.shape.micro_batch} × accumulation "
                  f"{c.shape.grad_accum} at {c.shape.seq_len:,} tokens" + _objective(c),
         "why": why(plan),
-        "misses": [n for n in c.notes if n.startswith("misses")] if not met else [],
+        "misses": [note(f) for f in found(c.findings, K.MISSES_BUDGET, K.MISSES_DEADLINE)] if not met else [],
         "remedy": remedy if not met else "",
         "risks": risks(plan, c),
-        "managed": plan.managed_summary(),
+        "managed": managed_summary(plan),
     }
