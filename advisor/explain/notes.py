@@ -134,8 +134,8 @@ NOTES: dict[K, Callable[[Finding], str]] = {
     K.GRPO_GENERATION: _grpo,
     K.NEAR_TIE: _near_tie,
     K.SAFE_OVER_RISKY: _safe_over_risky,
-    K.FRESH_FIRST: lambda f: (f"a fresh price heads the plan: the cheaper rows above it are priced past the "
-                              f"{f['stale_days']:g}-day staleness limit"),
+    K.FRESH_FIRST: lambda f: ("a fresh price heads the plan: the cheaper rows above it are priced past the "
+                              "staleness limit"),  # the limit in days is the finding's stale_days
     K.SPOT_SUSPECT: lambda f: SPOT_SUSPECT_NOTE,
     K.HOST_UNKNOWN: lambda f: (f"{HOST_UNKNOWN_NOTE}: this run needs about {gb(f['ram_need_bytes'])} of host RAM per "
                                "node to load and feed it (advisor/planner/host.py); check the host before renting"),
