@@ -233,7 +233,8 @@ def import_(path, name, observed_at) -> None:
         if kind:  # a zip or gzip under a .csv name would reach a CSV parser as garbage
             raise PriceInputError(f"{p}: is {kind}, not a text price sheet; refused"
                                   + (" (name it .zip to import a gpuhunt catalog.zip)" if "zip archive" in kind else ""))
-    ours = p.is_file() and (p.suffix.lower() in (".yaml", ".yml", ".json") or "gpu_model" in first)
+    ours = p.is_file() and (p.suffix.lower() in (".yaml", ".yml", ".json")
+                            or (p.suffix.lower() != ".zip" and "gpu_model" in first))  # a stored zip shows its CSVs
     if ours:
         good, problems = read_sheet(p)
         if stamp:
