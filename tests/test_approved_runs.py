@@ -168,7 +168,8 @@ def test_an_edited_approval_is_refused(plan_file, tmp_path, capsys):
     approval = tmp_path / "approval.json"
     assert gpu_advisor(capsys, "approve", plan_file, "--by", "Ana", "-o", approval)[0] == 0
     data = json.loads(approval.read_text())
-    data["caps"]["cost_usd"] *= 100
+    for key in ("cost_usd", "hours", "stop_hours"):  # a larger cap, consistent with the price: only the seal shows it
+        data["caps"][key] *= 2
     approval.write_text(json.dumps(data))
     line = one_line_error(*gpu_advisor(capsys, "launch", "--from", plan_file, "--approval", approval, "--out",
                                        tmp_path / "b")[::2])
