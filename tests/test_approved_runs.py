@@ -107,6 +107,7 @@ def test_the_run_stops_itself_at_the_cap_with_a_checkpoint_and_says_so(capped_ru
     approval = Approval.model_validate_json((capped_run / "approval.json").read_text())
     [stop] = [ln for ln in log.splitlines() if ln.startswith("budget cap: stopping")]
     assert approval.record_digest[:19] in stop and "with a checkpoint" in stop
+    assert "the $0.00001 cap approved" in stop  # the cap `approve --cap 0.00001` wrote, not "$0.00"
     events = [json.loads(ln) for ln in (capped_run / "budget_cap.log.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds.index("warn") < kinds.index("stop")
