@@ -5,6 +5,7 @@ plan values, are refused before any launcher is written."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -23,6 +24,18 @@ from advisor.approval import Approval, digest
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The budget owners' page (docs/budget-owners.md) shows this loop's output: the same plan, approver, project and cap
+PAGE = _script("budget_owner_example")
 
 
 # --------------------------------------------------------------------------- a real PostgreSQL server
@@ -80,7 +93,16 @@ def ledger_url(request, tmp_path):
 
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory) -> Path:
-    return saved_plan(tmp_path_factory.mktemp("plan"), "--model", "meta-llama/Llama-3.2-1B", "--tokens", "1M")
+    # the page's plan: its arguments (less "plan" and "--format json") on its pinned day (scripts/readme_examples.py)
+    day = os.environ.get("GPU_ADVISOR_TODAY")
+    os.environ["GPU_ADVISOR_TODAY"] = _script("readme_examples").TODAY
+    try:
+        return saved_plan(tmp_path_factory.mktemp("plan"), *PAGE.PLAN[1:-2])
+    finally:
+        if day is None:
+            os.environ.pop("GPU_ADVISOR_TODAY")
+        else:
+            os.environ["GPU_ADVISOR_TODAY"] = day
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +111,12 @@ def capped_run(plan_file, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("run")
     run = lambda *a: subprocess.run([sys.executable, "-m", "advisor", *a], capture_output=True, text=True,  # noqa: E731
                                     env=ENV, cwd=folder, timeout=600)
-    done = run("approve", str(plan_file), "--by", "Ana Lead", "--cap", "0.00001", "--project", "llama-demo",
+    done = run("approve", str(plan_file), "--by", PAGE.BY, "--cap", PAGE.CAP, "--project", PAGE.PROJECT,
                "-o", "approval.json")
     assert done.returncode == 0, done.stderr
-    done = run("launch", "--from", str(plan_file), "--approval", "approval.json", "--out", "bundle")
+    done = run("launch", "--from", str(plan_file), "--approval", "approval.json", "--out", "run")
     assert done.returncode == 0, done.stderr
-    bundle = folder / "bundle"
+    bundle = folder / "run"
     smoke = subprocess.run(["bash", "launch.sh", "--smoke"], cwd=bundle, capture_output=True, text=True,
                            env=ENV, timeout=900)
     assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
@@ -107,7 +129,7 @@ def test_the_run_stops_itself_at_the_cap_with_a_checkpoint_and_says_so(capped_ru
     approval = Approval.model_validate_json((capped_run / "approval.json").read_text())
     [stop] = [ln for ln in log.splitlines() if ln.startswith("budget cap: stopping")]
     assert approval.record_digest[:19] in stop and "with a checkpoint" in stop
-    assert "the $0.00001 cap approved" in stop  # the cap `approve --cap 0.00001` wrote, not "$0.00"
+    assert f"the ${PAGE.CAP} cap approved" in stop  # the cap `approve --cap 0.00001` wrote, not "$0.00"
     events = [json.loads(ln) for ln in (capped_run / "budget_cap.log.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds.index("warn") < kinds.index("stop")
@@ -126,11 +148,11 @@ def test_track_then_ledger_shows_the_run_approved_and_actual(capped_run, ledger_
     [line] = data["runs"]
     stop = next(json.loads(ln) for ln in (capped_run / "budget_cap.log.jsonl").read_text().splitlines()
                 if '"stop"' in ln)
-    assert line["status"] == "stopped at cap" and line["approved_by"] == "Ana Lead"
+    assert line["status"] == "stopped at cap" and line["approved_by"] == PAGE.BY
     assert line["cap_usd"] == approval.caps.cost_usd and line["steps"] == stop["step"] < line["max_steps"]
     assert line["spent_usd"] >= stop["cost_usd"] > 0 and line["remaining_p50_usd"] == 0.0
     [project] = data["projects"]
-    assert project["project"] == "llama-demo" and project["spent_usd"] == line["spent_usd"]
+    assert project["project"] == PAGE.PROJECT and project["spent_usd"] == line["spent_usd"]
     assert project["headroom_p90_usd"] == pytest.approx(project["approved_usd"] - project["spent_usd"])
 
 
@@ -143,6 +165,43 @@ def test_two_track_processes_on_one_ledger_lose_nothing(capped_run, ledger_url):
 
     book = open_ledger(ledger_url)
     assert len(book.runs()) == 4 and len(book.approvals()) == 1  # every observation kept, the approval once
+
+
+def _shape(line: str) -> str:
+    """A line with its figures, digests and times masked: what stays the same from one run to the next."""
+    line = re.sub(r"sha256:[0-9a-f]+", "sha256:#", line)
+    return re.sub(r"\d[\d,]*(\.\d+)?(e[-+]?\d+)?", "#", line)
+
+
+def _after(lines: list[str], command: str) -> list[str]:
+    """The output lines after `$ command` up to the next `$ ` line, in the page's transcript."""
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"$ {command}"))
+    end = next((i for i, ln in enumerate(lines) if i > start and ln.startswith("$ ")), len(lines))
+    return lines[start + 1:end]
+
+
+def test_the_budget_owners_page_shows_what_the_loop_prints_now(capped_run, plan_file, tmp_path, capsys):
+    """docs/budget-owners.md's smoke-run transcript (scripts/budget_owner_example.py) against this fresh run of the
+    same commands, figures masked: the callback's lines, track's line, the ledger's JSON fields and the report's
+    approval block. A change to any of them fails here until the page is regenerated."""
+    page = PAGE.block(PAGE.PAGE.read_text(encoding="utf-8")).splitlines()
+    smoke = [ln for ln in (capped_run / "smoke.log").read_text().splitlines() if ln.startswith("budget cap:")]
+    assert [_shape(ln) for ln in _after(page, "bash run/launch.sh --smoke")] == [_shape(ln) for ln in smoke]
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    code, out, err = gpu_advisor(capsys, "track", capped_run, "--ledger", url)
+    assert code == 0, err
+    assert [_shape(ln) for ln in _after(page, "gpu-advisor track run")] == [_shape(out.strip())]
+    code, out, err = gpu_advisor(capsys, "ledger", "--ledger", url, "--format", "json")
+    documented = json.loads("\n".join(_after(page, "gpu-advisor ledger --format json")))
+    fresh = json.loads(out)
+    assert [sorted(r) for r in documented["runs"]] == [sorted(r) for r in fresh["runs"]]
+    assert [sorted(p) for p in documented["projects"]] == [sorted(p) for p in fresh["projects"]]
+    assert documented["runs"][0]["status"] == fresh["runs"][0]["status"] == "stopped at cap"
+    report = tmp_path / "report.md"
+    code, _, err = gpu_advisor(capsys, "report", plan_file, "--approval", capped_run / "approval.json", "-o", report)
+    assert code == 0, err
+    block = PAGE.approval_section(report.read_text()).splitlines()
+    assert [_shape(ln) for ln in _after(page, "gpu-advisor report")] == [_shape(ln) for ln in block]
 
 
 # --------------------------------------------------------------------------- what is refused, in one line

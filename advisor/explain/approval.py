@@ -36,8 +36,16 @@ def _when(stamp: str) -> str:
     return stamp
 
 
-def _hours(h: float) -> str:
-    return f"{h:,.2f} h" if h >= 0.01 else f"{h * 3600:,.1f} s"
+def usd(x: float) -> str:
+    """$1,234.56; an amount below a cent with its own digits ($0.00001), so a tiny cap never reads as "$0.00"."""
+    if x == 0 or abs(x) >= 0.01:
+        return money(x)
+    return ("-" if x < 0 else "") + "$" + (f"{abs(x):.6f}".rstrip("0").rstrip(".") or "0")
+
+
+def hours(h: float) -> str:
+    """1,000.00 h; under 36 s in seconds (0.03 s), so a tiny cap never reads as "0.00 h"."""
+    return f"{h:,.2f} h" if h >= 0.01 else f"{h * 3600:.2g} s"
 
 
 def _price(a: Approval, plan: Plan) -> str:
@@ -69,10 +77,10 @@ def approval_block(a: Approval, plan: Plan, plan_digest: str, plan_file: str) ->
         ("Project", a.project),
         ("Candidate", f"rank {a.rank}: {a.provider} {a.instance_type} · {a.region} · {a.gpus}× {a.gpu_model} · "
                       f"{a.stack}"),
-        ("Cost cap", f"{money(cap.cost_usd)} ({basis})"),
-        ("Hours cap", f"{_hours(cap.hours)} of wall time at the approved price; the trainer saves a checkpoint and "
-                      f"stops at {_hours(cap.stop_hours)} and warns at {cap.warn_share:.0%} of the cost cap"),
-        ("Plan's estimate", f"{money(a.estimate_cost_usd)} and {_hours(a.estimate_hours)} at the plan's risk "
+        ("Cost cap", f"{usd(cap.cost_usd)} ({basis})"),
+        ("Hours cap", f"{hours(cap.hours)} of wall time at the approved price; the trainer saves a checkpoint and "
+                      f"stops at {hours(cap.stop_hours)} and warns at {cap.warn_share:.0%} of the cost cap"),
+        ("Plan's estimate", f"{money(a.estimate_cost_usd)} and {hours(a.estimate_hours)} at the plan's risk "
                             f"quantile (p{a.risk_quantile * 100:g}); {money(a.estimate_p50_usd)} at p50, "
                             f"{money(a.estimate_p90_usd)} at p90"),
         ("Price", _price(a, plan)),
@@ -86,7 +94,7 @@ def approval_block(a: Approval, plan: Plan, plan_digest: str, plan_file: str) ->
     if valid:
         return ApprovalBlock(True, "Approved budget",
                              f"{a.approved_by} approved rank {a.rank} of this plan on {_when(a.approved_at)}: "
-                             f"at most {money(cap.cost_usd)} ({_hours(cap.hours)}) for project {a.project}.",
+                             f"at most {usd(cap.cost_usd)} ({hours(cap.hours)}) for project {a.project}.",
                              tuple(rows))
     return ApprovalBlock(False, "NOT APPROVED: this approval is not valid for this plan",
                          "The approval below was written for another plan, or edited after it was written; nothing "
