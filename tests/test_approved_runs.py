@@ -240,6 +240,8 @@ ABSURD = {
     "hours 1e12": (lambda c: c["timing"].update(hours=1e12), "timing.hours"),
     "price 1e12": (lambda c: (c["cost"].update(price_hour=1e12), c["offer"].update(price_hour=1e12)), "price_hour"),
     "peak 1e30": (lambda c: c["fit"].update(peak_bytes=10**30), "fit.peak_bytes"),
+    "peak 1 GB above the card": (lambda c: c["fit"].update(peak_bytes=c["fit"]["usable_bytes"] + 10**9),
+                                 "fit.peak_bytes"),
     "hours_high below hours": (lambda c: c["timing"].update(hours_high=c["timing"]["hours"] / 2), "hours_high"),
     "hours_high 0": (lambda c: c["timing"].update(hours_high=0.0), "hours_high"),
     "tokens/s 1e-300": (lambda c: c["timing"].update(tokens_per_sec=1e-300), "tokens_per_sec"),
@@ -257,6 +259,19 @@ def test_absurd_plan_values_are_refused_before_any_launcher_is_written(plan_file
     code, _, err = gpu_advisor(capsys, *args)
     assert field in one_line_error(code, err)
     assert not (tmp_path / "b").exists() and not (tmp_path / "a.json").exists()
+
+
+def test_track_refuses_an_edited_approval_in_the_run_folder(capped_bundle, tmp_path, capsys):
+    bundle, _, _ = capped_bundle
+    run = tmp_path / "run"
+    shutil.copytree(bundle, run)
+    data = json.loads((run / "approval.json").read_text())
+    data["approved_by"] = "someone else"
+    (run / "approval.json").write_text(json.dumps(data))
+    ledger = tmp_path / "ledger.sqlite"
+    line = one_line_error(*gpu_advisor(capsys, "track", run, "--ledger", f"sqlite:///{ledger}")[::2])
+    assert line.startswith("error: RUN_DIR:") and "changed after it was written" in line
+    assert not ledger.exists()  # refused before the ledger is opened
 
 
 # --------------------------------------------------------------------------- the caps, in each launcher's terms
@@ -305,6 +320,7 @@ def test_dstack_loads_the_capped_task(capped_bundle, monkeypatch):
     monkeypatch.chdir(capped_bundle[0])
     _, task = load_apply_configuration("dstack.yml")
     assert task.max_duration == int(-(-capped_bundle[1].caps.hours * 60 // 1)) * 60  # seconds
+    assert task.max_price == pytest.approx(capped_bundle[1].price.price_hour)  # USD per instance-hour
 
 
 # --------------------------------------------------------------------------- the callback and the ledger's sums
