@@ -236,6 +236,20 @@ def test_an_edited_approval_is_refused(plan_file, tmp_path, capsys):
     assert "changed after it was written" in line and not (tmp_path / "b").exists()
 
 
+def test_launch_under_an_approval_refuses_another_rank_and_a_missing_plan(plan_file, tmp_path, capsys):
+    approval = tmp_path / "approval.json"
+    assert gpu_advisor(capsys, "approve", plan_file, "--by", "Ana", "-o", approval)[0] == 0
+    line = one_line_error(*gpu_advisor(capsys, "launch", "--from", plan_file, "--approval", approval, "--rank", "2",
+                                       "--out", tmp_path / "b")[::2])
+    assert line.startswith("error: --rank:") and "--rank 1" in line and not (tmp_path / "b").exists()
+    line = one_line_error(*gpu_advisor(capsys, "launch", "--model", "llama-3.1-8b", "--approval", approval,
+                                       "--out", tmp_path / "b")[::2])
+    assert "--from" in line and not (tmp_path / "b").exists()
+    line = one_line_error(*gpu_advisor(capsys, "launch", "--from", plan_file, "--approval", tmp_path / "none.json",
+                                       "--out", tmp_path / "b")[::2])
+    assert "none.json does not exist" in line and not (tmp_path / "b").exists()
+
+
 ABSURD = {
     "hours 1e12": (lambda c: c["timing"].update(hours=1e12), "timing.hours"),
     "price 1e12": (lambda c: (c["cost"].update(price_hour=1e12), c["offer"].update(price_hour=1e12)), "price_hour"),
