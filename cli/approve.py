@@ -11,6 +11,7 @@ import click
 
 from advisor.approval import approve as make_approval
 from advisor.errors import BadInput
+from advisor.explain.approval import hours, usd
 from advisor.launch.plan_checks import check_launchable
 from advisor.results.checks import NAME_CHARS, check_text
 from advisor.text import plain
@@ -48,7 +49,7 @@ def approve(plan_file: Path, by: str, cap: str, rank: int, project: str, out: Pa
     atomic_write(out, approval.model_dump_json(indent=2) + "\n")
     c = approval.caps
     click.echo(f"approved rank {approval.rank} ({plain(approval.provider)} {plain(approval.instance_type)}, "
-               f"{plain(approval.stack)}): cap ${c.cost_usd:,.2f} = {c.hours:,.2f} h at "
+               f"{plain(approval.stack)}): cap {usd(c.cost_usd)} = {hours(c.hours)} at "
                f"${approval.price.price_hour:,.2f}/h ({'p90' if c.basis == 'p90' else 'given'}); wrote {plain(out)}")
     click.echo(f"Launch under it: gpu-advisor launch --from {plain(plan_file)} --approval {plain(out)} --out run",
                err=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from advisor.approval import Approval, check_against
+from advisor import approval as approvals
 from advisor.errors import BadInput
 from advisor.launch import caps
 from advisor.launch.bundle import build_bundle, write_bundle
@@ -20,8 +20,6 @@ from advisor.model.spec import ModelSpec
 from advisor.text import plain
 from cli.plan import build_plan, plan_options
 from cli.report import load_plan, plan_data
-from pricing.errors import PriceInputError
-from pricing.files import load_json, read_text
 
 
 @click.command()
@@ -43,7 +41,7 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
     for candidate --rank of a saved plan (--from) or of a plan made now from the plan options."""
     if approval_file is not None and from_file is None:
         raise BadInput("--approval: give the approved plan with --from plan.json (an approval names one saved plan).")
-    approval = load_approval(approval_file) if approval_file is not None else None
+    approval = approvals.load(approval_file) if approval_file is not None else None
     if approval is not None and ctx.get_parameter_source("rank") is not click.core.ParameterSource.COMMANDLINE:
         rank = approval.rank
     plan, where = load_or_build_plan(from_file, plan_opts)
@@ -56,7 +54,7 @@ def launch(ctx: click.Context, from_file: Path | None, rank: int, out_dir: Path,
     if from_file is not None:  # a file's values reach launch scripts: finite, positive, consistent, fitting
         check_launchable(candidate, where)
     if approval is not None:
-        check_against(approval, plan_data(from_file, "--from"), candidate)
+        approvals.check_against(approval, plan_data(from_file, "--from"), candidate)
     if out_dir.is_dir() and not force and _non_empty(out_dir):
         raise BadInput(f"--out: folder {plain(out_dir)} exists and is not empty; pass --force to overwrite its "
                        "bundle files.")
@@ -89,23 +87,6 @@ def bundle_files(plan, candidate, dataset: str, approval=None) -> tuple[dict[str
         warnings.simplefilter("always")
         files = build_bundle(candidate, model_spec(plan), dataset=dataset, options=options, approval=approval)
     return files, [str(w.message) for w in caught]
-
-
-def load_approval(path: Path):
-    """approval.json, size-limited and validated (advisor/approval.py); one line naming the file and field."""
-    from pydantic import ValidationError
-
-    try:
-        data = load_json(read_text(path, f"--approval: {plain(path)}", max_bytes=1_000_000),
-                         f"--approval: {plain(path)}", max_bytes=1_000_000)
-        return Approval.model_validate(data, strict=False)
-    except PriceInputError as exc:
-        raise BadInput(f"{exc}.") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        raise BadInput(f"--approval: {plain(path)} is not an approval from `gpu-advisor approve`: field "
-                       f"{plain(field)[:80]}: {plain(err.get('msg', 'invalid'))[:200]}.") from None
 
 
 def _word(path: Path) -> str:

@@ -11,7 +11,9 @@ from pathlib import Path
 import click
 
 import reports
+from advisor import approval as approvals
 from advisor.errors import BadInput
+from advisor.explain.approval import approval_block
 from advisor.results import Plan
 from advisor.text import plain
 from cli.output import output_options
@@ -66,13 +68,25 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
                 out_help="Report file: .html/.htm (one self-contained page) or .md (charts as OUT-memory.svg, "
                          "OUT-cost-time.svg and, for plan --dataset, OUT-lengths.svg beside it; existing ones are "
                          "replaced and named on stderr).")
-def report(plan_file: Path, out: Path) -> None:
+@click.option("--approval", "approval_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="approval.json from `gpu-advisor approve` for this plan: the report shows who approved which "
+                   "candidate, its caps and prices (an approval of another plan, or an edited one, is refused).")
+def report(plan_file: Path, out: Path, approval_file: Path | None) -> None:
     """Render a saved plan (from `gpu-advisor plan --format json`) as an HTML or Markdown report.
 
     The plan file is data: every field is validated on load (printable text only, GPUs from the
     GPU table, finite numbers) and every value is escaped in the report. Prints the files written.
     """
     plan = load_plan(plan_file)
+    block = None
+    if approval_file is not None:
+        approval = approvals.load(approval_file)
+        data = plan_data(plan_file)
+        if not 1 <= approval.rank <= len(plan.candidates):
+            raise BadInput(f"--approval: it approved rank {approval.rank}, and this plan has "
+                           f"{len(plan.candidates)} candidate(s); it is not this plan's approval.")
+        approvals.check_against(approval, data, plan.candidates[approval.rank - 1], rank_option=None)
+        block = approval_block(approval, plan, approvals.digest(data), plan_file.name)
 
-    for path in reports.write(plan, out, plan_file=plan_file.name):
+    for path in reports.write(plan, out, plan_file=plan_file.name, approval=block):
         click.echo(plain(path))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from advisor.explain.approval import usd
 from advisor.ledger.runs import read_run
 from advisor.text import plain
 from advisor.workload import measurements
@@ -39,8 +40,8 @@ def track(run_dir: Path, ledger: str | None) -> None:
                   "hours": actual.hours, "cost_usd": actual.cost_usd, "steps": actual.steps,
                   "max_steps": actual.max_steps, "tokens_per_sec": actual.tokens_per_sec})
     a = actual.approval
-    click.echo(f"{plain(actual.run)}: {actual.status}, {actual.hours:,.3f} h, ${actual.cost_usd:,.2f} of "
-               f"${a.caps.cost_usd:,.2f} approved ({actual.cost_usd / a.caps.cost_usd:.0%}), step {actual.steps:,}"
+    click.echo(f"{plain(actual.run)}: {actual.status}, {actual.hours:,.3f} h, {usd(actual.cost_usd)} of "
+               f"{usd(a.caps.cost_usd)} approved ({actual.cost_usd / a.caps.cost_usd:.0%}), step {actual.steps:,}"
                f" of {actual.max_steps:,}" + (f", {actual.tokens_per_sec:,.0f} tokens/s" if actual.tokens_per_sec
                                               else ""))
     measured = run_dir / "measured.json"

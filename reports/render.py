@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from advisor.errors import BadInput
 from advisor.explain.answer import answer_parts, gpus, pricing, stack, value
+from advisor.explain.approval import ApprovalBlock
 from advisor.explain.captions import CHART_TEXT, stale_status
 from advisor.explain.card import decision_card
 from advisor.explain.claims import (
@@ -294,13 +295,13 @@ def _charts(plan: Plan) -> dict[str, str]:
 
 
 def render(plan: Plan, fmt: str, *, chart_dir: Path | None = None, chart_stem: str = "plan",
-           plan_file: str = "plan.json") -> str:
+           plan_file: str = "plan.json", approval: ApprovalBlock | None = None) -> str:
     """The report as a string. HTML inlines its charts; Markdown writes them as
     `<chart_stem>-memory.svg` / `<chart_stem>-cost-time.svg` into `chart_dir` and links them
     (without `chart_dir` it omits the images and keeps their data tables)."""
     if fmt not in FORMATS:
         raise BadInput(f"report format: expected one of {', '.join(FORMATS)}, got {fmt!r}.")
-    ctx = build_context(plan, plan_file)
+    ctx = build_context(plan, plan_file) | {"approval": approval}  # report_approval.*.j2 (report --approval)
     svgs = _charts(plan)
     if fmt == "html":
         from markupsafe import Markup
@@ -333,7 +334,7 @@ class ReportWarning(UserWarning):
     """A file beside the report was replaced (the CLI prints it as one `warning:` line)."""
 
 
-def write(plan: Plan, path: Path, *, plan_file: str = "plan.json") -> list[Path]:
+def write(plan: Plan, path: Path, *, plan_file: str = "plan.json", approval: ApprovalBlock | None = None) -> list[Path]:
     """Write the report to `path` (.html/.htm or .md, atomically). Returns every file written:
     the report first, then (Markdown) its chart SVGs, `<stem>-memory.svg` and
     `<stem>-cost-time.svg` beside it. A chart file that already exists there is replaced and
@@ -353,7 +354,7 @@ def write(plan: Plan, path: Path, *, plan_file: str = "plan.json") -> list[Path]
             raise BadInput(f"--report/-o {plain(path)}: {plain(p.name)} beside it is a folder; the Markdown "
                            "report writes its chart there; move it or choose another report name.")
     text = render(plan, fmt, chart_dir=path.parent if fmt == "md" else None, chart_stem=path.stem,
-                  plan_file=plan_file)
+                  plan_file=plan_file, approval=approval)
     for p in existing:
         if _linked(text, p.name):
             warnings.warn(f"replaced {plain(p)} (the report's chart beside {plain(path.name)})", ReportWarning,

@@ -5,6 +5,7 @@ plan values, are refused before any launcher is written."""
 from __future__ import annotations
 
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -23,6 +24,18 @@ from advisor.approval import Approval, digest
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The budget owners' page (docs/budget-owners.md) shows this loop's output: the same plan, approver, project and cap
+PAGE = _script("budget_owner_example")
 
 
 # --------------------------------------------------------------------------- a real PostgreSQL server
@@ -80,7 +93,16 @@ def ledger_url(request, tmp_path):
 
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory) -> Path:
-    return saved_plan(tmp_path_factory.mktemp("plan"), "--model", "meta-llama/Llama-3.2-1B", "--tokens", "1M")
+    # the page's plan: its arguments (less "plan" and "--format json") on its pinned day (scripts/readme_examples.py)
+    day = os.environ.get("GPU_ADVISOR_TODAY")
+    os.environ["GPU_ADVISOR_TODAY"] = _script("readme_examples").TODAY
+    try:
+        return saved_plan(tmp_path_factory.mktemp("plan"), *PAGE.PLAN[1:-2])
+    finally:
+        if day is None:
+            os.environ.pop("GPU_ADVISOR_TODAY")
+        else:
+            os.environ["GPU_ADVISOR_TODAY"] = day
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +111,12 @@ def capped_run(plan_file, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("run")
     run = lambda *a: subprocess.run([sys.executable, "-m", "advisor", *a], capture_output=True, text=True,  # noqa: E731
                                     env=ENV, cwd=folder, timeout=600)
-    done = run("approve", str(plan_file), "--by", "Ana Lead", "--cap", "0.00001", "--project", "llama-demo",
+    done = run("approve", str(plan_file), "--by", PAGE.BY, "--cap", PAGE.CAP, "--project", PAGE.PROJECT,
                "-o", "approval.json")
     assert done.returncode == 0, done.stderr
-    done = run("launch", "--from", str(plan_file), "--approval", "approval.json", "--out", "bundle")
+    done = run("launch", "--from", str(plan_file), "--approval", "approval.json", "--out", "run")
     assert done.returncode == 0, done.stderr
-    bundle = folder / "bundle"
+    bundle = folder / "run"
     smoke = subprocess.run(["bash", "launch.sh", "--smoke"], cwd=bundle, capture_output=True, text=True,
                            env=ENV, timeout=900)
     assert smoke.returncode == 0, smoke.stdout[-3000:] + smoke.stderr[-3000:]
@@ -107,6 +129,7 @@ def test_the_run_stops_itself_at_the_cap_with_a_checkpoint_and_says_so(capped_ru
     approval = Approval.model_validate_json((capped_run / "approval.json").read_text())
     [stop] = [ln for ln in log.splitlines() if ln.startswith("budget cap: stopping")]
     assert approval.record_digest[:19] in stop and "with a checkpoint" in stop
+    assert f"the ${PAGE.CAP} cap approved" in stop  # the cap `approve --cap 0.00001` wrote, not "$0.00"
     events = [json.loads(ln) for ln in (capped_run / "budget_cap.log.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds.index("warn") < kinds.index("stop")
@@ -125,11 +148,11 @@ def test_track_then_ledger_shows_the_run_approved_and_actual(capped_run, ledger_
     [line] = data["runs"]
     stop = next(json.loads(ln) for ln in (capped_run / "budget_cap.log.jsonl").read_text().splitlines()
                 if '"stop"' in ln)
-    assert line["status"] == "stopped at cap" and line["approved_by"] == "Ana Lead"
+    assert line["status"] == "stopped at cap" and line["approved_by"] == PAGE.BY
     assert line["cap_usd"] == approval.caps.cost_usd and line["steps"] == stop["step"] < line["max_steps"]
     assert line["spent_usd"] >= stop["cost_usd"] > 0 and line["remaining_p50_usd"] == 0.0
     [project] = data["projects"]
-    assert project["project"] == "llama-demo" and project["spent_usd"] == line["spent_usd"]
+    assert project["project"] == PAGE.PROJECT and project["spent_usd"] == line["spent_usd"]
     assert project["headroom_p90_usd"] == pytest.approx(project["approved_usd"] - project["spent_usd"])
 
 
@@ -142,6 +165,43 @@ def test_two_track_processes_on_one_ledger_lose_nothing(capped_run, ledger_url):
 
     book = open_ledger(ledger_url)
     assert len(book.runs()) == 4 and len(book.approvals()) == 1  # every observation kept, the approval once
+
+
+def _shape(line: str) -> str:
+    """A line with its figures, digests and times masked: what stays the same from one run to the next."""
+    line = re.sub(r"sha256:[0-9a-f]+", "sha256:#", line)
+    return re.sub(r"\d[\d,]*(\.\d+)?(e[-+]?\d+)?", "#", line)
+
+
+def _after(lines: list[str], command: str) -> list[str]:
+    """The output lines after `$ command` up to the next `$ ` line, in the page's transcript."""
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"$ {command}"))
+    end = next((i for i, ln in enumerate(lines) if i > start and ln.startswith("$ ")), len(lines))
+    return lines[start + 1:end]
+
+
+def test_the_budget_owners_page_shows_what_the_loop_prints_now(capped_run, plan_file, tmp_path, capsys):
+    """docs/budget-owners.md's smoke-run transcript (scripts/budget_owner_example.py) against this fresh run of the
+    same commands, figures masked: the callback's lines, track's line, the ledger's JSON fields and the report's
+    approval block. A change to any of them fails here until the page is regenerated."""
+    page = PAGE.block(PAGE.PAGE.read_text(encoding="utf-8")).splitlines()
+    smoke = [ln for ln in (capped_run / "smoke.log").read_text().splitlines() if ln.startswith("budget cap:")]
+    assert [_shape(ln) for ln in _after(page, "bash run/launch.sh --smoke")] == [_shape(ln) for ln in smoke]
+    url = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    code, out, err = gpu_advisor(capsys, "track", capped_run, "--ledger", url)
+    assert code == 0, err
+    assert [_shape(ln) for ln in _after(page, "gpu-advisor track run")] == [_shape(out.strip())]
+    code, out, err = gpu_advisor(capsys, "ledger", "--ledger", url, "--format", "json")
+    documented = json.loads("\n".join(_after(page, "gpu-advisor ledger --format json")))
+    fresh = json.loads(out)
+    assert [sorted(r) for r in documented["runs"]] == [sorted(r) for r in fresh["runs"]]
+    assert [sorted(p) for p in documented["projects"]] == [sorted(p) for p in fresh["projects"]]
+    assert documented["runs"][0]["status"] == fresh["runs"][0]["status"] == "stopped at cap"
+    report = tmp_path / "report.md"
+    code, _, err = gpu_advisor(capsys, "report", plan_file, "--approval", capped_run / "approval.json", "-o", report)
+    assert code == 0, err
+    block = PAGE.approval_section(report.read_text()).splitlines()
+    assert [_shape(ln) for ln in _after(page, "gpu-advisor report")] == [_shape(ln) for ln in block]
 
 
 # --------------------------------------------------------------------------- what is refused, in one line
@@ -168,17 +228,34 @@ def test_an_edited_approval_is_refused(plan_file, tmp_path, capsys):
     approval = tmp_path / "approval.json"
     assert gpu_advisor(capsys, "approve", plan_file, "--by", "Ana", "-o", approval)[0] == 0
     data = json.loads(approval.read_text())
-    data["caps"]["cost_usd"] *= 100
+    for key in ("cost_usd", "hours", "stop_hours"):  # a larger cap, consistent with the price: only the seal shows it
+        data["caps"][key] *= 2
     approval.write_text(json.dumps(data))
     line = one_line_error(*gpu_advisor(capsys, "launch", "--from", plan_file, "--approval", approval, "--out",
                                        tmp_path / "b")[::2])
     assert "changed after it was written" in line and not (tmp_path / "b").exists()
 
 
+def test_launch_under_an_approval_refuses_another_rank_and_a_missing_plan(plan_file, tmp_path, capsys):
+    approval = tmp_path / "approval.json"
+    assert gpu_advisor(capsys, "approve", plan_file, "--by", "Ana", "-o", approval)[0] == 0
+    line = one_line_error(*gpu_advisor(capsys, "launch", "--from", plan_file, "--approval", approval, "--rank", "2",
+                                       "--out", tmp_path / "b")[::2])
+    assert line.startswith("error: --rank:") and "--rank 1" in line and not (tmp_path / "b").exists()
+    line = one_line_error(*gpu_advisor(capsys, "launch", "--model", "llama-3.1-8b", "--approval", approval,
+                                       "--out", tmp_path / "b")[::2])
+    assert "--from" in line and not (tmp_path / "b").exists()
+    line = one_line_error(*gpu_advisor(capsys, "launch", "--from", plan_file, "--approval", tmp_path / "none.json",
+                                       "--out", tmp_path / "b")[::2])
+    assert "none.json does not exist" in line and not (tmp_path / "b").exists()
+
+
 ABSURD = {
     "hours 1e12": (lambda c: c["timing"].update(hours=1e12), "timing.hours"),
     "price 1e12": (lambda c: (c["cost"].update(price_hour=1e12), c["offer"].update(price_hour=1e12)), "price_hour"),
     "peak 1e30": (lambda c: c["fit"].update(peak_bytes=10**30), "fit.peak_bytes"),
+    "peak 1 GB above the card": (lambda c: c["fit"].update(peak_bytes=c["fit"]["usable_bytes"] + 10**9),
+                                 "fit.peak_bytes"),
     "hours_high below hours": (lambda c: c["timing"].update(hours_high=c["timing"]["hours"] / 2), "hours_high"),
     "hours_high 0": (lambda c: c["timing"].update(hours_high=0.0), "hours_high"),
     "tokens/s 1e-300": (lambda c: c["timing"].update(tokens_per_sec=1e-300), "tokens_per_sec"),
@@ -196,6 +273,19 @@ def test_absurd_plan_values_are_refused_before_any_launcher_is_written(plan_file
     code, _, err = gpu_advisor(capsys, *args)
     assert field in one_line_error(code, err)
     assert not (tmp_path / "b").exists() and not (tmp_path / "a.json").exists()
+
+
+def test_track_refuses_an_edited_approval_in_the_run_folder(capped_bundle, tmp_path, capsys):
+    bundle, _, _ = capped_bundle
+    run = tmp_path / "run"
+    shutil.copytree(bundle, run)
+    data = json.loads((run / "approval.json").read_text())
+    data["approved_by"] = "someone else"
+    (run / "approval.json").write_text(json.dumps(data))
+    ledger = tmp_path / "ledger.sqlite"
+    line = one_line_error(*gpu_advisor(capsys, "track", run, "--ledger", f"sqlite:///{ledger}")[::2])
+    assert line.startswith("error: RUN_DIR:") and "changed after it was written" in line
+    assert not ledger.exists()  # refused before the ledger is opened
 
 
 # --------------------------------------------------------------------------- the caps, in each launcher's terms
@@ -244,6 +334,7 @@ def test_dstack_loads_the_capped_task(capped_bundle, monkeypatch):
     monkeypatch.chdir(capped_bundle[0])
     _, task = load_apply_configuration("dstack.yml")
     assert task.max_duration == int(-(-capped_bundle[1].caps.hours * 60 // 1)) * 60  # seconds
+    assert task.max_price == pytest.approx(capped_bundle[1].price.price_hour)  # USD per instance-hour
 
 
 # --------------------------------------------------------------------------- the callback and the ledger's sums

@@ -10,9 +10,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor import approval as approvals
 from advisor.approval import Approval
 from advisor.errors import BadInput
-from pricing.files import load_json, read_text
+from advisor.text import plain
+from pricing.files import read_text
 from pricing.units import MiB
 
 MAX_FILE_BYTES = 16 * MiB  # an approval, a trainer state or a measured run is kilobytes; a log line per step
@@ -37,23 +39,9 @@ class RunActuals:
 def _approval(folder: Path) -> Approval:
     path = folder / "approval.json"
     if not path.is_file():
-        raise BadInput(f"RUN_DIR: {folder.name or folder} has no approval.json; track reads a bundle written by "
+        raise BadInput(f"RUN_DIR: {plain(folder.name or folder)} has no approval.json; track reads a bundle written by "
                        "`gpu-advisor launch --approval`.")
-    from pydantic import ValidationError
-
-    try:
-        data = load_json(read_text(path, "RUN_DIR: approval.json", max_bytes=MAX_FILE_BYTES),
-                         "RUN_DIR: approval.json", max_bytes=MAX_FILE_BYTES)
-        approval = Approval.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        raise BadInput(f"RUN_DIR: approval.json: field {field}: {err.get('msg', 'invalid')}.") from None
-    except Exception as exc:  # noqa: BLE001 - pricing.files errors carry their own one line
-        raise BadInput(f"{exc}".rstrip(".") + ".") from None
-    if approval.record_digest != approval.body_digest():
-        raise BadInput("RUN_DIR: approval.json was changed after it was written (its record digest does not match).")
-    return approval
+    return approvals.load(path, "RUN_DIR")
 
 
 def _events(folder: Path) -> list[dict]:
@@ -109,7 +97,7 @@ def _tokens_per_sec(folder: Path, state: dict) -> float | None:
 
 def read_run(folder: Path) -> RunActuals:
     if not folder.is_dir():
-        raise BadInput(f"RUN_DIR: {folder} is not a folder.")
+        raise BadInput(f"RUN_DIR: {plain(folder)} is not a folder.")
     approval = _approval(folder)
     events = _events(folder)
     state = _trainer_state(folder)

@@ -80,19 +80,25 @@ class BudgetCap(TrainerCallback):
             self.warned = True
             self._write(state, "warn")
             if state.is_world_process_zero:
-                print(f"budget cap: ${spent:,.2f} spent of the ${self.cost_cap:,.2f} approved "
+                print(f"budget cap: {_usd(spent)} spent of the {_usd(self.cost_cap)} cap approved "
                       f"({self.warn_share:.0%} reached)", flush=True)
         if _all_agree(self.hours() >= self.stop_hours):
             control.should_save = True
             control.should_training_stop = True
             self._write(state, "stop")
             if state.is_world_process_zero:
-                print(f"budget cap: stopping at step {state.global_step} with a checkpoint: ${spent:,.2f} of the "
-                      f"${self.cost_cap:,.2f} approved (approval {self.approval[:19]})", flush=True)
+                print(f"budget cap: stopping at step {state.global_step} of {state.max_steps} with a checkpoint: "
+                      f"{_usd(spent)} spent of the {_usd(self.cost_cap)} cap approved, at its "
+                      f"{self.stop_hours:.4g} h stop mark (approval {self.approval[:19]})", flush=True)
         return control
 
     def on_train_end(self, args, state, control, **kw):
         self._write(state, "end")
+
+
+def _usd(x: float) -> str:
+    """$1,234.56; a cap below a cent with its own digits ($0.00001), never a cap of "$0.00"."""
+    return f"${x:,.2f}" if x >= 0.01 else "$" + (f"{x:.6f}".rstrip("0").rstrip(".") or "0")
 
 
 def _all_agree(stop: bool) -> bool:
