@@ -49,10 +49,12 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
     naming the option (`what`), the file and the field."""
     from pydantic import ValidationError
 
+    from advisor.launch.plan_checks import check_consistent
+
     name = plain(path)
     data = plan_data(path, what)
     try:
-        return Plan.model_validate(data, strict=True)  # a file: no "2" or true where a number goes
+        plan = Plan.model_validate(data, strict=True)  # a file: no "2" or true where a number goes
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
@@ -60,6 +62,11 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
         msg = str(ctx_error) if ctx_error is not None else err.get("msg", "invalid")
         raise BadInput(f"{what}: {name} is not a plan gpu-advisor can use: field {plain(field)[:120]}: "
                        f"{plain(msg).rstrip('.')[:300]} ({exc.error_count()} problem(s)).") from None
+    shown = [(f"candidates[{i}]", c) for i, c in enumerate(plan.candidates)]
+    shown += [(key, c) for key in ("baseline", "spot_alternative") if (c := getattr(plan, key)) is not None]
+    for field, c in shown:  # a band that does not bracket its estimate, a rate of 1e-300, a price dated "yesterday"
+        check_consistent(c, f"{what}: {name}: {field}")
+    return plan
 
 
 @click.command()

@@ -314,7 +314,7 @@ def test_control_characters_in_any_plan_field_are_refused_with_one_line(tmp_path
     (lambda d: d.update(warnings=["ok", "bad\x1b]0;x\x07"]), "U+001B"),
     (lambda d: d.update(notice="a\u202eb"), "U+202E"),
     (lambda d: d["workload"].update({"tokens\n": 1}), "U+000A"),
-    (lambda d: d["workload"].update(tokens=float("nan")), "finite"),
+    (lambda d: d["workload"].update(tokens=float("nan")), "workload.tokens"),
     (lambda d: d.update(stale_days=float("nan")), "finite"),
     (lambda d: d.update(rejected=[{"reason": "x\ny", "count": 1}]), "U+000A"),
 ])

@@ -83,6 +83,10 @@ INCONSISTENT = {
     "lora_targets a list": (lambda d: first(d)["stack"].update(lora_targets=["q_proj"]), "lora"),
     "timing.band_basis ESC": (lambda d: first(d)["timing"].update(band_basis="p10-p90\x1b[2J"), "U+001B"),
     "modules_to_save ESC": (lambda d: first(d)["stack"].update(modules_to_save="lm_head\x1b]0;x\x07"), "U+001B"),
+    # values the schema takes (finite, non-negative, printable) that no run has (issue 50)
+    "hours_high 0": (lambda d: first(d)["timing"].update(hours_high=0.0), "timing.hours_high"),
+    "tokens_per_sec 1e-300": (lambda d: first(d)["timing"].update(tokens_per_sec=1e-300), "timing.tokens_per_sec"),
+    'price_date "yesterday"': (lambda d: first(d)["offer"].update(price_date="yesterday"), "offer.price_date"),
 }
 
 
@@ -107,7 +111,8 @@ def test_inconsistent_or_out_of_bounds_plan_is_refused_by_launch_and_writes_noth
     assert set(os.listdir(tmp_path)) <= {"cache", "plan.json"}  # no bundle, no staging folder
 
 
-@pytest.mark.parametrize("case", ["fsdp x64 on a 1-GPU offer", "schema_version 999", "epochs 1e308"])
+@pytest.mark.parametrize("case", ["fsdp x64 on a 1-GPU offer", "schema_version 999", "epochs 1e308", "hours_high 0",
+                                  "tokens_per_sec 1e-300", 'price_date "yesterday"'])
 def test_report_refuses_the_same_plans(tmp_path, capsys, benign, case):
     path, named = tampered(tmp_path, benign, case)
     code, _, err = gpu_advisor(capsys, "report", path, "-o", tmp_path / "r.html")

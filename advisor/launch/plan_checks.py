@@ -31,29 +31,19 @@ def _positive(value: float | None, field: str, high: float) -> float:
     return value
 
 
-def check_launchable(c: Candidate, where: str) -> None:
-    """One BadInput naming `where` (the option that named the plan file) and the field, or nothing."""
+def check_consistent(c: Candidate, where: str) -> None:
+    """What any reader of a plan file needs (report, approve, launch): the band brackets its estimate, the rate is
+    a real rate, the price is dated as a day (or undated) and the memory fits the card named. One BadInput naming
+    `where` and the field, or nothing."""
     t, cost = c.timing, c.cost
-    hours = _positive(t.hours, f"{where}: timing.hours", MAX_RUN_HOURS)
-    for name in ("hours_high", "hours_at_risk"):
-        value = getattr(t, name)
-        if value is not None:
-            _positive(value, f"{where}: timing.{name}", MAX_RUN_HOURS)
-    if t.hours_high is not None and t.hours_high < hours:
-        raise BadInput(f"{where}: timing.hours_high ({t.hours_high:g}) is below timing.hours ({hours:g}); the band's "
+    if t.hours_high is not None and t.hours_high < t.hours:
+        raise BadInput(f"{where}: timing.hours_high ({t.hours_high:g}) is below timing.hours ({t.hours:g}); the band's "
                        "slow end cannot be faster than its estimate.")
-    if t.hours_low is not None and t.hours_low > hours:
-        raise BadInput(f"{where}: timing.hours_low ({t.hours_low:g}) is above timing.hours ({hours:g}).")
+    if t.hours_low is not None and t.hours_low > t.hours:
+        raise BadInput(f"{where}: timing.hours_low ({t.hours_low:g}) is above timing.hours ({t.hours:g}).")
     if t.tokens_per_sec < MIN_TOKENS_PER_SEC or not math.isfinite(t.tokens_per_sec):
-        raise BadInput(f"{where}: timing.tokens_per_sec must be at least {MIN_TOKENS_PER_SEC:g} for a launch (got "
+        raise BadInput(f"{where}: timing.tokens_per_sec must be at least {MIN_TOKENS_PER_SEC:g} (got "
                        f"{t.tokens_per_sec:g}).")
-    gpus = c.offer.gpu_count * c.nodes
-    _positive(cost.price_hour, f"{where}: cost.price_hour", MAX_GPU_HOUR_USD * gpus)
-    if c.offer.price_hour:
-        _positive(c.offer.price_hour, f"{where}: offer.price_hour", MAX_GPU_HOUR_USD * c.offer.gpu_count)
-    if c.offer.spot_price_hour is not None:
-        _positive(c.offer.spot_price_hour, f"{where}: offer.spot_price_hour", MAX_GPU_HOUR_USD * c.offer.gpu_count)
-    _positive(cost.usd, f"{where}: cost.usd", MAX_GPU_HOUR_USD * gpus * MAX_RUN_HOURS)
     if cost.usd_high is not None and cost.usd_high < cost.usd:
         raise BadInput(f"{where}: cost.usd_high ({cost.usd_high:g}) is below cost.usd ({cost.usd:g}).")
     _check_date(c.offer.price_date, f"{where}: offer.price_date")
@@ -64,6 +54,25 @@ def check_launchable(c: Candidate, where: str) -> None:
     if c.fit.usable_bytes > card.usable_bytes * 1.01 or c.fit.usable_bytes <= 0:
         raise BadInput(f"{where}: fit.usable_bytes ({c.fit.usable_bytes / 1e9:,.1f} GB) is not the "
                        f"{card.name}'s {card.usable_bytes / 1e9:.1f} GB usable.")
+
+
+def check_launchable(c: Candidate, where: str) -> None:
+    """check_consistent, and the bounds a launcher's caps need: positive hours, prices and cost, each within what
+    any fine-tuning run needs. One BadInput naming `where` (the option that named the plan file) and the field."""
+    t, cost = c.timing, c.cost
+    _positive(t.hours, f"{where}: timing.hours", MAX_RUN_HOURS)
+    for name in ("hours_high", "hours_at_risk"):
+        value = getattr(t, name)
+        if value is not None:
+            _positive(value, f"{where}: timing.{name}", MAX_RUN_HOURS)
+    check_consistent(c, where)
+    gpus = c.offer.gpu_count * c.nodes
+    _positive(cost.price_hour, f"{where}: cost.price_hour", MAX_GPU_HOUR_USD * gpus)
+    if c.offer.price_hour:
+        _positive(c.offer.price_hour, f"{where}: offer.price_hour", MAX_GPU_HOUR_USD * c.offer.gpu_count)
+    if c.offer.spot_price_hour is not None:
+        _positive(c.offer.spot_price_hour, f"{where}: offer.spot_price_hour", MAX_GPU_HOUR_USD * c.offer.gpu_count)
+    _positive(cost.usd, f"{where}: cost.usd", MAX_GPU_HOUR_USD * gpus * MAX_RUN_HOURS)
 
 
 def _check_date(text: str, field: str) -> None:
