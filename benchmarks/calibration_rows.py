@@ -295,86 +295,106 @@ def _grad_accum(notes: str, micro_batch: int, gpus: int) -> int:
 
 def parse_row(r: dict[str, str]) -> CalibrationRow:
     """One CSV row -> CalibrationRow (excluded rows carry the first reason found)."""
-    notes = r["notes"]
-    gpus = int(r["gpus"] or 1)
     kind = r["mem_kind"].strip() or "none"
     row = CalibrationRow(
         id=r["id"],
         source_url=r["source_url"],
-        conf=parse_conf(notes),
+        conf=parse_conf(r["notes"]),
         model_ref=r["model"],
         params=int(float(r["params_b"]) * 1e9),
         kind=kind,
         gpu=canonical_gpu(r["gpu_model"]),
     )
+    _map_measurement(row, r)
+    row.excluded = _map_row(row, r)
+    return row
+
+
+def _map_measurement(row: CalibrationRow, r: dict[str, str]) -> None:
+    """The measured number: its bytes and unit, a fit test's result, what an unstated metric is compared with."""
+    notes = r["notes"]
     if r["peak_mem_gb_per_gpu"].strip():
         row.unit, why = parse_unit(row.id, notes)
         row.measured_bytes = round(float(r["peak_mem_gb_per_gpu"]) * (GB if row.unit == "GB" else GIB))
         row.assumptions.append(f"unit {row.unit} ({why})")
-    if kind == "fit_test":
+    if row.kind == "fit_test":
         row.fit_observed = _fit_result(notes, r["wall_time"])
-    if kind == "unknown":
+    if row.kind == "unknown":
         row.assumptions.append("metric not stated: compared with our max_memory_reserved")
     if "range" in notes:
         row.conf = downgrade(row.conf)
         row.assumptions.append("published as a range; upper value; confidence lowered")
 
-    def exclude(reason: str) -> CalibrationRow:
-        row.excluded = reason
-        return row
 
-    if "SUSPECT" in notes:
-        return exclude("flagged SUSPECT by the data's compiler (below the physical floor for the stated setup)")
-
+def _map_row(row: CalibrationRow, r: dict[str, str]) -> str | None:
+    """Fill the model, stack and shape of `row`, in order; the first reason it is excluded, or None."""
+    if "SUSPECT" in r["notes"]:
+        return "flagged SUSPECT by the data's compiler (below the physical floor for the stated setup)"
     spec, why = resolve_model(r["model"])
     if spec is None:
-        return exclude(why or "model not resolved")
+        return why or "model not resolved"
     row.spec = spec
+    modules_to_save, why = _unmodelled_settings(row, r)
+    if why:
+        return why
+    precision = next((ours for prefix, ours in PRECISIONS if r["precision"].startswith(prefix)), None)
+    if precision is None:
+        return f"precision '{r['precision']}' not modelled"
+    optimizer, why = _optimizer(r["optimizer"])
+    if optimizer is None:
+        return why or "optimizer not modelled"
+    gpus = int(r["gpus"] or 1)
+    sharding, assumption, why = _sharding(r["parallelism"], gpus)
+    if why:
+        return why
+    if assumption:
+        row.conf = downgrade(row.conf)
+        row.assumptions.append(assumption + "; confidence lowered")
+    seq_len, assumption, lower = parse_seq_len(r["seq_len"])
+    if seq_len is None:
+        return f"sequence length not stated ('{r['seq_len']}')"
+    if assumption:
+        row.assumptions.append(assumption)
+    if lower:
+        row.conf = downgrade(row.conf)
+    fields = _stack_fields(row, r, spec, precision, optimizer, gpus, sharding)
+    if fields["method"] in ("lora", "qlora"):
+        _adapter_fields(row, r, fields, spec, modules_to_save)
+    why = _framework_fields(row, r, fields)
+    if why:
+        return why
+    return _build(row, r, fields, seq_len, gpus)
 
-    # Settings the estimator does not model (checked before mapping the rest).
+
+def _unmodelled_settings(row: CalibrationRow, r: dict[str, str]) -> tuple[str, str | None]:
+    """(modules_to_save, None), or ("", the first setting the estimator does not model), checked before the rest."""
     text = " ".join(r[k] for k in ("precision", "attention", "grad_checkpointing", "method", "quant_bits")).lower()
     if "fp8" in text:
-        return exclude("fp8 (Transformer Engine) training not modelled")
+        return "", "fp8 (Transformer Engine) training not modelled"
     if "unsloth" in text:
-        return exclude("Unsloth kernels / offloaded gradient checkpointing not modelled")
+        return "", "Unsloth kernels / offloaded gradient checkpointing not modelled"
     if r["quant_bits"].strip().startswith("8") or "8-bit base" in text:
-        return exclude("LLM.int8 (8-bit) base weights not modelled")
+        return "", "LLM.int8 (8-bit) base weights not modelled"
     if "gptq" in text:
-        return exclude("GPTQ int4 base is not bitsandbytes NF4 QLoRA")
+        return "", "GPTQ int4 base is not bitsandbytes NF4 QLoRA"
     modules_to_save = ""
-    if "modules_to_save" in notes or "trains wte" in notes:
+    if "modules_to_save" in r["notes"] or "trains wte" in r["notes"]:
         # Qwen's finetune.py "LoRA (emb)": modules_to_save=["wte", "lm_head"] -- peft keeps a trainable copy of
         # each beside the frozen original (our names: embed_tokens, lm_head).
         modules_to_save = "embed_tokens,lm_head"
         row.assumptions.append("trains wte + lm_head fully (peft modules_to_save): embed_tokens,lm_head copies")
     if r["compile"].strip() not in ("", "no"):
-        return exclude("torch.compile not modelled")
-    if kind == "none" and not r["tokens_per_sec"].strip():
-        return exclude("no memory and no tokens/s: wall time without dataset size")
+        return modules_to_save, "torch.compile not modelled"
+    if row.kind == "none" and not r["tokens_per_sec"].strip():
+        return modules_to_save, "no memory and no tokens/s: wall time without dataset size"
     if "megatron" in r["parallelism"].lower():
-        return exclude("Megatron tensor/pipeline parallelism not modelled")
+        return modules_to_save, "Megatron tensor/pipeline parallelism not modelled"
+    return modules_to_save, None
 
-    precision = next((ours for prefix, ours in PRECISIONS if r["precision"].startswith(prefix)), None)
-    if precision is None:
-        return exclude(f"precision '{r['precision']}' not modelled")
-    optimizer, why = _optimizer(r["optimizer"])
-    if optimizer is None:
-        return exclude(why or "optimizer not modelled")
-    sharding, assumption, why = _sharding(r["parallelism"], gpus)
-    if why:
-        return exclude(why)
-    if assumption:
-        row.conf = downgrade(row.conf)
-        row.assumptions.append(assumption + "; confidence lowered")
 
-    seq_len, assumption, lower = parse_seq_len(r["seq_len"])
-    if seq_len is None:
-        return exclude(f"sequence length not stated ('{r['seq_len']}')")
-    if assumption:
-        row.assumptions.append(assumption)
-    if lower:
-        row.conf = downgrade(row.conf)
-
+def _stack_fields(row: CalibrationRow, r: dict[str, str], spec: ModelSpec, precision: str, optimizer: str,
+                  gpus: int, sharding: dict) -> dict:
+    """The Stack's keywords from the precision, optimizer, checkpointing and attention columns."""
     if precision == "amp-bf16" and sharding.get("sharding", "").startswith("zero"):
         # DeepSpeed's bf16 mode casts the model to bf16 and keeps fp32 master weights and
         # Adam states for the trainable parameters only (DeepSpeed config docs, "bf16").
@@ -390,28 +410,36 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
     if fields["attention"] not in supported_attention(spec.family):
         fields["attention"] = default_attention(spec.family)
         row.assumptions.append(f"{spec.family} has no {attention or 'SDPA'} path: {fields['attention']} attention")
-    if method in ("lora", "qlora"):
-        rank = r["lora_rank"].strip()
-        if rank.isdigit():
-            fields["lora_rank"] = int(rank)
-        else:
-            fields["lora_rank"] = 8
-            row.conf = "low"
-            row.assumptions.append("LoRA rank unknown; peft default r=8 assumed; confidence low")
-        targets, assumption = lora_targets(r["lora_targets"], spec.family)
-        fields["lora_targets"] = targets
-        if assumption:
-            row.assumptions.append(assumption)
-        if "litgpt" in r["source_url"].lower():
-            fields["adapter_dtype"] = "bf16"  # LitGPT bf16-true: the whole model, adapters too, in bf16
-        if modules_to_save:
-            fields["modules_to_save"] = modules_to_save
+    return fields
+
+
+def _adapter_fields(row: CalibrationRow, r: dict[str, str], fields: dict, spec: ModelSpec,
+                    modules_to_save: str) -> None:
+    """A LoRA / QLoRA row's rank, targets, adapter dtype and saved modules into `fields`."""
+    rank = r["lora_rank"].strip()
+    if rank.isdigit():
+        fields["lora_rank"] = int(rank)
+    else:
+        fields["lora_rank"] = 8
+        row.conf = "low"
+        row.assumptions.append("LoRA rank unknown; peft default r=8 assumed; confidence low")
+    targets, assumption = lora_targets(r["lora_targets"], spec.family)
+    fields["lora_targets"] = targets
+    if assumption:
+        row.assumptions.append(assumption)
+    if "litgpt" in r["source_url"].lower():
+        fields["adapter_dtype"] = "bf16"  # LitGPT bf16-true: the whole model, adapters too, in bf16
+    if modules_to_save:
+        fields["modules_to_save"] = modules_to_save
+
+
+def _framework_fields(row: CalibrationRow, r: dict[str, str], fields: dict) -> str | None:
+    """What the source's framework (LitGPT, LLaMA-Factory) changes in `fields`; why the row is excluded, or None."""
+    method = fields["method"]
     litgpt = "litgpt" in r["source_url"].lower()
     if litgpt and fields.get("sharding") == "fsdp":
-        return exclude(
-            "Lightning Fabric FSDP1 (PyTorch 2.1-2.3): per-GPU memory at or above the single-GPU run "
-            "(SOURCES.md, lr- and lc- notes), i.e. not sharded as FSDP2 (which the estimator models) shards"
-        )
+        return ("Lightning Fabric FSDP1 (PyTorch 2.1-2.3): per-GPU memory at or above the single-GPU run "
+                "(SOURCES.md, lr- and lc- notes), i.e. not sharded as FSDP2 (which the estimator models) shards")
     if litgpt and method in ("lora", "qlora"):
         # litgpt/finetune/lora.py: logits = model(input_ids, lm_head_chunk_size=128); loss =
         # chunked_cross_entropy(logits, targets[..., 1:]) -- a chunked loss, never the whole b·s·V at once.
@@ -424,25 +452,31 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
         fields["bnb_saves_inputs"] = True
         row.assumptions.append("bitsandbytes of the time (0.41-0.42) saved 4-bit linears' inputs")
     if method == "qlora":
-        dq = bool(re.search(r"nf4-dq|double.quant|nested quant", notes + r["source_locator"], re.I))
+        dq = bool(re.search(r"nf4-dq|double.quant|nested quant", r["notes"] + r["source_locator"], re.I))
         if "hiyouga" in r["source_url"]:
             dq = True  # LLaMA-Factory default double_quantization=True
             row.assumptions.append("double quantisation: LLaMA-Factory default (on)")
         fields["double_quant"] = dq
     fields.setdefault("loss", "standard")  # the published runs computed transformers' loss on full logits
+    return None
+
+
+def _build(row: CalibrationRow, r: dict[str, str], fields: dict, seq_len: int, gpus: int) -> str | None:
+    """The Stack, the Shape, tokens/s and accumulation; why the row is excluded, or None."""
+    notes = r["notes"]
     try:
         row.stack = Stack(**fields)
         row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len,
                           grad_accum=stated_grad_accum(notes, int(r["micro_batch"]), gpus))
     except ValueError as exc:
-        return exclude(f"settings not representable: {str(exc).splitlines()[0]}")
+        return f"settings not representable: {str(exc).splitlines()[0]}"
     row.tokens_per_sec_total = _tokens_per_sec(r["tokens_per_sec"], gpus)
     row.grad_accum = _grad_accum(notes, row.shape.micro_batch, gpus)
-    if kind == "fit_test" and row.fit_observed is None:
-        return exclude("fit test without a stated result")
-    if kind == "fit_test" and row.gpu is None:
-        return exclude("fit test on a card of unstated size")
-    return row
+    if row.kind == "fit_test" and row.fit_observed is None:
+        return "fit test without a stated result"
+    if row.kind == "fit_test" and row.gpu is None:
+        return "fit test on a card of unstated size"
+    return None
 
 
 def load_rows(path: Path | str | None = None) -> list[CalibrationRow]:

@@ -375,7 +375,7 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     atomic_write(path, buf.getvalue())
 
 
-def main(argv: list[str] | None = None) -> Path | None:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--tiny", action="store_true", help="tiny config, mechanics only")
@@ -384,11 +384,13 @@ def main(argv: list[str] | None = None) -> Path | None:
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps per case (after 1 warm-up)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the CSV")
     parser.add_argument("--list", action="store_true", help="print the planned cases and times, run nothing")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def _device(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(the device's name, its canonical GPU name or None); one clear line and exit 2 for CUDA without a GPU."""
     import torch
 
-    cases = tiny_matrix() if args.tiny else cuda_matrix()
     if args.device == "cuda" and not torch.cuda.is_available() and not args.list:
         print("error: --device cuda: no CUDA device here; use --device cpu --tiny for the mechanics run",
               file=sys.stderr)
@@ -399,6 +401,45 @@ def main(argv: list[str] | None = None) -> Path | None:
         from pricing.gpus import canonical_name
 
         gpu = canonical_name(gpu_name)
+    return gpu_name, gpu
+
+
+def _print_plan(plan: list[tuple[Case, float]]) -> None:
+    total = 0.0
+    for c, secs in plan:
+        total += secs
+        print(f"{c.id:55s} {secs:7.1f} s  (cumulative {total:7.1f} s)")
+
+
+def _skip_reason(case: Case, secs: float, elapsed: float, args: argparse.Namespace) -> str | None:
+    reason = skip_reason(case, args.device)
+    if reason is None and elapsed + secs > args.budget_seconds:
+        reason = f"budget: {elapsed:.0f} s used, case planned at {secs:.0f} s, budget {args.budget_seconds:.0f} s"
+    return reason
+
+
+def _run_row(row: dict[str, Any], case: Case, spec: ModelSpec, gpu: str | None, args: argparse.Namespace) -> None:
+    """Run the case into `row`, with the estimate and its errors beside the measurement."""
+    t0 = time.perf_counter()
+    row.update(run_case(case, spec, args.device, args.steps))
+    row["case_seconds"] = f"{time.perf_counter() - t0:.1f}"
+    est = estimates(spec, case, gpu)
+    row.update({k: v for k, v in est.items() if k != "est_error"})
+    if est.get("est_error"):
+        row["reason"] = ((row.get("reason") or "") + " " + est["est_error"]).strip()
+    row["err_allocated_pct"] = _err(row.get("est_peak_allocated"), row.get("max_allocated_bytes"))
+    row["err_reserved_pct"] = _err(row.get("est_peak_reserved"), row.get("max_reserved_bytes"))
+    row["err_device_pct"] = _err(row.get("est_device_total"), row.get("device_used_bytes"))
+    row["err_tokens_per_sec_pct"] = _err(row.get("est_tokens_per_sec"), row.get("tokens_per_sec"))
+    row["tokens_per_sec_in_band"] = in_band(row)
+    print(f"{row['status']:5s} {case.id} {row['case_seconds']} s alloc={row.get('max_allocated_bytes')} "
+          f"est={row.get('est_peak_allocated')} tok/s={row.get('tokens_per_sec')}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> Path | None:
+    args = _parse_args(argv)
+    cases = tiny_matrix() if args.tiny else cuda_matrix()
+    gpu_name, gpu = _device(args)
     today = dt.date.today().isoformat()
     slug = re.sub(r"[^A-Za-z0-9.-]+", "-", gpu or gpu_name).strip("-") or "gpu"
     path = args.out / f"gpu_measure_{slug}{'-tiny' if args.tiny else ''}_{today}.csv"
@@ -407,10 +448,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     specs = {c.model: spec_for(c) for c in cases}
     plan = [(c, planned_seconds(c, params_of(specs[c.model]), args.steps)) for c in cases]
     if args.list:
-        total = 0.0
-        for c, secs in plan:
-            total += secs
-            print(f"{c.id:55s} {secs:7.1f} s  (cumulative {total:7.1f} s)")
+        _print_plan(plan)
         return None
 
     rows: list[dict[str, Any]] = []
@@ -424,28 +462,12 @@ def main(argv: list[str] | None = None) -> Path | None:
             "lora_rank": 16 if case.method != "full" else "", "micro_batch": case.micro_batch,
             "seq_len": case.seq_len, "steps": args.steps, "planned_seconds": f"{secs:.1f}",
         }
-        elapsed = time.perf_counter() - start
-        reason = skip_reason(case, args.device)
-        if reason is None and elapsed + secs > args.budget_seconds:
-            reason = f"budget: {elapsed:.0f} s used, case planned at {secs:.0f} s, budget {args.budget_seconds:.0f} s"
+        reason = _skip_reason(case, secs, time.perf_counter() - start, args)
         if reason:
             row.update(status="skipped", reason=reason)
             print(f"skip {case.id}: {reason}", file=sys.stderr)
         else:
-            t0 = time.perf_counter()
-            row.update(run_case(case, spec, args.device, args.steps))
-            row["case_seconds"] = f"{time.perf_counter() - t0:.1f}"
-            est = estimates(spec, case, gpu)
-            row.update({k: v for k, v in est.items() if k != "est_error"})
-            if est.get("est_error"):
-                row["reason"] = ((row.get("reason") or "") + " " + est["est_error"]).strip()
-            row["err_allocated_pct"] = _err(row.get("est_peak_allocated"), row.get("max_allocated_bytes"))
-            row["err_reserved_pct"] = _err(row.get("est_peak_reserved"), row.get("max_reserved_bytes"))
-            row["err_device_pct"] = _err(row.get("est_device_total"), row.get("device_used_bytes"))
-            row["err_tokens_per_sec_pct"] = _err(row.get("est_tokens_per_sec"), row.get("tokens_per_sec"))
-            row["tokens_per_sec_in_band"] = in_band(row)
-            print(f"{row['status']:5s} {case.id} {row['case_seconds']} s alloc={row.get('max_allocated_bytes')} "
-                  f"est={row.get('est_peak_allocated')} tok/s={row.get('tokens_per_sec')}", file=sys.stderr)
+            _run_row(row, case, spec, gpu, args)
         rows.append(row)
         write_csv(path, rows)
     print(path)

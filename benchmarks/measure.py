@@ -420,98 +420,35 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
     _check_measurable(stack)
     if steps < 1:
         raise ValueError("steps: must be at least 1")
-    import torch
-
     model = build_model(config, stack)
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
     weights, weights_by_dtype = _tensor_bytes(params)
     buffers, _ = _tensor_bytes(list(model.buffers()))
     excluded = {_storage_key(t) for t in [*params, *model.buffers()]}
-    seen_params: set[tuple[int, int]] = set()
-    params_total = params_trainable = 0
-    for p in params:  # tied weights are one parameter object; count each storage once
-        key = _storage_key(p)
-        if key in seen_params:
-            continue
-        seen_params.add(key)
-        params_total += p.numel()
-        params_trainable += p.numel() if p.requires_grad else 0
-
+    params_total, params_trainable = _param_counts(params)
     optimizer = make_optimizer(trainable, stack)
-    vocab = model.config.get_text_config().vocab_size
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, vocab, (shape.micro_batch, shape.seq_len), generator=generator)
-    inputs = {"input_ids": ids, "labels": ids}
-    if shape.padded:  # the last row ends with an eighth of padding: transformers builds a mask
-        mask = torch.ones_like(ids)
-        mask[-1, -max(1, shape.seq_len // 8):] = 0
-        inputs["attention_mask"] = mask
-    autocast_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(stack.precision)
-
-    recorder = None
-    loss_value = 0.0
-    for step in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        last = step == steps - 1
-        if last:
-            recorder = _Recorder(model, excluded)
-        with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            if last:
-                with recorder.hooks, recorder.fn_mode, recorder.cast_mode:
-                    loss = _loss(model, inputs, stack)
-            else:
-                loss = _loss(model, inputs, stack)
-        if last:
-            recorder.phase = "backward"
-            live = recorder.live_keys()
-            for key, record in recorder.seen.items():
-                record.transient = key not in live
-            with recorder.hooks, recorder.fn_mode:
-                loss.backward()
-            recorder.close()
-        else:
-            loss.backward()
-        loss_value = float(loss.detach())
-        del loss
-        if last:
-            gradients, gradients_by_dtype = _tensor_bytes([p.grad for p in trainable if p.grad is not None])
-        optimizer.step()
-
-    state_tensors = [
-        v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
-    ]
-    optimizer_bytes, optimizer_by_dtype = _tensor_bytes(state_tensors)
-
-    assert recorder is not None
+    run = _train(model, optimizer, _inputs(model, shape), stack, steps, excluded)
+    optimizer_bytes, optimizer_by_dtype = _tensor_bytes(_optimizer_state(optimizer))
+    recorder = run.recorder
     saved = [r for r in recorder.seen.values() if not r.transient]
     transient = sum(r.storage_bytes for r in recorder.seen.values() if r.transient)
-    by_dtype: dict[str, int] = defaultdict(int)
-    by_module: dict[str, int] = defaultdict(int)
-    by_op: dict[str, int] = defaultdict(int)
-    for s in saved:
-        by_dtype[s.dtype] += s.storage_bytes
-        by_module[_fold_layers(s.module)] += s.storage_bytes
-        by_op[f"{_fold_layers(s.module)} :: {s.op}"] += s.storage_bytes
-    recompute_layer, recompute = "", 0
-    for layer, records in recorder.recompute.items():
-        total = sum(_cuda_bytes(r) for r in records.values())
-        if total > recompute:
-            recompute_layer, recompute = layer, total
+    by_dtype, by_module, by_op = _saved_by(saved)
+    recompute_layer, recompute = _largest_recompute(recorder)
     return Measured(
         weights=weights,
-        gradients=gradients,
+        gradients=run.gradients,
         optimizer=optimizer_bytes,
         activations=sum(s.storage_bytes for s in saved),
         params_total=params_total,
         params_trainable=params_trainable,
         buffers=buffers,
         weights_by_dtype=weights_by_dtype,
-        gradients_by_dtype=gradients_by_dtype,
+        gradients_by_dtype=run.gradients_by_dtype,
         optimizer_by_dtype=optimizer_by_dtype,
-        activations_by_dtype=dict(by_dtype),
-        activations_by_module=dict(by_module),
-        activations_by_op=dict(by_op),
+        activations_by_dtype=by_dtype,
+        activations_by_module=by_module,
+        activations_by_op=by_op,
         weight_copies=sum(s.storage_bytes for s in saved if s.weight_copy),
         transient_graphs=transient,
         saved_tensor_calls=recorder.calls,
@@ -521,8 +458,108 @@ def measure(config: dict, stack: Stack, shape: Shape, *, steps: int = 1) -> Meas
         recompute_max_layer=recompute,
         recomputed=list(recorder.recompute[recompute_layer].values()) if recompute else [],
         saved=saved,
-        loss=loss_value,
+        loss=run.loss,
     )
+
+
+def _param_counts(params) -> tuple[int, int]:
+    """(all, trainable) parameter elements; tied weights are one parameter object: each storage once."""
+    seen_params: set[tuple[int, int]] = set()
+    params_total = params_trainable = 0
+    for p in params:
+        key = _storage_key(p)
+        if key in seen_params:
+            continue
+        seen_params.add(key)
+        params_total += p.numel()
+        params_trainable += p.numel() if p.requires_grad else 0
+    return params_total, params_trainable
+
+
+def _inputs(model, shape: Shape) -> dict:
+    """Seeded random token ids as inputs and labels; a padded shape's last row ends with an eighth of padding
+    (transformers then builds a mask)."""
+    import torch
+
+    vocab = model.config.get_text_config().vocab_size
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (shape.micro_batch, shape.seq_len), generator=generator)
+    inputs = {"input_ids": ids, "labels": ids}
+    if shape.padded:
+        mask = torch.ones_like(ids)
+        mask[-1, -max(1, shape.seq_len // 8):] = 0
+        inputs["attention_mask"] = mask
+    return inputs
+
+
+@dataclass
+class _Run:
+    """What the recorded (last) training step left: its recorder, the gradients' bytes and the loss."""
+
+    recorder: _Recorder
+    gradients: int
+    gradients_by_dtype: dict[str, int]
+    loss: float
+
+
+def _train(model, optimizer, inputs: dict, stack: Stack, steps: int, excluded: set) -> _Run:
+    """`steps` optimizer steps; the last one's forward and backward run under the recorder."""
+    import torch
+
+    autocast_dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(stack.precision)
+    for _ in range(steps - 1):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            loss = _loss(model, inputs, stack)
+        loss.backward()
+        del loss
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    recorder = _Recorder(model, excluded)
+    with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        with recorder.hooks, recorder.fn_mode, recorder.cast_mode:
+            loss = _loss(model, inputs, stack)
+    recorder.phase = "backward"
+    live = recorder.live_keys()
+    for key, record in recorder.seen.items():
+        record.transient = key not in live
+    with recorder.hooks, recorder.fn_mode:
+        loss.backward()
+    recorder.close()
+    loss_value = float(loss.detach())
+    del loss
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    gradients, gradients_by_dtype = _tensor_bytes([p.grad for p in trainable if p.grad is not None])
+    optimizer.step()
+    return _Run(recorder, gradients, gradients_by_dtype, loss_value)
+
+
+def _optimizer_state(optimizer) -> list:
+    import torch
+
+    return [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+def _saved_by(saved: list[SavedTensor]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Saved bytes by dtype, by module (layers folded) and by module and op."""
+    by_dtype: dict[str, int] = defaultdict(int)
+    by_module: dict[str, int] = defaultdict(int)
+    by_op: dict[str, int] = defaultdict(int)
+    for s in saved:
+        by_dtype[s.dtype] += s.storage_bytes
+        by_module[_fold_layers(s.module)] += s.storage_bytes
+        by_op[f"{_fold_layers(s.module)} :: {s.op}"] += s.storage_bytes
+    return dict(by_dtype), dict(by_module), dict(by_op)
+
+
+def _largest_recompute(recorder: _Recorder) -> tuple[str, int]:
+    """(layer, bytes) of the layer whose recompute holds the most, as CUDA would ("", 0 without recompute)."""
+    recompute_layer, recompute = "", 0
+    for layer, records in recorder.recompute.items():
+        total = sum(_cuda_bytes(r) for r in records.values())
+        if total > recompute:
+            recompute_layer, recompute = layer, total
+    return recompute_layer, recompute
 
 
 def _loss(model, inputs: dict, stack: Stack):

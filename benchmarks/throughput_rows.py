@@ -296,90 +296,123 @@ def _gpu_assumptions(text: str, gpu: str, notes: str) -> list[str]:
     return out
 
 
+# Why the data's compiler rated a source's rows conf=low (SOURCES.md beside the CSV)
+LOW_CONFIDENCE_WHY = {
+    "ttreadme": "torchtune README's 'Runnable On' column is not the GPU the time was measured on",
+    "vlm": "earlier vectorlm revision ~6x slower than the later table on the same hardware "
+           "(SOURCES.md: a different software era, not to be pooled)",
+    "xtuner": "LLaMA-Factory baseline row: micro-batch, accumulation and stage not given",
+    "fmsacc": "Mixtral under transformers 4.45 loops over its experts in Python, each an nn.Linear "
+              "(bitsandbytes-quantised under QLoRA); the time model follows transformers 5's grouped "
+              "experts",
+    "afqlora": "the dual-3090 batch-1 QLoRA table times (1,082 s, 1,564 s) are ~2x the text beside them "
+               "('800 seconds vs 550')",
+    "raygptj": "'~1280 seconds (including initialization time)': model loading inside the epoch time",
+    "cyfgist": "the unit of 'Th.put' is not stated (total samples/s inferred); precision and code not given",
+    "openllama": "accumulation not stated; ~47% MFU while offloading, above any other published A100 run",
+    "hfaccds": "token count not published (derived from another guide's log of the same dataset)"}
+
+
 def parse_published(r: dict[str, str]) -> TimeRow:
-    notes = r["notes"]
     rid = r["id"]
-    row = TimeRow(id=rid, source=rid.split("-")[0], conf=parse_conf(notes), file="published_throughput.csv",
+    row = TimeRow(id=rid, source=rid.split("-")[0], conf=parse_conf(r["notes"]), file="published_throughput.csv",
                   model_ref=r["model"])
+    row.excluded = _map_published(row, r)
+    return row
 
-    def exclude(reason: str) -> TimeRow:
-        row.excluded = reason
-        return row
 
+def _map_published(row: TimeRow, r: dict[str, str]) -> str | None:
+    """Fill `row` from the CSV row, in order; the first reason the row is excluded, or None."""
     if row.conf == "low":
-        why = {"ttreadme": "torchtune README's 'Runnable On' column is not the GPU the time was measured on",
-               "vlm": "earlier vectorlm revision ~6x slower than the later table on the same hardware "
-                      "(SOURCES.md: a different software era, not to be pooled)",
-               "xtuner": "LLaMA-Factory baseline row: micro-batch, accumulation and stage not given",
-               "fmsacc": "Mixtral under transformers 4.45 loops over its experts in Python, each an nn.Linear "
-                         "(bitsandbytes-quantised under QLoRA); the time model follows transformers 5's grouped "
-                         "experts",
-               "afqlora": "the dual-3090 batch-1 QLoRA table times (1,082 s, 1,564 s) are ~2x the text beside them "
-                          "('800 seconds vs 550')",
-               "raygptj": "'~1280 seconds (including initialization time)': model loading inside the epoch time",
-               "cyfgist": "the unit of 'Th.put' is not stated (total samples/s inferred); precision and code not given",
-               "openllama": "accumulation not stated; ~47% MFU while offloading, above any other published A100 run",
-               "hfaccds": "token count not published (derived from another guide's log of the same dataset)"}.get(
-                   row.source, "")
-        return exclude("conf=low" + (f": {why}" if why else ""))
+        why = LOW_CONFIDENCE_WHY.get(row.source, "")
+        return "conf=low" + (f": {why}" if why else "")
     gpus = int(r["gpus"] or 1)
-    nodes = int(r["nodes"]) if r["nodes"].strip() else max(1, gpus // 8) if gpus > 8 else 1
-    row.nodes = nodes
-    row.gpu = canonical_gpu(r["gpu_model"], GPUS)
-    if row.gpu is None:
-        return exclude(f"GPU '{r['gpu_model']}' not in the GPU table")
-    m = re.search(r"(\d+)\s*Gbps", r["gpu_model"]) or re.search(r"'up to (\d+) Gbps'", notes)
-    if m and nodes > 1:
-        row.network_gbps = float(m.group(1))
-    row.assumptions += _gpu_assumptions(r["gpu_model"], row.gpu, notes)
-    if re.search(r"[AH]800", r["gpu_model"]):
-        row.link_gb_s = EXPORT_NVLINK_GB_S
-    m = re.search(r"power-limited to (\d+) ?W", r["gpu_model"])
-    if m:
-        row.power_w = float(m.group(1))
-        row.assumptions.append(f"cards power-limited to {m.group(1)} W: sustained clock ∝ power^(1/3)")
-    if "slow PCI lanes" in r["gpu_model"]:
-        # 'older motherboard and slow PCI lanes' (lane width not stated): PCIe 4.0 x8 / 3.0 x16, 16 GB/s a direction
-        row.link_gb_s = SLOW_LANES_GB_S
-        row.assumptions.append(f"'slow PCI lanes' taken as {SLOW_LANES_GB_S:g} GB/s a direction (x8 Gen4 / x16 Gen3)")
+    why = _map_hardware(row, r, gpus)
+    if why:
+        return why
     if "gptq" in r["quant_bits"].lower():
-        return exclude("GPTQ int4 base weights are not bitsandbytes NF4 QLoRA")
+        return "GPTQ int4 base weights are not bitsandbytes NF4 QLoRA"
     precision, why = _precision(r["precision"])
     if precision is None:
-        return exclude(why or "precision not modelled")
+        return why or "precision not modelled"
     spec, assumption, why = resolve(r["model"])
     if spec is None:
-        return exclude(why or "model not resolved")
+        return why or "model not resolved"
     row.spec = spec
     if assumption:
         row.assumptions.append(assumption)
     fields, assumption, why = _sharding(r["parallelism"], gpus)
     if why:
-        return exclude(why)
+        return why
     if assumption:
         row.assumptions.append(assumption)
     if not r["micro_batch"].strip():
-        return exclude("micro-batch not stated")
+        return "micro-batch not stated"
+    seq_len, why = _published_seq_len(row, r)
+    if seq_len is None:
+        return why
+    _map_host(row, r, gpus)
+    stack_kw = _stack_fields(row, r, precision, gpus, fields)
+    if stack_kw["method"] != "full":
+        why = _lora_fields(row, r, stack_kw, precision)
+        if why:
+            return why
+    return _build(row, r, stack_kw, precision, seq_len, gpus)
+
+
+def _map_hardware(row: TimeRow, r: dict[str, str], gpus: int) -> str | None:
+    """Nodes, the card, its network, links and power limit; why the row is excluded, or None."""
+    text, notes = r["gpu_model"], r["notes"]
+    nodes = int(r["nodes"]) if r["nodes"].strip() else max(1, gpus // 8) if gpus > 8 else 1
+    row.nodes = nodes
+    row.gpu = canonical_gpu(text, GPUS)
+    if row.gpu is None:
+        return f"GPU '{text}' not in the GPU table"
+    m = re.search(r"(\d+)\s*Gbps", text) or re.search(r"'up to (\d+) Gbps'", notes)
+    if m and nodes > 1:
+        row.network_gbps = float(m.group(1))
+    row.assumptions += _gpu_assumptions(text, row.gpu, notes)
+    if re.search(r"[AH]800", text):
+        row.link_gb_s = EXPORT_NVLINK_GB_S
+    m = re.search(r"power-limited to (\d+) ?W", text)
+    if m:
+        row.power_w = float(m.group(1))
+        row.assumptions.append(f"cards power-limited to {m.group(1)} W: sustained clock ∝ power^(1/3)")
+    if "slow PCI lanes" in text:
+        # 'older motherboard and slow PCI lanes' (lane width not stated): PCIe 4.0 x8 / 3.0 x16, 16 GB/s a direction
+        row.link_gb_s = SLOW_LANES_GB_S
+        row.assumptions.append(f"'slow PCI lanes' taken as {SLOW_LANES_GB_S:g} GB/s a direction (x8 Gen4 / x16 Gen3)")
+    return None
+
+
+def _published_seq_len(row: TimeRow, r: dict[str, str]) -> tuple[int | None, str | None]:
+    """(the sequence length of a step, None) or (None, why it is not known)."""
     seq_text = r["seq_len"].strip()
     if re.fullmatch(r"\d+", seq_text):
-        seq_len = int(seq_text)
-    else:
-        m = re.search(r"~(\d+) tokens/sample", seq_text)
-        if m and "padded" in r["packed"].lower():
-            # peft MetaMathQA: BucketIterator groups samples of similar length (bucket of 20 batches), and
-            # tokens/s counts the samples' own tokens + EOS: the work per step is ~ the average length
-            seq_len = int(m.group(1)) + 1
-            row.assumptions.append(f"length-bucketed batches: seq_len = average sample length {seq_len}")
-        else:
-            return exclude("sequence length per step not stated (dynamic padding of variable-length examples; "
-                           "tokens/s counts non-pad tokens, the padded length is not published)")
+        return int(seq_text), None
+    m = re.search(r"~(\d+) tokens/sample", seq_text)
+    if m and "padded" in r["packed"].lower():
+        # peft MetaMathQA: BucketIterator groups samples of similar length (bucket of 20 batches), and
+        # tokens/s counts the samples' own tokens + EOS: the work per step is ~ the average length
+        seq_len = int(m.group(1)) + 1
+        row.assumptions.append(f"length-bucketed batches: seq_len = average sample length {seq_len}")
+        return seq_len, None
+    return None, ("sequence length per step not stated (dynamic padding of variable-length examples; "
+                  "tokens/s counts non-pad tokens, the padded length is not published)")
+
+
+def _map_host(row: TimeRow, r: dict[str, str], gpus: int) -> None:
+    """The host's vCPUs per GPU, where the GPU text or the notes name them."""
     vcpus, why_host = _host_vcpus_per_gpu(r["gpu_model"])
     if vcpus is None:
-        vcpus, why_host = _host_vcpus_per_gpu(notes)
+        vcpus, why_host = _host_vcpus_per_gpu(r["notes"])
     if vcpus:
         row.host_vcpus_per_gpu = vcpus / gpus if "shared by the GPUs" in (why_host or "") else vcpus
         row.assumptions.append(why_host)
-    method = r["method"].strip()
+
+
+def _stack_fields(row: TimeRow, r: dict[str, str], precision: str, gpus: int, fields: dict) -> dict:
+    """The Stack's keywords from the optimizer, attention, checkpointing and kernel columns."""
     optimizer = "adamw"
     opt_text = r["optimizer"].lower()
     if "8bit" in opt_text or "8-bit" in opt_text:
@@ -395,8 +428,9 @@ def parse_published(r: dict[str, str]) -> TimeRow:
     gc_text = r["grad_checkpointing"].strip().lower()
     # every published run computed its framework's loss on full logits (transformers' ForCausalLMLoss; TRL before
     # 1.x), or Liger's fused one (--liger): none ran TRL 1.16's fused LM head
-    stack_kw: dict = dict(method=method, precision=precision, optimizer=optimizer, gpus=gpus, loss="standard",
-                          grad_checkpointing=_yes(gc_text) and gc_text != "selective op", attention=attn, **fields)
+    stack_kw: dict = dict(method=r["method"].strip(), precision=precision, optimizer=optimizer, gpus=gpus,
+                          loss="standard", grad_checkpointing=_yes(gc_text) and gc_text != "selective op",
+                          attention=attn, **fields)
     if gc_text == "selective op":
         # torchtitan's op-level selective AC saves the matmul outputs and recomputes only cheap ops
         row.assumptions.append("op-level selective activation checkpointing: no matmul recompute")
@@ -408,45 +442,54 @@ def parse_published(r: dict[str, str]) -> TimeRow:
         stack_kw["compile"] = True
     if r["liger"].strip().lower().startswith("yes"):
         stack_kw["liger"] = True
-    if "fused layernorm/swiglu/xentropy/rope" in r["attention"].lower():
+    if "fused layernorm/swiglu/xentropy/rope" in attention:
         stack_kw["liger"] = True
         row.assumptions.append("fused norm/SwiGLU/cross-entropy/RoPE kernels modelled as Liger's")
-    if method != "full":
-        rank = r["lora_rank"].strip()
-        stack_kw["lora_rank"] = int(rank) if rank.isdigit() else 8
-        targets = r["lora_targets"].lower()
-        head = targets.split(" (")[0].strip()
-        if "all linear" in targets or "all-linear" in targets:
-            stack_kw["lora_targets"] = "all-linear"
-        elif re.fullmatch(r"[a-z_]+(,[a-z_]+)+", head):  # an explicit module list, before any substring of it
-            stack_kw["lora_targets"] = head
-        elif "peft default" in targets:
-            stack_kw["lora_targets"] = "q_proj,v_proj"
-        else:
-            return exclude(f"LoRA targets '{r['lora_targets']}' not mapped")
-        if "modules_to_save lm_head, embed_tokens" in targets:
-            stack_kw["modules_to_save"] = "embed_tokens,lm_head"
-        if "dora" in targets or "dora" in notes.lower():
-            stack_kw["dora"] = True
-        if row.source == "afqlora":
-            # fsdp_qlora wraps with FSDP1, whose flat parameters hold one dtype: the adapters are bf16 too
-            stack_kw["adapter_dtype"] = "bf16"
-            stack_kw["lora_dropout"] = 0.1  # train.py default
-            row.assumptions.append("adapters in bf16 (FSDP1 flat parameters share the model's dtype)")
-        elif precision in ("bf16", "fp16") and row.source in ("optb", "vlm", "nemoam"):
-            # half-precision models wrapped by peft < 0.12 (or NeMo's own LoRA): adapters in the model dtype;
-            # peft >= 0.12 upcasts them to fp32 (autocast_adapter_dtype=True), the Stack default
-            stack_kw["adapter_dtype"] = "bf16"
-            row.assumptions.append("adapters in the model's 16-bit dtype (peft before 0.12 / NeMo LoRA)")
-        if row.source == "peftmmqa":
-            stack_kw["lora_dropout"] = 0.0  # experiments/lora/*/adapter_config.json: "lora_dropout": 0.0
-            row.assumptions.append("lora_dropout 0.0 (the experiment's adapter_config.json)")
-        if method == "qlora":
-            stack_kw["double_quant"] = "double" in r["quant_bits"].lower()
-        if precision.startswith("amp-") and "torch_dtype bfloat16" in r["precision"]:
-            # the frozen weights were loaded in bf16 (autocast on top): 16-bit weights, peft's fp32 adapters
-            stack_kw["precision"] = precision[4:]
-            row.assumptions.append("model loaded in bf16 under autocast: 16-bit frozen weights")
+    return stack_kw
+
+
+def _lora_fields(row: TimeRow, r: dict[str, str], stack_kw: dict, precision: str) -> str | None:
+    """The adapter's keywords into `stack_kw`; why the row is excluded (targets not mapped), or None."""
+    rank = r["lora_rank"].strip()
+    stack_kw["lora_rank"] = int(rank) if rank.isdigit() else 8
+    targets = r["lora_targets"].lower()
+    head = targets.split(" (")[0].strip()
+    if "all linear" in targets or "all-linear" in targets:
+        stack_kw["lora_targets"] = "all-linear"
+    elif re.fullmatch(r"[a-z_]+(,[a-z_]+)+", head):  # an explicit module list, before any substring of it
+        stack_kw["lora_targets"] = head
+    elif "peft default" in targets:
+        stack_kw["lora_targets"] = "q_proj,v_proj"
+    else:
+        return f"LoRA targets '{r['lora_targets']}' not mapped"
+    if "modules_to_save lm_head, embed_tokens" in targets:
+        stack_kw["modules_to_save"] = "embed_tokens,lm_head"
+    if "dora" in targets or "dora" in r["notes"].lower():
+        stack_kw["dora"] = True
+    if row.source == "afqlora":
+        # fsdp_qlora wraps with FSDP1, whose flat parameters hold one dtype: the adapters are bf16 too
+        stack_kw["adapter_dtype"] = "bf16"
+        stack_kw["lora_dropout"] = 0.1  # train.py default
+        row.assumptions.append("adapters in bf16 (FSDP1 flat parameters share the model's dtype)")
+    elif precision in ("bf16", "fp16") and row.source in ("optb", "vlm", "nemoam"):
+        # half-precision models wrapped by peft < 0.12 (or NeMo's own LoRA): adapters in the model dtype;
+        # peft >= 0.12 upcasts them to fp32 (autocast_adapter_dtype=True), the Stack default
+        stack_kw["adapter_dtype"] = "bf16"
+        row.assumptions.append("adapters in the model's 16-bit dtype (peft before 0.12 / NeMo LoRA)")
+    if row.source == "peftmmqa":
+        stack_kw["lora_dropout"] = 0.0  # experiments/lora/*/adapter_config.json: "lora_dropout": 0.0
+        row.assumptions.append("lora_dropout 0.0 (the experiment's adapter_config.json)")
+    if stack_kw["method"] == "qlora":
+        stack_kw["double_quant"] = "double" in r["quant_bits"].lower()
+    if precision.startswith("amp-") and "torch_dtype bfloat16" in r["precision"]:
+        # the frozen weights were loaded in bf16 (autocast on top): 16-bit weights, peft's fp32 adapters
+        stack_kw["precision"] = precision[4:]
+        row.assumptions.append("model loaded in bf16 under autocast: 16-bit frozen weights")
+    return None
+
+
+def _build(row: TimeRow, r: dict[str, str], stack_kw: dict, precision: str, seq_len: int, gpus: int) -> str | None:
+    """The Stack, the Shape and the total tokens/s; why the settings are not representable, or None."""
     if precision == "amp-fp16" and stack_kw.get("sharding", "").startswith("zero"):
         stack_kw["precision"] = "fp16"
         row.assumptions.append("DeepSpeed fp16: 16-bit weights with fp32 master and Adam states")
@@ -455,10 +498,10 @@ def parse_published(r: dict[str, str]) -> TimeRow:
         ga = int(r["grad_accum"]) if r["grad_accum"].strip() else 1
         row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len, grad_accum=ga)
     except ValueError as exc:
-        return exclude(f"settings not representable: {str(exc).splitlines()[0]}")
+        return f"settings not representable: {str(exc).splitlines()[0]}"
     value = float(r["tokens_per_sec"])
     row.tokens_per_sec = value * gpus if r["tokens_per_sec_scope"].startswith("per_gpu") else value
-    return row
+    return None
 
 
 # ----------------------------------------------------------------------------- measured_memory.csv

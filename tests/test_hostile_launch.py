@@ -193,7 +193,14 @@ def test_hostile_text_in_a_plan_stays_text_in_every_bundle_file(tmp_path, capsys
     assert set(os.listdir(out)) == BUNDLE_FILES
     assert all("\x1b" not in s for s in (stdout, err))
 
-    # YAML: the same key tree as the benign bundle; the hostile strings are values, byte for byte.
+    _assert_yaml_holds_the_text_as_values(out, benign_dir, text)
+    _assert_scripts_run_the_benign_commands(out, benign_dir, tmp_path)
+    # README: text only (no HTML, link, image or extra heading), the hostile value visible.
+    assert_markdown_is_inert(out / "README.md", benign_dir / "README.md")
+
+
+def _assert_yaml_holds_the_text_as_values(out: Path, benign_dir: Path, text: str) -> None:
+    """YAML: the same key tree as the benign bundle; the hostile strings are values, byte for byte."""
     ours, base = parse_yaml_files(out), parse_yaml_files(benign_dir)
     for tree in (ours["dstack.yml"], base["dstack.yml"]):  # memory: only where the model's size is known
         tree["resources"].pop("memory", None)
@@ -207,6 +214,8 @@ def test_hostile_text_in_a_plan_stays_text_in_every_bundle_file(tmp_path, capsys
     assert ours["sky.yaml"]["resources"]["instance_type"] == text
     assert ours["sky.yaml"]["run"] == "bash launch.sh\n"
 
+
+def _assert_scripts_run_the_benign_commands(out: Path, benign_dir: Path, tmp_path: Path) -> None:
     # launch.sh: the commands are exactly the benign bundle's; plan text appears in comments only.
     script = (out / "launch.sh").read_text().splitlines()
     code_lines = [line for line in script if not line.lstrip().startswith("#")]
@@ -225,9 +234,6 @@ def test_hostile_text_in_a_plan_stays_text_in_every_bundle_file(tmp_path, capsys
     job = next(line for line in lines if "--job-name=" in line)
     assert re.fullmatch(r"#SBATCH --job-name=[a-z0-9-]+", job), job
     assert re.fullmatch(r"#SBATCH --mem=(\d+G|0)", next(line for line in lines if line.startswith("#SBATCH --mem=")))
-
-    # README: text only (no HTML, link, image or extra heading), the hostile value visible.
-    assert_markdown_is_inert(out / "README.md", benign_dir / "README.md")
 
 
 def assert_markdown_is_inert(path: Path, benign: Path) -> None:

@@ -158,20 +158,25 @@ def test_every_file_the_project_opens_as_text_names_its_encoding():
     for package in ("advisor", "cli", "pricing", "reports"):
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
-                    continue
-                f = node.func
-                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-                owner = getattr(getattr(f, "value", None), "id", None)
-                if name in ("read_text", "write_text") and isinstance(f, ast.Attribute) and owner != "files" \
-                        and len(node.args) <= (name == "write_text"):
+                if _opens_text_without_encoding(node):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-                elif name == "open" and owner not in ("os", "z", "zipfile", "webbrowser", "tarfile", "gzip"):
-                    modes = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                    modes += [k.value.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
-                    if not any("b" in m for m in modes if m in ("r", "w", "a", "rb", "wb", "ab", "x", "xb", "r+", "rb+")):
-                        bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not bad, f"text opened without an encoding: {bad}"
+
+
+def _opens_text_without_encoding(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+    owner = getattr(getattr(f, "value", None), "id", None)
+    if name in ("read_text", "write_text") and isinstance(f, ast.Attribute) and owner != "files" \
+            and len(node.args) <= (name == "write_text"):
+        return True
+    if name == "open" and owner not in ("os", "z", "zipfile", "webbrowser", "tarfile", "gzip"):
+        modes = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        modes += [k.value.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
+        return not any("b" in m for m in modes if m in ("r", "w", "a", "rb", "wb", "ab", "x", "xb", "r+", "rb+"))
+    return False
 
 
 @pytest.mark.parametrize("args", [("plan", "--model", "llama-3.2-1b", "--tokens", "1e8", "--top", "3"),

@@ -95,24 +95,32 @@ def test_every_accelerate_config_loads_with_accelerates_launcher(tmp_path, monke
     if nodes > 1:
         assert cfg.main_process_ip and cfg.main_process_port == 29500
     if expected == "FSDP":
-        assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
-        assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]
-        assert plugin.activation_checkpointing is True
-        assert plugin.state_dict_type.name == "SHARDED_STATE_DICT"
-        assert bool(getattr(plugin.cpu_offload, "pin_memory", False)) == (offload == "params")
+        _assert_fsdp_plugin(plugin, offload)
     if expected == "DEEPSPEED":
-        zero = plugin.deepspeed_config["zero_optimization"]
-        assert zero["stage"] == int(sharding[-1])
-        assert zero.get("offload_optimizer", {}).get("device", "none") == ("cpu" if offload in ("optimizer", "both") else "none")
-        assert zero.get("offload_param", {}).get("device", "none") == ("cpu" if offload == "both" else "none")
-        assert plugin.deepspeed_config["gradient_accumulation_steps"] == 4
-        assert plugin.deepspeed_config["bf16"]["enabled"] is True
-        assert plugin.zero3_init_flag == (sharding == "zero3")
-        section = yaml.safe_load(files["accelerate_config.yaml"])["deepspeed_config"]
-        assert section == {"deepspeed_config_file": "ds_config.json", "deepspeed_multinode_launcher": "standard",
-                           "zero3_init_flag": sharding == "zero3"}
+        _assert_deepspeed_plugin(plugin, files, sharding, offload)
     if expected == "MULTI_GPU":
         assert args.multi_gpu and args.num_processes == per_node * nodes
+
+
+def _assert_fsdp_plugin(plugin, offload):
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+    assert plugin.transformer_cls_names_to_wrap == ["LlamaDecoderLayer"]
+    assert plugin.activation_checkpointing is True
+    assert plugin.state_dict_type.name == "SHARDED_STATE_DICT"
+    assert bool(getattr(plugin.cpu_offload, "pin_memory", False)) == (offload == "params")
+
+
+def _assert_deepspeed_plugin(plugin, files, sharding, offload):
+    zero = plugin.deepspeed_config["zero_optimization"]
+    assert zero["stage"] == int(sharding[-1])
+    assert zero.get("offload_optimizer", {}).get("device", "none") == ("cpu" if offload in ("optimizer", "both") else "none")
+    assert zero.get("offload_param", {}).get("device", "none") == ("cpu" if offload == "both" else "none")
+    assert plugin.deepspeed_config["gradient_accumulation_steps"] == 4
+    assert plugin.deepspeed_config["bf16"]["enabled"] is True
+    assert plugin.zero3_init_flag == (sharding == "zero3")
+    section = yaml.safe_load(files["accelerate_config.yaml"])["deepspeed_config"]
+    assert section == {"deepspeed_config_file": "ds_config.json", "deepspeed_multinode_launcher": "standard",
+                       "zero3_init_flag": sharding == "zero3"}
 
 
 @pytest.mark.parametrize("gpus", [1, 4])

@@ -100,17 +100,7 @@ def own_imports(path: Path, root: Path, known: set[str]) -> list[tuple[str, int,
     here = module_name(path, root)
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the module's package, up level - 1 packages
-                package = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
-                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
-            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
-        else:
-            continue
-        for name in names:
+        for name in _imported(node, path, here, known):
             if name.split(".")[0] not in PACKAGES:
                 continue
             while name and name not in known:  # `import advisor.x.y` runs advisor.x.y's module
@@ -118,6 +108,19 @@ def own_imports(path: Path, root: Path, known: set[str]) -> list[tuple[str, int,
             if name and name != here:
                 out.append((name, node.lineno, id(node) in inside, ast.unparse(node)))
     return out
+
+
+def _imported(node: ast.AST, path: Path, here: str, known: set[str]) -> list[str]:
+    """The dotted names an import statement takes (none for any other node)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative: from the module's package, up level - 1 packages
+        package = here.split(".") if path.name == "__init__.py" else here.split(".")[:-1]
+        base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
 
 
 def import_graph(root: Path = ROOT) -> dict[str, list[tuple[str, int, bool, str]]]:

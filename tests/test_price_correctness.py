@@ -169,19 +169,32 @@ def _reference_pairs(df, obs, tiers):
     for i, r in catalog_rows:
         billed = crosscheck.BILLED_AS.get((r["provider"], r["instance_type"].lower()), r["instance_type"].lower())
         for j, x in o.iterrows():
-            if (x["provider"], x["gpu_model"]) != (r["provider"], r["gpu_model"]):
-                continue
-            region = x["region"].lower() if isinstance(x["region"], str) and x["region"] else None
-            product = x["product"].lower() if isinstance(x["product"], str) and x["product"] else ""
-            same = region is None or region == r["region"].lower()
-            alike = any(region in g and r["region"].lower() in g
-                        for g in crosscheck.SAME_PRICE_REGIONS.get(r["provider"], ())) and not same
-            names = (x["provider"], product) in products
-            spec = (0 if names and product == billed else 1 if not names and x["price_unit"] == "instance"
-                    and x["gpu_count"] == r["gpu_count"] else 2 if not names and x["price_unit"] == "gpu" else -1)
-            if (same or alike) and spec >= 0:
-                out.add((i, j, spec, 0 if same else 1))
+            pair = _reference_pair(r, x, billed, products)
+            if pair is not None:
+                out.add((i, j, *pair))
     return out
+
+
+def _reference_pair(r, x, billed, products):
+    """(spec, near) where observation `x` prices catalog row `r` under rule 1, else None."""
+    if (x["provider"], x["gpu_model"]) != (r["provider"], r["gpu_model"]):
+        return None
+    region = x["region"].lower() if isinstance(x["region"], str) and x["region"] else None
+    product = x["product"].lower() if isinstance(x["product"], str) and x["product"] else ""
+    same = region is None or region == r["region"].lower()
+    alike = any(region in g and r["region"].lower() in g
+                for g in crosscheck.SAME_PRICE_REGIONS.get(r["provider"], ())) and not same
+    spec = _reference_spec(r, x, product, billed, (x["provider"], product) in products)
+    if (same or alike) and spec >= 0:
+        return spec, 0 if same else 1
+    return None
+
+
+def _reference_spec(r, x, product, billed, names):
+    """How specific the match is: 0 the billed product named, 1 a whole instance of the same GPU count, 2 a
+    per-GPU price; -1 no match."""
+    return (0 if names and product == billed else 1 if not names and x["price_unit"] == "instance"
+            and x["gpu_count"] == r["gpu_count"] else 2 if not names and x["price_unit"] == "gpu" else -1)
 
 
 def test_vectorised_pairs_match_the_rule_pair_by_pair_and_are_counted(tmp_path):

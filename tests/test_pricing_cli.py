@@ -42,6 +42,12 @@ def test_list_spot_sorts_by_spot_and_hides_rows_without_one():
     assert spots and None not in spots and spots == sorted(spots)
 
 
+def _lines(lines: list[str], starts: str = "", has: tuple[str, ...] = (), lacks: tuple[str, ...] = ()) -> list[str]:
+    """The table's lines that start with `starts`, hold every text in `has` and none in `lacks`."""
+    return [line for line in lines if line.startswith(starts) and all(h in line for h in has)
+            and not any(x in line for x in lacks)]
+
+
 def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unknown(tmp_path, monkeypatch):
     import datetime as dt
 
@@ -55,17 +61,17 @@ def test_table_shows_memory_vcpus_ram_and_the_observation_date_or_that_it_is_unk
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0].split()[5:8] == ["GB/gpu", "vCPUs", "RAM", ] and "observed" in lines[0]
-    [mine] = [line for line in lines if line.startswith("acme")]
+    [mine] = _lines(lines, "acme")
     assert mine.split()[5:8] == ["80", "208", "1,800"] and mine.endswith(today)  # dated, fresh: no STALE
-    undated = [line for line in lines if "bundled" in line and "date unknown" in line and "disputed" not in line]
+    undated = _lines(lines, has=("bundled", "date unknown"), lacks=("disputed",))
     assert undated and all(line.endswith("date unknown STALE") for line in undated)  # nobody observed these
-    market = [line for line in lines if line.startswith("vast") and "H100_SXM" in line]
+    market = _lines(lines, "vast", has=("H100_SXM",))
     assert market and all(line.endswith("disputed by market median (own price kept)") for line in market)
     # below every region's price (a listing a market median disputes keeps its own price: not these)
-    floored = [line for line in lines if "date unknown" in line and "disputed" in line and "market" not in line]
+    floored = _lines(lines, has=("date unknown", "disputed"), lacks=("market",))
     assert floored and all(line.split()[8:10] == ["n/a", "n/a"] and "(catalog $" in line for line in floored)
     # a cited page (2026-09-20), confirmed by a dated observation of the same price (2026-10-10)
-    [cw] = [line for line in lines if line.startswith("coreweave") and "HGX-H100-8x" in line]
+    [cw] = _lines(lines, "coreweave", has=("HGX-H100-8x",))
     assert cw.split()[-3:] == ["2026-10-10", "confirmed", "2026-10-10"]
 
 

@@ -67,24 +67,29 @@ def _exempt(tree: ast.AST) -> set[int]:
         body = getattr(n, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             out.add(id(body[0].value))
-        parts = [n] if isinstance(n, (ast.Raise, ast.Assert)) else \
-            [n.value] if isinstance(n, ast.keyword) and n.arg in ("description", "help", "out_help") else []
-        # rejection reasons are counted by their text (advisor/planner/rejections.py); not yet findings
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add" and \
-                isinstance(n.func.value, ast.Name) and n.func.value.id == "rejections":
-            parts.append(n)
-        # the command to run next (cli/output.py next_step): words about the CLI, not about the plan
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next_step":
-            parts.append(n)
-        # names of rules and keys (ranking.TIE_BREAKERS, a dict's keys): identifiers with spaces, not sentences
-        if isinstance(n, ast.Dict):
-            parts += [k for k in n.keys if k is not None]
-        if isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in n.targets) and \
-                isinstance(n.value, ast.Tuple):
-            parts.append(n.value)
-        for p in parts:
+        for p in _exempt_parts(n):
             out.update(id(x) for x in ast.walk(p))
     return out
+
+
+def _exempt_parts(n: ast.AST) -> list[ast.AST]:
+    """The parts of node `n` whose strings are words about the code: messages, help, names of rules and keys."""
+    parts = [n] if isinstance(n, (ast.Raise, ast.Assert)) else \
+        [n.value] if isinstance(n, ast.keyword) and n.arg in ("description", "help", "out_help") else []
+    # rejection reasons are counted by their text (advisor/planner/rejections.py); not yet findings
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add" and \
+            isinstance(n.func.value, ast.Name) and n.func.value.id == "rejections":
+        parts.append(n)
+    # the command to run next (cli/output.py next_step): words about the CLI, not about the plan
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next_step":
+        parts.append(n)
+    # names of rules and keys (ranking.TIE_BREAKERS, a dict's keys): identifiers with spaces, not sentences
+    if isinstance(n, ast.Dict):
+        parts += [k for k in n.keys if k is not None]
+    if isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in n.targets) and \
+            isinstance(n.value, ast.Tuple):
+        parts.append(n.value)
+    return parts
 
 
 def sentences(rel: str, tree: ast.AST) -> list[str]:
