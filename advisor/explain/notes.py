@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from advisor.results.facts import Finding, FindingKind as K
-from advisor.units import gb, money
+from advisor.units import MILLION, gb, money, tokens
 
 # How the note of a candidate promoted by the near-tie rule starts
 NEAR_TIE_NOTE = "preferred in a near-tie"
@@ -165,3 +165,19 @@ def notes_of(c) -> list[str]:
 def misses_constraint(c) -> bool:
     """The candidate misses --budget or --deadline at the ranking quantile (the tables' ✗)."""
     return any(f.kind in (K.MISSES_BUDGET, K.MISSES_DEADLINE) for f in c.findings)
+
+
+def job_tokens(workload) -> str:
+    """The job's token count, as the workload line and the managed line both say it: every epoch's tokens through
+    the model being trained (for DPO, the policy: each pair's chosen and rejected rows, the prompt in both)."""
+    through = " through the policy" if workload.get("objective") == "dpo" else ""
+    return f"{int(workload['train_tokens']):,} training tokens{through}"
+
+
+def managed_tokens(workload, billed_m_tokens: float) -> str:
+    """What a managed service is priced for: the same job's tokens; for DPO, the one count (tokens through the
+    policy) and what the service bills for it, the pairs' file tokens (prompt + chosen + rejected), named as such."""
+    if workload.get("objective") != "dpo" or workload.get("train_tokens") is None:
+        return f"the same {tokens(billed_m_tokens * MILLION)} tokens"
+    return (f"the same {job_tokens(workload)}, which it bills as {tokens(billed_m_tokens * MILLION)} file tokens: "
+            "prompt + chosen + rejected per pair")
