@@ -67,7 +67,22 @@ _CAVEAT_WORDS = {
 }
 
 
+# What a ROCm host needs instead of each CUDA build the bundle installs (ranking.ROCM_CUDA_PIECES, sources there)
+_ROCM_PIECES = {"torch": "torch (the PyPI pin is a CUDA build; install PyTorch's ROCm wheels)",
+                "flash-attn": "flash-attn (pip builds its CUDA kernels; ROCm's FlashAttention-2 is built from "
+                              "ROCm/flash-attention, GPU_ARCHS=gfx942 for MI300, or its Triton backend)"}
+
+
+def _rocm_host(f: Finding) -> str:
+    pieces = [p for p in str(f.get("pieces") or "torch").split(",") if p]
+    return (f"ROCm host: {f.get('gpu') or 'this GPU'} runs ROCm, and the bundle installs CUDA builds of "
+            + "; ".join(_ROCM_PIECES.get(p, p) for p in pieces)
+            + " (rocm.docs.amd.com; Liger's Triton kernels run on ROCm)")
+
+
 def _caveat(f: Finding) -> str:
+    if str(f["caveat"]) == "rocm-host":
+        return f"stack caveat: {_rocm_host(f)}; loses to a safe row up to {f['margin_pct']:g}% dearer"
     words = _CAVEAT_WORDS.get(str(f["caveat"]), str(f["caveat"])).replace("{gpu}", str(f.get("gpu") or "this GPU"))
     return f"stack caveat: {words}; loses to a safe row up to {f['margin_pct']:g}% dearer"
 

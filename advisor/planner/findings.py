@@ -10,7 +10,7 @@ from advisor.estimate.throughput import MIN_CALIBRATED_ROWS
 from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.offers import LISTED_ONLY
-from advisor.planner.ranking import RISK_MARGIN_PCT, stack_caveats
+from advisor.planner.ranking import RISK_MARGIN_PCT, rocm_cuda_pieces, stack_caveats
 from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
 from advisor.planner.select import Selection
 from advisor.results import Candidate
@@ -34,7 +34,9 @@ def candidate_findings(cfg: Config, request: PlanRequest, spec=None, offer_notes
         out.append(Finding(kind=K.UNCALIBRATED, figures={"min_rows": MIN_CALIBRATED_ROWS}))
     if cfg.fitted.tight:
         out.append(Finding(kind=K.TIGHT, figures={"fraction": TIGHT_FRACTION, "margin_pct": RISK_MARGIN_PCT}))
-    out += [Finding(kind=K.STACK_CAVEAT, figures={"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT})
+    out += [Finding(kind=K.STACK_CAVEAT, figures={"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT,
+                                                  **({"pieces": ",".join(rocm_cuda_pieces(st))}
+                                                     if key == "rocm-host" else {})})
             for key in stack_caveats(cfg.gpu, st)]
     if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
         out.append(Finding(kind=K.LISTED_ONLY, figures={"tag": LISTED_ONLY, "regions": ",".join(request.regions)}))
