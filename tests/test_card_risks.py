@@ -124,3 +124,28 @@ def test_none_flagged_only_when_every_claim_of_it_holds(plans, own_sheet):
             assert c.timing.calibrated and not c.fit.tight and price_state(p) is None
             assert not any(f.kind is K.STACK_CAVEAT for f in c.findings)
     assert not expected_risks(own_sheet), "the fresh quote plan should have a clean top pick"
+
+
+def test_the_web_card_says_the_risks_its_price_line_implies():
+    """`serve`: the plan page's price line says how old #1's price is; its card lists that age as a risk when it is
+    near or past the limit, and a disputed price as a risk, with the same words as the report's card."""
+    import html
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from serve_helpers import LLAMA, q, serving
+
+    with serving() as s:
+        for query, fields in ((q(model=LLAMA, tokens="100M"), PLANS["8b"]),
+                              (q(model="meta-llama/Llama-3.1-70B", tokens="100M", methods="qlora"),
+                               PLANS["70b-qlora"])):
+            page = s.get("/plan?" + query)
+            assert page.status == 200
+            text = html.unescape(page.text)
+            card = decision_card(bundled(**fields))
+            assert card["risks"] and "none flagged" not in text
+            for risk in card["risks"]:
+                assert risk in text
+            if "ageing_price" in card["risk_kinds"]:
+                assert "days old" in text
