@@ -9,8 +9,6 @@ Markdown lay out the same dict).
 
 from __future__ import annotations
 
-import re
-
 from advisor.explain.claims import (
     knee_words,
     managed_summary,
@@ -21,14 +19,10 @@ from advisor.explain.claims import (
     versus,
 )
 from advisor.explain.notes import note
-from advisor.explain.price_age import days_to_stale, is_ageing, is_stale, price_age_days
-from advisor.launch.caveats import caveats
+from advisor.explain.warnings import risk_items, risks
 from advisor.results import Candidate, Plan
 from advisor.results.facts import FindingKind as K, RankBy, first, found
-from advisor.units import duration, gb, money
-
-# Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
-FEW_CALIBRATION_ROWS = 3
+from advisor.units import duration, money
 
 
 def where(c: Candidate) -> str:
@@ -79,80 +73,6 @@ def why(plan: Plan) -> str:
     knee = knee_words(plan) if plan.constraints_met else ""
     parts += [knee[0].lower() + knee[1:]] if knee else []
     return "; ".join(parts) + "."
-
-
-def _age_days(c: Candidate, plan: Plan) -> int | None:
-    return price_age_days(c, plan)
-
-
-# The top pick's own findings that are risks to its three numbers or to launching it as written, said in the risks
-# line with the candidate's own note (the rest say what it trades away, where it runs, or why it ranks where it does).
-RISK_KINDS = (K.STACK_CAVEAT, K.LISTED_ONLY, K.SPOT_SUSPECT, K.FP16_NO_BF16, K.GLOBAL_BATCH_CHANGED)
-
-
-def _price_risk(plan: Plan, c: Candidate) -> tuple[str, str] | None:
-    """The top pick's price age as a risk: undated, stale, or near the staleness limit (price_age.is_ageing)."""
-    age = _age_days(c, plan)
-    if age is None:  # no date, or the planner's "date unknown"
-        return ("undated_price", f"Undated price: {money(c.cost.price_hour)}/h from {c.offer.source or 'an unnamed source'} "
-                "has no observation date" + (" and its sheet marks it stale" if c.offer.stale else "")
-                + "; check it with the provider before you buy.")
-    if is_stale(c, plan):
-        why_stale = (f"is {age:,} day{'s' if age != 1 else ''} old" if age > plan.stale_days
-                     else "is marked stale by its sheet (an old catalog generation)")
-        return ("stale_price", f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) "
-                f"{why_stale}; check it with the provider before you buy.")
-    if is_ageing(c, plan):
-        left = days_to_stale(c, plan)
-        return ("ageing_price", f"Ageing price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) "
-                f"is {age:,} days old, {left:,} day{'s' if left != 1 else ''} from the {plan.stale_days:g}-day "
-                "staleness limit; check it with the provider before you buy.")
-    return None
-
-
-def _disputed(plan: Plan) -> list[tuple[str, str]]:
-    """The plan's warning that a dated observation disputes the top pick's catalog price, as a risk."""
-    return [(K.PRICE_DISPUTED.value, f"Disputed price: the catalog says ${f['catalog_price_hour']:,.2f}/h, a dated "
-             f"observation {money(f['price_hour'])}/h ({f['price_date']}); priced at the observation, check it with "
-             "the provider before you buy.")
-            for f in found(plan.findings, K.PRICE_DISPUTED) if f.get("rank") == 1]
-
-
-def risk_items(plan: Plan, c: Candidate) -> list[tuple[str, str]]:
-    """(what, words) for everything that could make the three numbers wrong or the run not launch as written, most
-    serious first; `what` is the finding kind (or the price-age state, or `launch_caveat`) each line says."""
-    out: list[tuple[str, str]] = []
-    t = c.timing
-    if not t.calibrated:
-        out.append((K.UNCALIBRATED.value, "Uncalibrated hardware: the time model has no published measurements for "
-                    f"this GPU class and method ({t.band_basis or 'no segment'}); its band is wider, and hours and cost "
-                    "may be further off than it."))
-    else:
-        rows = re.search(r"(\d+) held-out", t.band_basis)
-        if rows and int(rows.group(1)) < FEW_CALIBRATION_ROWS:
-            out.append(("thin_calibration", f"Thin calibration: the time band rests on {rows.group(1)} published "
-                        f"measurement(s) ({t.band_basis})."))
-    if c.fit.tight:
-        out.append((K.TIGHT.value, f"Tight memory: {gb(c.fit.peak_bytes)} per GPU against a limit of "
-                    f"{gb(c.fit.limit_bytes)} is within the estimator's error of the limit; it may run out of memory. "
-                    "Run `launch.sh --benchmark` first."))
-    price = _price_risk(plan, c)
-    out += [price] if price else []
-    out += _disputed(plan)
-    out += [(f.kind.value, f"The band crosses a constraint: {note(f).removeprefix('band crosses ')}.")
-            for f in found(c.findings, K.BAND_CROSSES_BUDGET, K.BAND_CROSSES_DEADLINE)]
-    out += [(f.kind.value, f"{note(f)[0].upper()}{note(f)[1:]}.") for f in found(c.findings, *RISK_KINDS)]
-    if not c.offer.host_known:
-        out.append((K.HOST_UNKNOWN.value, "Host unknown: the price source lists no host RAM or vCPUs, so the loading "
-                    "check could not run; check the host before renting."))
-    moe = plan.model.params_active < plan.model.params_total
-    out += [("launch_caveat", f"Launch caveat: {words}") for words in caveats(c, plan.model.family, moe)]
-    return out
-
-
-def risks(plan: Plan, c: Candidate) -> list[str]:
-    """What could make the three numbers wrong, in plain words, most serious first."""
-    return [words for _, words in risk_items(plan, c)]
 
 
 def _objective(c: Candidate) -> str:

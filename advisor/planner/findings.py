@@ -34,10 +34,7 @@ def candidate_findings(cfg: Config, request: PlanRequest, spec=None, offer_notes
         out.append(Finding(kind=K.UNCALIBRATED, figures={"min_rows": MIN_CALIBRATED_ROWS}))
     if cfg.fitted.tight:
         out.append(Finding(kind=K.TIGHT, figures={"fraction": TIGHT_FRACTION, "margin_pct": RISK_MARGIN_PCT}))
-    out += [Finding(kind=K.STACK_CAVEAT, figures={"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT,
-                                                  **({"pieces": ",".join(rocm_cuda_pieces(st))}
-                                                     if key == "rocm-host" else {})})
-            for key in stack_caveats(cfg.gpu, st)]
+    out += [stack_caveat(key, cfg) for key in stack_caveats(cfg.gpu, st)]
     if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
         out.append(Finding(kind=K.LISTED_ONLY, figures={"tag": LISTED_ONLY, "regions": ",".join(request.regions)}))
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
@@ -48,6 +45,14 @@ def candidate_findings(cfg: Config, request: PlanRequest, spec=None, offer_notes
                                                                  "requested": int(request.sequences_per_step),
                                                                  "gpus": int(st.gpus)}))
     return out
+
+
+def stack_caveat(key: str, cfg: Config) -> Finding:
+    """One STACK_CAVEATS key on this row; `rocm-host` names the pieces the bundle installs as CUDA builds."""
+    figures = {"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT}
+    if key == "rocm-host":
+        figures["pieces"] = ",".join(rocm_cuda_pieces(cfg.stack))
+    return Finding(kind=K.STACK_CAVEAT, figures=figures)
 
 
 def placement(stack, gpu_count: int, nodes: int) -> list[Finding]:
