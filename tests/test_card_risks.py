@@ -28,6 +28,8 @@ PLANS = {
     "gemma-tight": dict(model="google/gemma-3-27b-pt", tokens=50e6, methods=("qlora",), max_gpus=1,
                         gpus=("RTX4090", "RTX3090", "A10G", "A10", "L4", "A5000")),
     "eu-lora": dict(model="meta-llama/Llama-3.1-8B", tokens=200e6, methods=("lora",), regions=("EU",), no_marketplace=True),
+    "vast-a100": dict(model="meta-llama/Llama-3.1-8B", tokens=100e6, methods=("lora",), providers=("vast",),
+                      gpus=("A100", "A100-80GB")),
 }
 # The candidate findings that are a risk to the pick's numbers or its launch (each has its own risks line)
 CANDIDATE_RISKS = {K.UNCALIBRATED, K.TIGHT, K.STACK_CAVEAT, K.LISTED_ONLY, K.SPOT_SUSPECT, K.FP16_NO_BF16,
@@ -59,9 +61,11 @@ def own_sheet(tmp_path_factory) -> Plan:
 def price_state(p: Plan) -> str | None:
     """The top pick's price age from its date and the plan's clock, counted here (not through price_age)."""
     c = p.candidates[0]
-    if not c.offer.price_date:
+    try:
+        day = date.fromisoformat(c.offer.price_date[:10])
+    except ValueError:  # no date, or the planner's "date unknown"
         return "undated_price"
-    age = (date.fromisoformat(p.prices_as_of[:10]) - date.fromisoformat(c.offer.price_date[:10])).days
+    age = (date.fromisoformat(p.prices_as_of[:10]) - day).days
     if c.offer.stale or age > p.stale_days:
         return "stale_price"
     return "ageing_price" if p.stale_days - age <= AGEING_DAYS else None
@@ -100,6 +104,22 @@ def test_a_disputed_top_price_is_a_risk_with_both_prices(plans):
     said = decision_card(p)["risks"][decision_card(p)["risk_kinds"].index(K.PRICE_DISPUTED.value)]
     assert f"${disputed[0]['catalog_price_hour']:,.2f}/h" in said
     assert f"${disputed[0]['price_hour']:,.2f}/h" in said
+
+
+def test_a_marketplace_median_disputing_the_listed_price_is_a_warning_and_a_risk(plans):
+    """vast's A100 listings keep their $1.87/h while the marketplace median says otherwise (the A100 40 GB's $1.18/h):
+    each shown row gets the warning, and the card of #1 lists it with both prices."""
+    p = plans["vast-a100"]
+    market = [f for f in p.findings if f.kind is K.PRICE_DISPUTED and f.get("by") == "market"]
+    by_rank = {c.rank: c for c in p.candidates}
+    assert {int(f["rank"]) for f in market} == {c.rank for c in p.candidates[:3] if "market_disputed:" in c.offer.notes}
+    assert any(f["rank"] == 1 for f in market), "the bundled vast A100 #1 is no longer market-disputed"
+    for f in market:
+        assert f["price_hour"] == by_rank[int(f["rank"])].offer.price_hour  # the row keeps its listed price
+    top = next(f for f in market if f["rank"] == 1)
+    card = decision_card(p)
+    said = card["risks"][card["risk_kinds"].index(K.PRICE_DISPUTED.value)]
+    assert f"${top['price_hour']:,.2f}/h" in said and f"${top['market_price_hour']:,.2f}/h" in said
 
 
 def test_an_ageing_price_becomes_a_risk_as_the_clock_nears_the_limit():

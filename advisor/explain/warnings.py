@@ -55,12 +55,20 @@ WORDS: dict[K, Callable[[Finding], str]] = {
     K.FEW_STEPS: _few_steps,
     K.SHOWN_HOST_UNKNOWN: lambda f: (f"{_where(f)}: {HOST_UNKNOWN_NOTE} — the source lists no host RAM or vCPUs, so "
                                      "the loading check could not run; check the host before renting."),
-    K.PRICE_DISPUTED: lambda f: (f"{_where(f)}: the catalog's ${f['catalog_price_hour']:,.2f}/h is disputed by a dated "
-                                 f"observation; priced at {money(f['price_hour'])}/h ({f['price_date']}, "
-                                 f"{str(f['source'])[:60]})."),
+    K.PRICE_DISPUTED: lambda f: _disputed_price(f),
     K.TOP_TIGHT: lambda f: "The top pick is within the estimator's measured error band of its GPU memory limit (tight).",
     K.NO_SPOT: lambda f: _no_spot(f),
 }
+
+
+def _disputed_price(f: Finding) -> str:
+    """A dated observation replaced the catalog's price; or a marketplace median disputes the listed price it kept."""
+    if f.get("by") == "market":
+        return (f"{_where(f)}: its listed {money(f['price_hour'])}/h is disputed by the marketplace median for this GPU, "
+                f"{money(f['market_price_hour'])}/h ({f['market_date']}, an aggregate of other hosts' listings); "
+                "priced at the listing, which may not be on offer at that price.")
+    return (f"{_where(f)}: the catalog's ${f['catalog_price_hour']:,.2f}/h is disputed by a dated "
+            f"observation; priced at {money(f['price_hour'])}/h ({f['price_date']}, {str(f['source'])[:60]}).")
 
 
 def _no_spot(f: Finding) -> str:
@@ -147,10 +155,18 @@ def _price_risk(plan: Plan, c: Candidate) -> tuple[str, str] | None:
 
 def _disputed(plan: Plan) -> list[tuple[str, str]]:
     """The plan's warning that a dated observation disputes the top pick's catalog price, as a risk."""
-    return [(K.PRICE_DISPUTED.value, f"Disputed price: the catalog says ${f['catalog_price_hour']:,.2f}/h, a dated "
-             f"observation {money(f['price_hour'])}/h ({f['price_date']}); priced at the observation, check it with "
-             "the provider before you buy.")
-            for f in found(plan.findings, K.PRICE_DISPUTED) if f.get("rank") == 1]
+    return [(K.PRICE_DISPUTED.value, _disputed_risk(f)) for f in found(plan.findings, K.PRICE_DISPUTED)
+            if f.get("rank") == 1]
+
+
+def _disputed_risk(f: Finding) -> str:
+    if f.get("by") == "market":
+        return (f"Disputed price: the listing's {money(f['price_hour'])}/h against a marketplace median of "
+                f"{money(f['market_price_hour'])}/h for this GPU ({f['market_date']}); priced at the listing, which "
+                "may not be on offer at that price: check it before you buy.")
+    return (f"Disputed price: the catalog says ${f['catalog_price_hour']:,.2f}/h, a dated observation "
+            f"{money(f['price_hour'])}/h ({f['price_date']}); priced at the observation, check it with the provider "
+            "before you buy.")
 
 
 def risk_items(plan: Plan, c: Candidate) -> list[tuple[str, str]]:

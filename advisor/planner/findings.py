@@ -101,6 +101,13 @@ def disputed(notes: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def market_disputed(notes: str) -> tuple[float, str] | None:
+    """(median $/h, its date) of the marketplace aggregate that disputes a row's own price (pricing.crosscheck's
+    AGGREGATE RULE tags it `market_disputed:<median>@<date>`; the row keeps its listed price)."""
+    m = re.search(r"market_disputed:([0-9.]+)@([0-9-]+)", notes or "")
+    return (float(m.group(1)), m.group(2)) if m else None
+
+
 def _shown(c: Candidate) -> dict:
     return {"rank": c.rank, "provider": c.offer.provider, "instance_type": c.offer.instance_type}
 
@@ -143,11 +150,15 @@ def _hosts_and_prices(candidates: list[Candidate]) -> list[Finding]:
     for c in candidates[:3]:
         if not c.offer.host_known:
             out.append(Finding(kind=K.SHOWN_HOST_UNKNOWN, figures=_shown(c)))
-        old = disputed(c.offer.notes)
+        old, market = disputed(c.offer.notes), market_disputed(c.offer.notes)
         if old is not None:
             out.append(Finding(kind=K.PRICE_DISPUTED, figures={
                 **_shown(c), "catalog_price_hour": old, "price_hour": c.offer.price_hour,
                 "price_date": c.offer.price_date, "source": c.offer.source}))
+        elif market is not None:  # an aggregate disputes it: the row keeps its own price, the median beside it
+            out.append(Finding(kind=K.PRICE_DISPUTED, figures={
+                **_shown(c), "by": "market", "market_price_hour": market[0], "market_date": market[1],
+                "price_hour": c.offer.price_hour, "price_date": c.offer.price_date, "source": c.offer.source}))
     return out
 
 
