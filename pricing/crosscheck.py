@@ -60,6 +60,9 @@ from __future__ import annotations
 
 from pricing import settings
 
+# The note pricing.loader.split_conflated gives a row whose catalog name also stands for another GPU identity:
+# `conflated_instance_type:<the catalog's own name>` (its instance_type then carries the GPU, `... [A100-80GB]`).
+CONFLATED = "conflated_instance_type"
 TOLERANCE = settings.OBSERVATION_TOLERANCE  # of the observed per-GPU-hour price; why: the module docstring
 ENV = "GPU_ADVISOR_OBSERVATION_TOLERANCE"
 EPSILON = 1e-9  # a price exactly at the tolerance is within it, whatever binary floats make of the ratio
@@ -146,7 +149,7 @@ def catalog_side(df, origin: str = "price_origin"):
     catalog = _catalog(df, origin)
     rows = df.loc[catalog]
     provider = rows["provider"].to_numpy(dtype=object)
-    itype, region = _lower(rows["instance_type"]), _lower(rows["region"])
+    itype, region = _lower(catalog_names(rows)), _lower(rows["region"])
     left = pd.DataFrame({"i": np.flatnonzero(catalog), "provider": provider,
                          "gpu_model": rows["gpu_model"].to_numpy(dtype=object), "region": region, "itype": itype,
                          "billed": _billed_as(provider, itype), "group": _price_group(provider, region),
@@ -209,6 +212,18 @@ def _price_group(provider, region):
         for k, group in enumerate(groups):
             out[(provider == p) & np.isin(region.astype(str), sorted(group))] = f"{p}#{k}"
     return out
+
+
+def catalog_names(df):
+    """Each row's instance name as its catalog spells it: the name a split row was listed under (its CONFLATED
+    note), else its instance_type. An observation names a product by that name; the GPU it is for is matched
+    separately (every pairing below is on provider and canonical gpu_model first)."""
+    itype = df["instance_type"].astype(object)
+    if "notes" not in df:
+        return itype
+    tagged = df["notes"].astype(object).where(df["notes"].notna(), "").astype(str).str.extract(
+        rf"(?:^|;){CONFLATED}:([^;]*)", expand=False)
+    return tagged.where(tagged.notna(), itype)
 
 
 def _lower(values):
@@ -436,7 +451,7 @@ def _below_every_region(df, obs, tol: float, origin: str):
     regions = newest.groupby(keys)["region"].transform("size")
     floors = newest[regions >= FLOOR_REGIONS].sort_values("per_gpu", kind="stable").drop_duplicates(keys)
     rows = np.flatnonzero(todo)
-    itype = df["instance_type"].str.lower().to_numpy()[rows]
+    itype = catalog_names(df).str.lower().to_numpy()[rows]
     provider = df["provider"].to_numpy()[rows]
     left = pd.DataFrame({"i": rows, "provider": provider, "gpu_model": df["gpu_model"].to_numpy()[rows],
                          "key": [BILLED_AS.get((p, t), t) for p, t in zip(provider, itype)]})
@@ -533,7 +548,7 @@ def family_shape(df, origin: str = "price_origin", tol: float | None = None):
     rows = df[todo]
     keys = pd.DataFrame({"pos": np.flatnonzero(todo), "provider": rows["provider"].to_numpy(),
                          "region": rows["region"].to_numpy(), "gpu": rows["gpu_model"].to_numpy(),
-                         "family": [family(p, t) for p, t in zip(rows["provider"], rows["instance_type"])],
+                         "family": [family(p, t) for p, t in zip(rows["provider"], catalog_names(rows))],
                          "cpu": (rows["vcpus"] / rows["gpu_count"]).round(3).to_numpy(),
                          "ram": (rows["ram_gb"] / rows["gpu_count"]).round(1).to_numpy(),
                          "n": rows["gpu_count"].to_numpy(dtype=float),

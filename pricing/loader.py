@@ -268,20 +268,28 @@ def _read_trusted(path: Path, sheet: str):
     return good, problems
 
 
-CONFLATED = "conflated_instance_type"  # note on a row whose catalog name also stands for another GPU identity
+CONFLATED = crosscheck.CONFLATED  # note on a row whose catalog name also stands for another GPU identity
+
+
+def _identity(df):
+    """A row's GPU identity: its canonical gpu_model (pricing/data/gpus.csv names memory and form factor, A100 /
+    A100-80GB / A100-80GB-PCIE), whatever spelling the sheet used."""
+    return df["gpu_model"].astype(str).map(lambda g: canonical_name(g) or g)
 
 
 def split_conflated(df):
-    """GPU identity is model + memory + form factor (the canonical gpu_model and gpu_memory_gb). A catalog that
-    gives one (provider, instance_type) to two identities (SkyPilot's vast catalog names an A100 40 GB and an
-    A100 80 GB host both `1x-A100_SXM4-32-65536`, telling them apart only by AcceleratorName) would make one name
-    stand for two prices. Each such row's instance_type gets its identity appended (`... [A100-80GB]`) and a note
-    `conflated_instance_type:<catalog name>`, so every key names one GPU."""
+    """GPU identity is the canonical GPU model (memory and form factor: SXM/PCIe/NVL, 40/80 GB). A catalog, or two
+    sheets together, giving one (provider, instance_type) to two identities (SkyPilot's vast catalog names an A100
+    40 GB and an A100 80 GB host both `1x-A100_SXM4-32-65536`, telling them apart only by AcceleratorName) would
+    make one name stand for two cards and two prices. Each such row's instance_type gets its identity appended
+    (`... [A100-80GB]`) and a note `conflated_instance_type:<catalog name>`, so every key names one GPU. Rows split
+    already (one sheet's own pass) are grouped by their catalog name and keep their name."""
     if not len(df):
         return df
-    identity = df["gpu_model"].astype(str) + "/" + df["gpu_memory_gb"].astype(str)
-    kinds = identity.groupby([df["provider"], df["instance_type"]], sort=False).transform("nunique")
-    shared = (kinds > 1).to_numpy()
+    base = crosscheck.catalog_names(df)
+    identity = _identity(df)
+    kinds = identity.groupby([df["provider"].to_numpy(), base.to_numpy()], sort=False).transform("nunique")
+    shared = (kinds > 1).to_numpy() & (base == df["instance_type"]).to_numpy()
     if not shared.any():
         return df
     df = df.copy()
@@ -289,7 +297,7 @@ def split_conflated(df):
     tags = CONFLATED + ":" + df.loc[rows, "instance_type"].astype(str)
     old = df.loc[rows, "notes"]
     df.loc[rows, "notes"] = old.where(old.notna() & (old != ""), None).str.cat(tags, sep=";").fillna(tags)
-    df.loc[rows, "instance_type"] = df.loc[rows, "instance_type"] + " [" + df.loc[rows, "gpu_model"] + "]"
+    df.loc[rows, "instance_type"] = df.loc[rows, "instance_type"] + " [" + identity.loc[rows] + "]"
     return df
 
 
@@ -508,7 +516,7 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
         for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale", *crosscheck.COLUMNS):
             out[c] = pd.Series(dtype="object")
         return out, problems
-    df = pd.concat(frames, ignore_index=True)
+    df = split_conflated(pd.concat(frames, ignore_index=True))  # one name, one card across sheets too
     df, disagreements = agreement.choose(df, KEY, ORIGIN)  # the newer dated row per key; user rows first
     if "_discount" not in df.columns:
         df["_discount"] = False

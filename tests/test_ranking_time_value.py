@@ -161,20 +161,20 @@ def test_a_rocm_qlora_row_says_its_caveat_and_loses_to_a_safe_row_within_the_mar
     near = ranked(1.05)
     amd = next(c for c in every_row(near) if c.offer.gpu_model == "MI300X")
     nv = near.candidates[0]
-    assert amd.caveats == ["rocm-bitsandbytes"] and any(n.startswith("stack caveat: ROCm") for n in amd.notes)
+    assert amd.caveats == ["rocm-bitsandbytes", "rocm-host"] and any(n.startswith("stack caveat: ROCm") for n in amd.notes)
     assert nv.offer.gpu_model == "A100-80GB" and not nv.caveats and nv.cost.usd_at_risk > amd.cost.usd_at_risk
     assert nv.tie_rule == ranking.RISK_RULE
     assert any("risk margin" in n and "stack caveat" in n for n in nv.notes)
     far = ranked(1.2)  # beyond the margin: the cheaper risky row stays first, its caveat said on the row
-    assert far.candidates[0].offer.gpu_model == "MI300X" and far.candidates[0].caveats == ["rocm-bitsandbytes"]
+    assert far.candidates[0].offer.gpu_model == "MI300X" and far.candidates[0].caveats == ["rocm-bitsandbytes", "rocm-host"]
 
 
 def test_gh200_rows_say_they_are_aarch64_hosts():
     assert ranking.stack_caveats(get_gpu("GH200"), Stack(method="lora")) == ("aarch64-host",)
     assert ranking.stack_caveats(get_gpu("H100"), Stack(method="qlora")) == ()
-    assert ranking.stack_caveats(get_gpu("MI300X"), Stack(method="lora")) == ()
+    assert ranking.stack_caveats(get_gpu("MI300X"), Stack(method="lora")) == ("rocm-host",)
     assert ranking.stack_caveats(get_gpu("MI300X"), Stack(method="lora", optimizer="adamw-8bit")) == (
-        "rocm-bitsandbytes",)
+        "rocm-bitsandbytes", "rocm-host")
     p = bundled(request="Qwen/Qwen3-30B-A3B", tokens=300e6, methods=("lora",))
     gh = [c for c in every_row(p) if c.offer.gpu_model == "GH200"]
     assert gh and all("aarch64-host" in c.caveats and any("flash-attn" in n for n in c.notes) for c in gh)

@@ -9,8 +9,6 @@ Markdown lay out the same dict).
 
 from __future__ import annotations
 
-import re
-
 from advisor.explain.claims import (
     knee_words,
     managed_summary,
@@ -21,14 +19,10 @@ from advisor.explain.claims import (
     versus,
 )
 from advisor.explain.notes import note
-from advisor.explain.price_age import is_stale, price_age_days
-from advisor.launch.caveats import caveats
+from advisor.explain.warnings import risk_items, risks
 from advisor.results import Candidate, Plan
 from advisor.results.facts import FindingKind as K, RankBy, first, found
-from advisor.units import duration, gb, money
-
-# Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
-FEW_CALIBRATION_ROWS = 3
+from advisor.units import duration, money
 
 
 def where(c: Candidate) -> str:
@@ -81,46 +75,6 @@ def why(plan: Plan) -> str:
     return "; ".join(parts) + "."
 
 
-def _age_days(c: Candidate, plan: Plan) -> int | None:
-    return price_age_days(c, plan)
-
-
-def risks(plan: Plan, c: Candidate) -> list[str]:
-    """What could make the three numbers wrong, in plain words, most serious first."""
-    out: list[str] = []
-    t = c.timing
-    if not t.calibrated:
-        out.append(f"Uncalibrated hardware: the time model has no published measurements for this GPU class and "
-                   f"method ({t.band_basis or 'no segment'}); its band is wider, and hours and cost may be further "
-                   "off than it.")
-    else:
-        rows = re.search(r"(\d+) held-out", t.band_basis)
-        if rows and int(rows.group(1)) < FEW_CALIBRATION_ROWS:
-            out.append(f"Thin calibration: the time band rests on {rows.group(1)} published measurement(s) "
-                       f"({t.band_basis}).")
-    if c.fit.tight:
-        out.append(f"Tight memory: {gb(c.fit.peak_bytes)} per GPU against a limit of {gb(c.fit.limit_bytes)} is within the "
-                   "estimator's error of the limit; it may run out of memory. Run `launch.sh --benchmark` first.")
-    age = _age_days(c, plan)
-    if age is None:  # no date, or the planner's "date unknown"
-        out.append(f"Undated price: {money(c.cost.price_hour)}/h from {c.offer.source or 'an unnamed source'} has no "
-                   "observation date" + (" and its sheet marks it stale" if c.offer.stale else "")
-                   + "; check it with the provider before you buy.")
-    elif is_stale(c, plan):
-        why_stale = (f"is {age:,} day{'s' if age != 1 else ''} old" if age is not None and age > plan.stale_days
-                     else "is marked stale by its sheet (an old catalog generation)")
-        out.append(f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) {why_stale}; "
-                   "check it with the provider before you buy.")
-    out += [f"The band crosses a constraint: {note(f).removeprefix('band crosses ')}."
-            for f in found(c.findings, K.BAND_CROSSES_BUDGET, K.BAND_CROSSES_DEADLINE)]
-    if not c.offer.host_known:
-        out.append("Host unknown: the price source lists no host RAM or vCPUs, so the loading check could not run; "
-                   "check the host before renting.")
-    moe = plan.model.params_active < plan.model.params_total
-    out += [f"Launch caveat: {note}" for note in caveats(c, plan.model.family, moe)]
-    return out
-
-
 def _objective(c: Candidate) -> str:
     """DPO / GRPO: what runs where (the planner's note) and, for GRPO, the hours spent generating."""
     placed = first(c.findings, K.DPO_REFERENCE, K.GRPO_GENERATION)
@@ -140,7 +94,7 @@ def decision_card(plan: Plan) -> dict:
         return {"status": "none", "headline": "Nothing fits",
                 "lede": (f"No offer can run {plan.model.name} with the allowed settings"
                          + (f"; most often: {top.reason}." if top else ".")),
-                "figures": [], "stack": "", "why": "", "misses": [], "remedy": remedy, "risks": [],
+                "figures": [], "stack": "", "why": "", "misses": [], "remedy": remedy, "risks": [], "risk_kinds": [],
                 "managed": managed_summary(plan)}
     c = plan.candidates[0]
     met = plan.constraints_met
@@ -159,5 +113,6 @@ def decision_card(plan: Plan) -> dict:
         "misses": [note(f) for f in found(c.findings, K.MISSES_BUDGET, K.MISSES_DEADLINE)] if not met else [],
         "remedy": remedy if not met else "",
         "risks": risks(plan, c),
+        "risk_kinds": [what for what, _ in risk_items(plan, c)],
         "managed": managed_summary(plan),
     }

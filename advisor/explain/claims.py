@@ -9,10 +9,10 @@ between them. Every figure is read from the plan: the ranking basis is the one t
 
 from __future__ import annotations
 
-from advisor.explain.notes import NEAR_TIE_NOTE
+from advisor.explain.notes import NEAR_TIE_NOTE, managed_tokens
 from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
 from advisor.results.facts import FindingKind as K, RankBy, first
-from advisor.units import MILLION, duration, money, tokens
+from advisor.units import duration, money
 
 # A difference smaller than this is "the same" (a cent); below DOLLAR no percentage is stated, because
 # a share of a few cents (a tiny dataset's $0.07 against $0.17) reads as a big claim about nothing.
@@ -203,8 +203,8 @@ def managed_summary(plan: Plan) -> str:
     m = plan.managed_alternatives[0]
     price = money(m.usd) + (f"-{money(m.usd_high)}" if m.usd_high is not None else "")
     dated = m.observed_at or "date unknown"
-    text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for the same "
-            f"{tokens(m.billed_m_tokens * MILLION)} tokens (price dated {dated}, {m.source.split(' ')[0]})")
+    text = (f"A managed service, {m.provider} {m.service} ({m.method}), would cost {price} for "
+            f"{managed_tokens(plan.workload, m.billed_m_tokens)} (price dated {dated}, {m.source.split(' ')[0]})")
     if plan.candidates and plan.constraints_met:
         top = ranked_cost(plan.candidates[0])  # at the ranking quantile, the figure the table shows
         if top <= m.usd:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from advisor.results.facts import Finding, FindingKind as K
-from advisor.units import gb, money
+from advisor.units import MILLION, gb, money, tokens
 
 # How the note of a candidate promoted by the near-tie rule starts
 NEAR_TIE_NOTE = "preferred in a near-tie"
@@ -67,7 +67,22 @@ _CAVEAT_WORDS = {
 }
 
 
+# What a ROCm host needs instead of each CUDA build the bundle installs (ranking.ROCM_CUDA_PIECES, sources there)
+_ROCM_PIECES = {"torch": "torch (the PyPI pin is a CUDA build; install PyTorch's ROCm wheels)",
+                "flash-attn": "flash-attn (pip builds its CUDA kernels; ROCm's FlashAttention-2 is built from "
+                              "ROCm/flash-attention, GPU_ARCHS=gfx942 for MI300, or its Triton backend)"}
+
+
+def _rocm_host(f: Finding) -> str:
+    pieces = [p for p in str(f.get("pieces") or "torch").split(",") if p]
+    return (f"ROCm host: {f.get('gpu') or 'this GPU'} runs ROCm, and the bundle installs CUDA builds of "
+            + "; ".join(_ROCM_PIECES.get(p, p) for p in pieces)
+            + " (rocm.docs.amd.com; Liger's Triton kernels run on ROCm)")
+
+
 def _caveat(f: Finding) -> str:
+    if str(f["caveat"]) == "rocm-host":
+        return f"stack caveat: {_rocm_host(f)}; loses to a safe row up to {f['margin_pct']:g}% dearer"
     words = _CAVEAT_WORDS.get(str(f["caveat"]), str(f["caveat"])).replace("{gpu}", str(f.get("gpu") or "this GPU"))
     return f"stack caveat: {words}; loses to a safe row up to {f['margin_pct']:g}% dearer"
 
@@ -165,3 +180,19 @@ def notes_of(c) -> list[str]:
 def misses_constraint(c) -> bool:
     """The candidate misses --budget or --deadline at the ranking quantile (the tables' ✗)."""
     return any(f.kind in (K.MISSES_BUDGET, K.MISSES_DEADLINE) for f in c.findings)
+
+
+def job_tokens(workload) -> str:
+    """The job's token count, as the workload line and the managed line both say it: every epoch's tokens through
+    the model being trained (for DPO, the policy: each pair's chosen and rejected rows, the prompt in both)."""
+    through = " through the policy" if workload.get("objective") == "dpo" else ""
+    return f"{int(workload['train_tokens']):,} training tokens{through}"
+
+
+def managed_tokens(workload, billed_m_tokens: float) -> str:
+    """What a managed service is priced for: the same job's tokens; for DPO, the one count (tokens through the
+    policy) and what the service bills for it, the pairs' file tokens (prompt + chosen + rejected), named as such."""
+    if workload.get("objective") != "dpo" or workload.get("train_tokens") is None:
+        return f"the same {tokens(billed_m_tokens * MILLION)} tokens"
+    return (f"the same {job_tokens(workload)}, which it bills as {tokens(billed_m_tokens * MILLION)} file tokens: "
+            "prompt + chosen + rejected per pair")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from advisor.explain import claims
 from advisor.explain.card import why
 from advisor.explain.claims import ranked_cost, ranked_hours, ranking_quantile
-from advisor.explain.notes import note
+from advisor.explain.notes import job_tokens, note
 from advisor.results import Candidate, Plan
 from advisor.results.columns import TIE_MARK
 from advisor.results.facts import FindingKind as K, first
@@ -20,7 +20,7 @@ def _head(plan: Plan) -> list[str]:
     lines = [f"Note: {plan.notice}"] if plan.notice else []
     w = plan.workload
     unit = {"dpo": "pairs", "grpo": "completions"}.get(w.get("objective"), "sequences")
-    lines.append(f"{plan.model.name}: {w['train_tokens']:,} training tokens, seq {w['seq_len']}, "
+    lines.append(f"{plan.model.name}: {job_tokens(w)}, seq {w['seq_len']}, "
                  f"global batch {w['global_batch']} {unit}.")
     lines.append(claims.counts_sentence(plan) + ".")
     lines += [f"Warning: {x}" for x in claims.small_workload(plan)]

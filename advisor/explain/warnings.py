@@ -1,13 +1,21 @@
-"""The plan's warnings in words, one per plan finding, in recorded order; and where two price sheets disagree."""
+"""The plan's warnings in words, one per plan finding, in recorded order; where two price sheets disagree; and the
+decision card's risks line, read from the same facts (the top pick's findings, the warnings naming it, its price's
+age and its bundle's caveats)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from advisor.explain.notes import HOST_UNKNOWN_NOTE, candidate_notes, note
-from advisor.results import Candidate
+from advisor.explain.price_age import days_to_stale, is_ageing, is_stale, price_age_days
+from advisor.launch.caveats import caveats
+from advisor.results import Candidate, Plan
 from advisor.results.facts import Finding, FindingKind as K, found
-from advisor.units import money, tokens
+from advisor.units import gb, money, tokens
+
+# Fewer held-out rows than this behind a band: said as a risk (one row is an anecdote, not an error band).
+FEW_CALIBRATION_ROWS = 3
 
 
 def _where(f: Finding) -> str:
@@ -47,12 +55,20 @@ WORDS: dict[K, Callable[[Finding], str]] = {
     K.FEW_STEPS: _few_steps,
     K.SHOWN_HOST_UNKNOWN: lambda f: (f"{_where(f)}: {HOST_UNKNOWN_NOTE} — the source lists no host RAM or vCPUs, so "
                                      "the loading check could not run; check the host before renting."),
-    K.PRICE_DISPUTED: lambda f: (f"{_where(f)}: the catalog's ${f['catalog_price_hour']:,.2f}/h is disputed by a dated "
-                                 f"observation; priced at {money(f['price_hour'])}/h ({f['price_date']}, "
-                                 f"{str(f['source'])[:60]})."),
+    K.PRICE_DISPUTED: lambda f: _disputed_price(f),
     K.TOP_TIGHT: lambda f: "The top pick is within the estimator's measured error band of its GPU memory limit (tight).",
     K.NO_SPOT: lambda f: _no_spot(f),
 }
+
+
+def _disputed_price(f: Finding) -> str:
+    """A dated observation replaced the catalog's price; or a marketplace median disputes the listed price it kept."""
+    if f.get("by") == "market":
+        return (f"{_where(f)}: its listed {money(f['price_hour'])}/h is disputed by the marketplace median for this GPU, "
+                f"{money(f['market_price_hour'])}/h ({f['market_date']}, an aggregate of other hosts' listings); "
+                "priced at the listing, which may not be on offer at that price.")
+    return (f"{_where(f)}: the catalog's ${f['catalog_price_hour']:,.2f}/h is disputed by a dated "
+            f"observation; priced at {money(f['price_hour'])}/h ({f['price_date']}, {str(f['source'])[:60]}).")
 
 
 def _no_spot(f: Finding) -> str:
@@ -110,3 +126,81 @@ def disagreeing(disagreements, candidates: list[Candidate]) -> list[str]:
     shown = {(c.offer.provider, c.offer.region, c.offer.instance_type) for c in candidates}
     return [f"Price sources disagree: {d}." for d in disagreements
             if (d.provider, d.region, d.instance_type) in shown][:10]
+
+
+# The top pick's own findings that are risks to its three numbers or to launching it as written, said in the risks
+# line with the candidate's own note (the rest say what it trades away, where it runs, or why it ranks where it does).
+RISK_KINDS = (K.STACK_CAVEAT, K.LISTED_ONLY, K.SPOT_SUSPECT, K.FP16_NO_BF16, K.GLOBAL_BATCH_CHANGED)
+
+
+def _price_risk(plan: Plan, c: Candidate) -> tuple[str, str] | None:
+    """The top pick's price age as a risk: undated, stale, or near the staleness limit (price_age.is_ageing)."""
+    age = price_age_days(c, plan)
+    if age is None:  # no date, or the planner's "date unknown"
+        return ("undated_price", f"Undated price: {money(c.cost.price_hour)}/h from {c.offer.source or 'an unnamed source'} "
+                "has no observation date" + (" and its sheet marks it stale" if c.offer.stale else "")
+                + "; check it with the provider before you buy.")
+    if is_stale(c, plan):
+        why_stale = (f"is {age:,} day{'s' if age != 1 else ''} old" if age > plan.stale_days
+                     else "is marked stale by its sheet (an old catalog generation)")
+        return ("stale_price", f"Stale price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) "
+                f"{why_stale}; check it with the provider before you buy.")
+    if is_ageing(c, plan):
+        left = days_to_stale(c, plan)
+        return ("ageing_price", f"Ageing price: {money(c.cost.price_hour)}/h from {c.offer.source} ({c.offer.price_date}) "
+                f"is {age:,} days old, {left:,} day{'s' if left != 1 else ''} from the {plan.stale_days:g}-day "
+                "staleness limit; check it with the provider before you buy.")
+    return None
+
+
+def _disputed(plan: Plan) -> list[tuple[str, str]]:
+    """The plan's warning that a dated observation disputes the top pick's catalog price, as a risk."""
+    return [(K.PRICE_DISPUTED.value, _disputed_risk(f)) for f in found(plan.findings, K.PRICE_DISPUTED)
+            if f.get("rank") == 1]
+
+
+def _disputed_risk(f: Finding) -> str:
+    if f.get("by") == "market":
+        return (f"Disputed price: the listing's {money(f['price_hour'])}/h against a marketplace median of "
+                f"{money(f['market_price_hour'])}/h for this GPU ({f['market_date']}); priced at the listing, which "
+                "may not be on offer at that price: check it before you buy.")
+    return (f"Disputed price: the catalog says ${f['catalog_price_hour']:,.2f}/h, a dated observation "
+            f"{money(f['price_hour'])}/h ({f['price_date']}); priced at the observation, check it with the provider "
+            "before you buy.")
+
+
+def risk_items(plan: Plan, c: Candidate) -> list[tuple[str, str]]:
+    """(what, words) for everything that could make the three numbers wrong or the run not launch as written, most
+    serious first; `what` is the finding kind (or the price-age state, or `launch_caveat`) each line says."""
+    out: list[tuple[str, str]] = []
+    t = c.timing
+    if not t.calibrated:
+        out.append((K.UNCALIBRATED.value, "Uncalibrated hardware: the time model has no published measurements for "
+                    f"this GPU class and method ({t.band_basis or 'no segment'}); its band is wider, and hours and cost "
+                    "may be further off than it."))
+    else:
+        rows = re.search(r"(\d+) held-out", t.band_basis)
+        if rows and int(rows.group(1)) < FEW_CALIBRATION_ROWS:
+            out.append(("thin_calibration", f"Thin calibration: the time band rests on {rows.group(1)} published "
+                        f"measurement(s) ({t.band_basis})."))
+    if c.fit.tight:
+        out.append((K.TIGHT.value, f"Tight memory: {gb(c.fit.peak_bytes)} per GPU against a limit of "
+                    f"{gb(c.fit.limit_bytes)} is within the estimator's error of the limit; it may run out of memory. "
+                    "Run `launch.sh --benchmark` first."))
+    price = _price_risk(plan, c)
+    out += [price] if price else []
+    out += _disputed(plan)
+    out += [(f.kind.value, f"The band crosses a constraint: {note(f).removeprefix('band crosses ')}.")
+            for f in found(c.findings, K.BAND_CROSSES_BUDGET, K.BAND_CROSSES_DEADLINE)]
+    out += [(f.kind.value, f"{note(f)[0].upper()}{note(f)[1:]}.") for f in found(c.findings, *RISK_KINDS)]
+    if not c.offer.host_known:
+        out.append((K.HOST_UNKNOWN.value, "Host unknown: the price source lists no host RAM or vCPUs, so the loading "
+                    "check could not run; check the host before renting."))
+    moe = plan.model.params_active < plan.model.params_total
+    out += [("launch_caveat", f"Launch caveat: {words}") for words in caveats(c, plan.model.family, moe)]
+    return out
+
+
+def risks(plan: Plan, c: Candidate) -> list[str]:
+    """What could make the three numbers wrong, in plain words, most serious first."""
+    return [words for _, words in risk_items(plan, c)]

@@ -10,7 +10,7 @@ from advisor.estimate.throughput import MIN_CALIBRATED_ROWS
 from advisor.planner import configs as _configs
 from advisor.planner.configs import TIGHT_FRACTION, Config
 from advisor.planner.offers import LISTED_ONLY
-from advisor.planner.ranking import RISK_MARGIN_PCT, stack_caveats
+from advisor.planner.ranking import RISK_MARGIN_PCT, rocm_cuda_pieces, stack_caveats
 from advisor.planner.request import MIN_OPTIMIZER_STEPS, PlanRequest
 from advisor.planner.select import Selection
 from advisor.results import Candidate
@@ -34,8 +34,7 @@ def candidate_findings(cfg: Config, request: PlanRequest, spec=None, offer_notes
         out.append(Finding(kind=K.UNCALIBRATED, figures={"min_rows": MIN_CALIBRATED_ROWS}))
     if cfg.fitted.tight:
         out.append(Finding(kind=K.TIGHT, figures={"fraction": TIGHT_FRACTION, "margin_pct": RISK_MARGIN_PCT}))
-    out += [Finding(kind=K.STACK_CAVEAT, figures={"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT})
-            for key in stack_caveats(cfg.gpu, st)]
+    out += [stack_caveat(key, cfg) for key in stack_caveats(cfg.gpu, st)]
     if request.regions and offer_notes is not None and LISTED_ONLY in offer_notes:
         out.append(Finding(kind=K.LISTED_ONLY, figures={"tag": LISTED_ONLY, "regions": ",".join(request.regions)}))
     padding = request.padding_factor(t.micro_batch) if t is not None else 1.0
@@ -46,6 +45,14 @@ def candidate_findings(cfg: Config, request: PlanRequest, spec=None, offer_notes
                                                                  "requested": int(request.sequences_per_step),
                                                                  "gpus": int(st.gpus)}))
     return out
+
+
+def stack_caveat(key: str, cfg: Config) -> Finding:
+    """One STACK_CAVEATS key on this row; `rocm-host` names the pieces the bundle installs as CUDA builds."""
+    figures = {"caveat": key, "gpu": cfg.gpu.name, "margin_pct": RISK_MARGIN_PCT}
+    if key == "rocm-host":
+        figures["pieces"] = ",".join(rocm_cuda_pieces(cfg.stack))
+    return Finding(kind=K.STACK_CAVEAT, figures=figures)
 
 
 def placement(stack, gpu_count: int, nodes: int) -> list[Finding]:
@@ -94,6 +101,13 @@ def disputed(notes: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def market_disputed(notes: str) -> tuple[float, str] | None:
+    """(median $/h, its date) of the marketplace aggregate that disputes a row's own price (pricing.crosscheck's
+    AGGREGATE RULE tags it `market_disputed:<median>@<date>`; the row keeps its listed price)."""
+    m = re.search(r"market_disputed:([0-9.]+)@([0-9-]+)", notes or "")
+    return (float(m.group(1)), m.group(2)) if m else None
+
+
 def _shown(c: Candidate) -> dict:
     return {"rank": c.rank, "provider": c.offer.provider, "instance_type": c.offer.instance_type}
 
@@ -136,11 +150,15 @@ def _hosts_and_prices(candidates: list[Candidate]) -> list[Finding]:
     for c in candidates[:3]:
         if not c.offer.host_known:
             out.append(Finding(kind=K.SHOWN_HOST_UNKNOWN, figures=_shown(c)))
-        old = disputed(c.offer.notes)
+        old, market = disputed(c.offer.notes), market_disputed(c.offer.notes)
         if old is not None:
             out.append(Finding(kind=K.PRICE_DISPUTED, figures={
                 **_shown(c), "catalog_price_hour": old, "price_hour": c.offer.price_hour,
                 "price_date": c.offer.price_date, "source": c.offer.source}))
+        elif market is not None:  # an aggregate disputes it: the row keeps its own price, the median beside it
+            out.append(Finding(kind=K.PRICE_DISPUTED, figures={
+                **_shown(c), "by": "market", "market_price_hour": market[0], "market_date": market[1],
+                "price_hour": c.offer.price_hour, "price_date": c.offer.price_date, "source": c.offer.source}))
     return out
 
 

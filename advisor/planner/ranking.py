@@ -53,7 +53,18 @@ RISK_RULE = "safe over risky"  # the rule name a row promoted by the risk margin
 # - "aarch64-host": GH200's Grace CPU is aarch64; flash-attn publishes no prebuilt aarch64 wheel (Dao-AILab/
 #   flash-attention issues #1866 "flash attention install on aarch64 grace hopper", #1875), so it builds from
 #   source, and bitsandbytes' and vLLM's aarch64 wheels differ from their x86_64 ones (pricing/data/gpus.csv GH200).
-STACK_CAVEATS = ("rocm-bitsandbytes", "aarch64-host")
+# - "rocm-host": an AMD GPU runs ROCm, and the bundle installs CUDA builds of two pieces (ROCM_CUDA_PIECES):
+#   requirements.txt pins torch from PyPI, whose Linux wheels are CUDA builds; ROCm's are separate wheels ("PyTorch
+#   supports the ROCm platform by providing tested wheels packages ... select 'Linux', 'Python', 'pip', and 'ROCm'",
+#   https://rocm.docs.amd.com/projects/install-on-linux/en/docs-6.2.0/how-to/3rd-party/pytorch-install.html); and a
+#   flash stack's setup runs `pip install flash-attn --no-build-isolation`, which builds the CUDA kernels, while
+#   ROCm's FlashAttention-2 is built from ROCm's own fork (Composable Kernel, `GPU_ARCHS=gfx942` for MI300) or its
+#   Triton backend ("ROCm provides two different implementations of Flash Attention 2 modules",
+#   https://rocmdocs.amd.com/en/develop/how-to/llm-fine-tuning-optimization/model-acceleration-libraries.html).
+#   Liger Kernel's Triton kernels run on ROCm (v0.4.0 "Full AMD support", linkedin/Liger-Kernel README.md; Triton
+#   "works seamlessly with AMD GPUs", https://rocm.docs.amd.com/projects/radeon/en/latest/docs/install/native_linux/
+#   install-triton.html), so liger adds no caveat; bitsandbytes has its own (rocm-bitsandbytes).
+STACK_CAVEATS = ("rocm-bitsandbytes", "rocm-host", "aarch64-host")
 BITSANDBYTES_OPTIMIZERS = techniques.eight_bit()  # the 8-bit rows of advisor/data/optimizers.csv
 # Sellers that list third-party hosts at prices their suppliers set: providers.csv's `marketplace` column
 # (vast.ai; Hyperbolic's GPU Marketplace, "Suppliers set their own price", https://docs.hyperbolic.xyz/docs/gpu-marketplace-pricing).
@@ -100,12 +111,21 @@ def marketplace(priced):
         mentions(priced["notes"], "marketplace"), bool)
 
 
+def rocm_cuda_pieces(stack) -> tuple[str, ...]:
+    """The packages the bundle installs as CUDA builds that an AMD (ROCm) host needs in its ROCm build: torch
+    always (the PyPI pin), flash-attn when the stack uses FlashAttention-2 (STACK_CAVEATS "rocm-host")."""
+    return ("torch",) + (("flash-attn",) if stack.attention == "flash" else ())
+
+
 def stack_caveats(gpu, stack) -> tuple[str, ...]:
     """The STACK_CAVEATS keys that apply to this stack on this GPU (recorded on the row; worded by
     advisor.explain.notes)."""
     out = []
-    if str(gpu.vendor).upper() == "AMD" and (stack.method == "qlora" or stack.optimizer in BITSANDBYTES_OPTIMIZERS):
+    amd = str(gpu.vendor).upper() == "AMD"
+    if amd and (stack.method == "qlora" or stack.optimizer in BITSANDBYTES_OPTIMIZERS):
         out.append("rocm-bitsandbytes")
+    if amd and rocm_cuda_pieces(stack):
+        out.append("rocm-host")
     if "aarch64" in str(gpu.architecture).lower():
         out.append("aarch64-host")
     return tuple(out)
