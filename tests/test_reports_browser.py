@@ -276,7 +276,7 @@ MEASURE = """(() => {
   const heads = table ? [...table.querySelectorAll('thead th')].map(th => th.textContent.trim()) : [];
   const rows = table ? [...table.querySelectorAll('tbody tr')].slice(0, 3) : [];
   const cells = rows.map(r => ['Cost', 'Wall time'].map(h => {
-    const td = r.cells[heads.indexOf(h)];
+    const td = r.cells[heads.findIndex(t => t === h || t.startsWith(h + ' p'))];  // 'Cost p80': the quantile named
     return {...box(td), text: td.textContent.trim(), visible: td.offsetParent !== null};
   }));
   const wraps = [...document.querySelectorAll('.table-wrap')].map(w =>
