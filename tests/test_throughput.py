@@ -190,10 +190,12 @@ def test_geforce_cards_without_peer_to_peer_stage_collectives_through_host_memor
     shape = Shape(micro_batch=2, seq_len=2048, grad_accum=4)
     geforce = estimate_throughput("meta-llama/Llama-3.1-70B", stack, shape, "RTX4090")
     workstation = estimate_throughput("meta-llama/Llama-3.1-70B", stack, shape, "RTX6000-Ada")
-    link = get_gpu("RTX4090").link_gb_s_per_direction
+    link = get_gpu("RTX6000-Ada").link_gb_s_per_direction
     assert geforce.components["comm_seconds"] == pytest.approx(
-        workstation.components["comm_seconds"] * link / (link * table()["no_p2p_link_factor"]), rel=1e-6)
+        workstation.components["comm_seconds"] * link / table()["no_p2p_host_staged_gb_s"], rel=1e-6)
     assert geforce.assumptions["pcie_p2p"] is False
+    assert "host memory" in geforce.assumptions["comm_host_staged"]
+    assert "comm_host_staged" not in workstation.assumptions
 
 
 def test_zero3_moves_1_5x_the_bytes_of_ddp():

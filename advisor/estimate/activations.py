@@ -131,7 +131,8 @@ TERMS = {
     "dora.base_result": "DoRA: the base layer's result, read by the magnitude scale (one per adapter)",
     "dora.lora_result": "DoRA: lora_B(lora_A(x)), read by the magnitude scale (one per adapter)",
     "dora.scales": "DoRA: ‖W+sBA‖ and magnitude/‖W+sBA‖ per output feature, per adapter",
-    "dora.weight_copies": "DoRA with dropout: each adapted weight cast to the adapter dtype for F.linear",
+    "dora.weight_copies": "DoRA with dropout: each adapted weight cast to the adapter dtype (QDoRA: dequantised from "
+                          "4-bit) for F.linear, kept for backward (peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.forward)",
     "lm_head.lora_input": "lm_head adapter input (cast to the adapter dtype / after dropout)",
     "lm_head.lora_dropout_mask": "lm_head adapter dropout mask (bool on CUDA)",
     "lm_head.lora_rank": "lm_head adapter rank-r intermediate",
@@ -275,11 +276,14 @@ def _dora_fixed(saved: Saved, stack: Stack, width: int, out: int, input_grad: bo
     """Per-adapter DoRA tensors independent of the batch: ‖W+sBA‖ (kept by the division that forms the
     scale) and the two scale vectors the products keep; with dropout > 0, the weight cast to the adapter
     dtype that F.linear keeps for the input's gradient (peft dora.py: weight = weight.to(x.dtype)).
-    Under autocast the cast is autocast's cached 16-bit copy, already among the weight copies."""
+    Under autocast the cast is autocast's cached 16-bit copy, already among the weight copies. Under QLoRA (QDoRA)
+    the weight is always a fresh tensor: dora.py dequantize_module_weight(base_layer) dequantises the 4-bit weight
+    every forward (peft utils/integrations.py dequantize_bnb_weight), and F.linear keeps that copy for backward."""
     ab = adapter_bytes(stack)
     saved.add_fixed("dora.scales", 3 * ab * out)
     amp = stack.mixed_precision
-    if stack.lora_dropout > 0 and not amp and input_grad and ab != weight_bytes(stack):
+    fresh = stack.is_qlora or ab != weight_bytes(stack)
+    if stack.lora_dropout > 0 and not amp and input_grad and fresh:
         saved.add_fixed("dora.weight_copies", ab * width * out)
 
 

@@ -100,6 +100,27 @@ def nf4_bytes_per_param(double_quant: bool) -> float:
     return NF4_BYTES + BYTES_FP32 / NF4_BLOCK  # fp32 absmax per 64-element block
 
 
+# What the launch bundle's QLoRA path runs: TRL 1.16.0 SFTTrainer.__init__ (trl/trainer/sft_trainer.py, the
+# `_is_quantized_model` branch) calls get_peft_model and casts only the trainable adapters to bf16; it no longer calls
+# peft's prepare_model_for_kbit_training, and neither does advisor/launch/templates/train.py. peft 0.21.2
+# utils/other.py prepare_model_for_kbit_training ("cast all non INT8 parameters to fp32": every fp16/bf16 parameter
+# whose class is not Params4bit) is what scripts that call it pay: the estimate names that term beside the 16-bit one.
+KBIT_CAST_SOURCE = ("peft 0.21.2 src/peft/utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
+                    "parameter that is not bitsandbytes Params4bit to fp32); TRL 1.16.0 trl/trainer/sft_trainer.py "
+                    "SFTTrainer.__init__ does not call it")
+
+
+def kbit_cast_params(arch: Architecture) -> int:
+    """Parameters prepare_model_for_kbit_training casts to fp32 in a 4-bit model: all but the quantised nn.Linear
+    weights (embeddings, norms, biases, lm_head, routers and fused experts)."""
+    return arch.params_total - arch.linear_weight_params
+
+
+def kbit_cast_bytes(arch: Architecture, stack: Stack) -> int:
+    """Extra bytes per GPU when those parameters are held in fp32 instead of 16-bit (sharded like the weights)."""
+    return int(kbit_cast_params(arch) * (BYTES_FP32 - BYTES_16BIT) / stack.shard_degree_params)
+
+
 @dataclass
 class _States:
     weights: dict[str, Component]
@@ -228,7 +249,8 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
             bytes=int((P - q) * BYTES_16BIT / n_p),
             formula=f"{P - q:,} embedding/norm/bias/router{'/fused-expert' if experts else ''} params × 2 B "
             "(not nn.Linear, so bitsandbytes leaves them 16-bit)",
-            source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit",
+            source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit; kept 16-bit "
+            "by the bundle: " + KBIT_CAST_SOURCE,
         )
     else:
         weights["weights.base"] = Component(
@@ -638,6 +660,11 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
         assumptions["lora"] = f"r={stack.lora_rank}, alpha={stack.lora_alpha}, dropout={stack.lora_dropout}, targets={stack.lora_targets}"
         if stack.dora:
             assumptions["dora"] = "peft use_dora=True: magnitude vectors train; base and adapter results kept per adapter"
+        if stack.is_qlora:
+            assumptions["qlora_fp32_casts"] = (
+                f"not applied (the bundle's TRL path): the {kbit_cast_params(arch):,} non-quantized params stay 16-bit; "
+                f"a script calling peft's prepare_model_for_kbit_training holds them in fp32, "
+                f"+{kbit_cast_bytes(arch, stack) / 1e9:.2f} GB per GPU ({KBIT_CAST_SOURCE})")
         if stack.saved_modules:
             assumptions["modules_to_save"] = f"{', '.join(stack.saved_modules)}: frozen original + trainable copy"
     assumptions["loss"] = LOSS_WORDS["liger" if stack.liger_loss else stack.loss]

@@ -588,14 +588,20 @@ def offload_seconds(c: Counts, stack: Stack, gpu, trainable: float, per_mb: floa
                    exposed=pcie_overlapped - hidden + pcie_serial)
 
 
+def host_staged(gpu) -> bool:
+    """A PCIe card without peer-to-peer (GeForce): NCCL stages every collective through host memory (SHM transport;
+    advisor/data/mfu.json `no_p2p_host_staged_gb_s`)."""
+    return gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True)
+
+
 def link_gb_s(gpu, nodes: int, net_gbps: float, socket_efficiency: float = 1.0) -> float:
     """GB/s per direction a GPU's collectives get: NVLink/xGMI, or PCIe — staged through host memory
     where the cards have no peer-to-peer (GeForce) — and, across nodes, one node's network; a network without
     RDMA (under RDMA_GBPS: TCP sockets over Ethernet) reaches `socket_efficiency` of its line rate."""
     t = table()
     link = gpu.link_gb_s_per_direction
-    if gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True):
-        link *= t["no_p2p_link_factor"]
+    if host_staged(gpu):
+        link = min(link, t["no_p2p_host_staged_gb_s"])
     if nodes > 1:
         # NCCL rings cross each node boundary once per direction, so across nodes the bus
         # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
@@ -896,8 +902,13 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         _, why = mfu_cap(g, stack, c)
         assumptions["plausibility_cap"] = (f"capped at MFU {r.mfu_cap:.3f}: no faster than the best published "
                                            f"run of any framework ({why})")
-    if g.interconnect == "pcie" and stack.gpus > 1 and not g.pcie_p2p:
+    if host_staged(g) and stack.gpus > 1:
         assumptions["pcie_p2p"] = False
+        assumptions["comm_host_staged"] = (
+            f"{r.comm_seconds:.2f} s/step of collectives ({r.comm_exposed_seconds:.2f} s not hidden) staged through "
+            f"host memory at {t['no_p2p_host_staged_gb_s']:g} GB/s: no PCIe peer-to-peer on {g.name}, NCCL "
+            "falls back to its SHM transport (NVIDIA/nccl-tests issue #117, P2P=Disabled 5.9-8.4 GB/s on RTX 4090s; "
+            "NCCL src/transport/p2p.cc p2pCanConnect, src/transport/shm.cc)")
     why = unpriced(g, stack)
     if why:
         assumptions["not_priced"] = "; ".join(why) + " — the band is that of GPU classes held out whole"
