@@ -141,10 +141,31 @@ TERMS = {
 }
 
 
+# Where a term's tensor comes from, for the terms that one library function makes (the rest: DEFAULT_SOURCE).
+_DORA_PY = "peft 0.21.2 src/peft/tuners/lora/dora.py DoraLinearLayer.forward"
+TERM_SOURCES = {
+    "dora.base_result": f"{_DORA_PY} lines 163-165: F.linear(x, weight), read by (mag_norm_scale - 1) * base_result",
+    "dora.lora_result": f"{_DORA_PY} lines 155, 165: lora_B(lora_A(x)), read by mag_norm_scale * lora_result",
+    "dora.scales": f"{_DORA_PY} lines 143-153: weight_norm (detached) and mag_norm_scale = magnitude / weight_norm",
+    "dora.weight_copies": (f"{_DORA_PY} lines 141-142 and 163: weight = dequantize_module_weight(base_layer)"
+                           ".to(x.dtype), a fresh tensor when the dtypes differ or the weight is 4-bit, kept by "
+                           "F.linear for the input's gradient; measured by tests/test_dora_saved_tensors.py"),
+}
+DEFAULT_SOURCE = "advisor.activations (transformers/peft forward code)"
+
+
+def _term_key(term: str) -> str:
+    return term.removeprefix("activations.").removeprefix("layers.")
+
+
 def describe(term: str) -> str:
     """Plain-language meaning of an activation term such as 'layers.mlp.gate_act_up'."""
-    key = term.removeprefix("activations.").removeprefix("layers.")
-    return TERMS.get(key, "saved for backward")
+    return TERMS.get(_term_key(term), "saved for backward")
+
+
+def term_source(term: str) -> str:
+    """The code a saved-tensor term is read from (file, function and lines where one function makes it)."""
+    return TERM_SOURCES.get(_term_key(term), DEFAULT_SOURCE)
 
 
 def act_bytes(stack: Stack) -> int:

@@ -28,6 +28,7 @@ from advisor.estimate.activations import (
     describe,
     dora_transient,
     estimate_activations,
+    term_source,
 )
 from advisor.memo import Memo
 from advisor.model import families
@@ -501,7 +502,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         device_total=device_total,
         static_bytes=W + G + O,
         cpu_ram_bytes=states.cpu_ram,
-        assumptions=_assumptions(arch, stack, shape, phase),
+        assumptions=_assumptions(arch, stack, shape, phase, states.cpu_ram),
         warnings=_warnings(arch, stack, shape),
     )
 
@@ -511,7 +512,7 @@ def _activation_parts(acts: ActivationEstimate, part) -> dict[str, Component]:
     comps: dict[str, Component] = {}
     for key, val in acts.saved.items():
         where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
-        comps[key] = part(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
+        comps[key] = part(bytes=val, formula=describe(key) + where, source=term_source(key))
     if acts.recompute:
         comps["activations.recompute_layer"] = part(
             bytes=acts.recompute,
@@ -636,7 +637,8 @@ def _warnings(arch: Architecture, stack: Stack, shape: Shape) -> list[str]:
     return warnings
 
 
-def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> dict[str, str | int | float | bool]:
+def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str,
+                 cpu_ram: int = 0) -> dict[str, str | int | float | bool]:
     """The settings behind the estimate, in words (shown with every estimate)."""
     spec = arch.spec
     assumptions: dict[str, str | int | float | bool] = {
@@ -679,7 +681,33 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
         assumptions["compile"] = "torch.compile: memory as eager (no measured or derivable saving)"
     if spec.params_override:
         assumptions["architecture"] = "synthetic Llama-shaped (from --params) for activations and LoRA shapes"
+    if stack.offloads:
+        assumptions["cpu_offload"] = offload_words(stack, cpu_ram)
+    if stack.attention == "eager" and families.traits(spec.family).default_attention == "eager":
+        assumptions["attention_default"] = ATTENTION_DEFAULT_WORDS.get(spec.family, "eager: transformers has no SDPA "
+                                                                       "for this model class (_supports_sdpa False)")
     return assumptions
+
+
+# Where a family's default is eager, the installed library's reason (tests/test_config_aliases.py checks the flag
+# against the class; tests/test_mechanism_terms.py against the model transformers builds).
+ATTENTION_DEFAULT_WORDS = {
+    "gemma2": ("eager: what transformers 5.24.0 picks for Gemma 2 (src/transformers/models/gemma2/modeling_gemma2.py "
+               "line 353, Gemma2PreTrainedModel `_supports_sdpa = False  # sdpa does not support softcapping`; "
+               "attn_implementation='sdpa' is refused); --attention flash runs FlashAttention-2 with its softcap"),
+}
+
+OFFLOAD_SOURCE = ("ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840): fp32 master weights, fp32 gradients and Adam "
+                  "states on the host (DeepSpeed 0.19.8 deepspeed/runtime/zero/stage_1_and_2.py cpu_offload, "
+                  "stage3.py offload_param; torch.distributed.fsdp CPUOffload(offload_params=True))")
+
+
+def offload_words(stack: Stack, cpu_ram: int) -> str:
+    """The CPU-offload term: what leaves the GPU, the host RAM it takes, and its source."""
+    moved = {"optimizer": "optimizer states and fp32 masters", "params": "parameters",
+             "both": "parameters, optimizer states and fp32 masters"}[stack.offload]
+    return (f"{moved} held in host RAM ({cpu_ram / 1e9:.2f} GB over all GPUs), 0 B of them on the GPU; "
+            f"the host step and PCIe copies are in throughput.assumptions.offload ({OFFLOAD_SOURCE})")
 
 
 

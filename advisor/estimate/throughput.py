@@ -588,6 +588,11 @@ def offload_seconds(c: Counts, stack: Stack, gpu, trainable: float, per_mb: floa
                    exposed=pcie_overlapped - hidden + pcie_serial)
 
 
+OFFLOAD_TIME_SOURCE = ("DeepSpeedCPUAdam, DeepSpeed 0.19.8 csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX: 28 B "
+                       "of host memory traffic per parameter; PCIe bytes per setting from deepspeed/runtime/zero/"
+                       "stage_1_and_2.py and stage3.py; advisor/data/mfu.json cpu_optimizer, host_link")
+
+
 def host_staged(gpu) -> bool:
     """A PCIe card without peer-to-peer (GeForce): NCCL stages every collective through host memory (SHM transport;
     advisor/data/mfu.json `no_p2p_host_staged_gb_s`)."""
@@ -917,7 +922,7 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         assumptions["offload"] = (f"host optimizer {r.cpu_optimizer_seconds:.2f} s/step at {o['default_vcpus_per_gpu']} "
                                   f"vCPUs per GPU (the price sheet's median; more cores, less time, up to "
                                   f"{o['node_gb_s']:g} GB/s of host memory), PCIe {r.offload_pcie_seconds:.2f} s/step "
-                                  f"at {host_link_gb_s(g):.1f} GB/s, {r.offload_exposed_seconds:.2f} s not hidden")
+                                  f"at {host_link_gb_s(g):.1f} GB/s, {r.offload_exposed_seconds:.2f} s not hidden ({OFFLOAD_TIME_SOURCE})")
     if nodes > 1:
         assumptions["internode_gbps"] = r.internode_gbps
     return Throughput(
