@@ -599,6 +599,33 @@ def host_staged(gpu) -> bool:
     return gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True)
 
 
+# Issue 48's mechanism classes, where the newest published runs disagree with the model: a row (or a setup) belongs
+# to every class whose mechanism it runs. benchmarks/time_calibration.py writes each class's held-out figures into
+# mfu.json fit.held_out_by_group; a setup in a class with fewer than THIN_CLASS_ROWS held-out rows or
+# THIN_CLASS_SOURCES sources takes the band of held-out GPU classes and says so (`band`).
+NO_P2P_MULTI, DORA, QLORA, CPU_OFFLOAD = "consumer multi-GPU (no P2P)", "DoRA", "QLoRA", "CPU offload"
+MECHANISM_CLASSES = (NO_P2P_MULTI, DORA, QLORA, CPU_OFFLOAD)
+THIN_CLASS_ROWS, THIN_CLASS_SOURCES = 3, 2
+
+
+def mechanism_classes(gpu, stack: Stack) -> list[str]:
+    """The issue-48 classes this setup belongs to (MECHANISM_CLASSES order)."""
+    runs = (host_staged(gpu) and stack.gpus > 1, stack.dora, stack.method == "qlora", stack.offloads)
+    return [name for name, on in zip(MECHANISM_CLASSES, runs) if on]
+
+
+def thin_classes(gpu, stack: Stack) -> list[str]:
+    """This setup's mechanism classes whose held-out evidence is thin, each with its rows and sources in words."""
+    groups = (table().get("fit") or {}).get("held_out_by_group") or {}
+    out = []
+    for name in mechanism_classes(gpu, stack):
+        g = groups.get(name) or {"rows": 0, "sources": 0}
+        if g["rows"] < THIN_CLASS_ROWS or g["sources"] < THIN_CLASS_SOURCES:
+            out.append(f"{name}: {g['rows']} held-out row{'s' if g['rows'] != 1 else ''} of {g['sources']} "
+                       f"source{'s' if g['sources'] != 1 else ''}")
+    return out
+
+
 def link_gb_s(gpu, nodes: int, net_gbps: float, socket_efficiency: float = 1.0) -> float:
     """GB/s per direction a GPU's collectives get: NVLink/xGMI, or PCIe — staged through host memory
     where the cards have no peer-to-peer (GeForce) — and, across nodes, one node's network; a network without
@@ -810,6 +837,10 @@ def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
     if why:
         entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
         return entry, f"not priced ({'; '.join(why)}): the band of held-out GPU classes"
+    thin = thin_classes(gpu, stack)
+    if thin:
+        entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
+        return entry, f"thin evidence ({'; '.join(thin)}): the band of held-out GPU classes"
     seg = segment(gpu, stack)
     own = ((bands.get("frameworks") or {}).get(stack.framework) or {}).get(seg)
     if own is not None and own["rows"] >= FRAMEWORK_BAND_ROWS:
