@@ -91,21 +91,8 @@ def evaluate_row(row: CalibrationRow, estimate: Estimator | None, throughput: Ca
         "assumptions": list(row.assumptions),
     }
     if estimate is not None:
-        try:
-            est = estimate(row.spec, row.stack, row.shape)
-            field = KIND_FIELD.get(row.kind, "device_total")
-            out["values"][OURS] = int(getattr(est, field))
-            out["device_total"] = int(est.device_total)
-        except Exception as exc:  # noqa: BLE001 - a failing row is reported, not fatal
-            out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    for name, fn in BASELINES.items():
-        try:
-            value = fn(row.spec, row.params, row.stack, row.shape)
-        except Exception as exc:  # noqa: BLE001
-            value = None
-            out["assumptions"].append(f"{name} failed: {exc}")
-        if value is not None:
-            out["values"][name] = int(value)
+        _our_value(out, row, estimate)
+    _baseline_values(out, row)
     if row.measured_bytes:
         for name, value in out["values"].items():
             out["errors"][name] = signed_error(value, row.measured_bytes)
@@ -115,14 +102,39 @@ def evaluate_row(row: CalibrationRow, estimate: Estimator | None, throughput: Ca
             need = out.get("device_total", value) if name == OURS else value
             out["fits"][name] = need <= cap
     if throughput is not None and row.tokens_per_sec_total and row.gpu:
-        try:
-            t = throughput(row.spec, row.stack, row.shape, row.gpu, grad_accum=row.grad_accum, nodes=1)
-            out["tps_measured"] = row.tokens_per_sec_total
-            out["tps_predicted"] = float(t.tokens_per_sec)
-            out["tps_error"] = signed_error(out["tps_predicted"], row.tokens_per_sec_total)
-        except Exception as exc:  # noqa: BLE001
-            out["tps_failure"] = f"{type(exc).__name__}: {exc}"
+        _throughput_value(out, row, throughput)
     return out
+
+
+def _our_value(out: dict, row: CalibrationRow, estimate: Estimator) -> None:
+    try:
+        est = estimate(row.spec, row.stack, row.shape)
+        field = KIND_FIELD.get(row.kind, "device_total")
+        out["values"][OURS] = int(getattr(est, field))
+        out["device_total"] = int(est.device_total)
+    except Exception as exc:  # noqa: BLE001 - a failing row is reported, not fatal
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _baseline_values(out: dict, row: CalibrationRow) -> None:
+    for name, fn in BASELINES.items():
+        try:
+            value = fn(row.spec, row.params, row.stack, row.shape)
+        except Exception as exc:  # noqa: BLE001
+            value = None
+            out["assumptions"].append(f"{name} failed: {exc}")
+        if value is not None:
+            out["values"][name] = int(value)
+
+
+def _throughput_value(out: dict, row: CalibrationRow, throughput: Callable[..., Any]) -> None:
+    try:
+        t = throughput(row.spec, row.stack, row.shape, row.gpu, grad_accum=row.grad_accum, nodes=1)
+        out["tps_measured"] = row.tokens_per_sec_total
+        out["tps_predicted"] = float(t.tokens_per_sec)
+        out["tps_error"] = signed_error(out["tps_predicted"], row.tokens_per_sec_total)
+    except Exception as exc:  # noqa: BLE001
+        out["tps_failure"] = f"{type(exc).__name__}: {exc}"
 
 
 # ----------------------------------------------------------------------------- summaries
@@ -198,19 +210,10 @@ def evaluate(rows: list[CalibrationRow], estimate: Estimator | None = None,
     names = ([OURS] if estimate is not None else []) + list(BASELINES)
     for name in names:
         summary["estimators"][name] = summarise(results, name)
-        summary["by_conf"][name] = {
-            c: summarise([r for r in results if r["conf"] == c], name) for c in CONF_ORDER
-        }
-    if estimate is not None:  # allocated and reserved are different quantities: their errors apart
-        summary["by_kind"] = {k: summarise([r for r in results if r["kind"] == k], OURS) for k in KIND_FIELD}
-        if replay is not None:
-            summary["by_kind_replay"] = {k: summarise([r for r in results if r["kind"] == k], REPLAY)
-                                         for k in KIND_FIELD if k != "allocated"}
+        summary["by_conf"][name] = {c: summarise([r for r in results if r["conf"] == c], name) for c in CONF_ORDER}
     if estimate is not None:
-        for name in BASELINES:
-            ids = {r["id"] for r in results if name in r["values"] and OURS in r["values"]}
-            o, t = summarise(results, OURS, ids), summarise(results, name, ids)
-            summary["versus"][name] = {"rows": len(ids), "ours": o, "theirs": t, "ours_better": better(o, t)}
+        _ours_apart(summary, results, replay is not None)
+        summary["classes"] = class_summaries(rows, results)
     tps = [r for r in results if "tps_error" in r]
     if tps:
         absolute = sorted(abs(r["tps_error"]) for r in tps)
@@ -222,6 +225,67 @@ def evaluate(rows: list[CalibrationRow], estimate: Estimator | None = None,
         }
     summary["goals"] = goals(summary)
     return summary
+
+
+def _ours_apart(summary: dict, results: list[dict], replayed: bool) -> None:
+    """Ours by measured quantity (allocated and reserved are different quantities: their errors apart), by the
+    allocator replay, and against each baseline on the rows it covers."""
+    summary["by_kind"] = {k: summarise([r for r in results if r["kind"] == k], OURS) for k in KIND_FIELD}
+    if replayed:
+        summary["by_kind_replay"] = {k: summarise([r for r in results if r["kind"] == k], REPLAY)
+                                     for k in KIND_FIELD if k != "allocated"}
+    for name in BASELINES:
+        ids = {r["id"] for r in results if name in r["values"] and OURS in r["values"]}
+        o, t = summarise(results, OURS, ids), summarise(results, name, ids)
+        summary["versus"][name] = {"rows": len(ids), "ours": o, "theirs": t, "ours_better": better(o, t)}
+
+
+# ----------------------------------------------------------------------------- issue 48's mechanism classes
+
+def source_of(row_id: str) -> str:
+    """A row's source: its id's prefix (lf-06 -> lf), as SOURCES.md names them."""
+    return row_id.rsplit("-", 1)[0]
+
+
+def _row_classes(row: CalibrationRow) -> list[str]:
+    from advisor.estimate.throughput import mechanism_classes
+    from pricing.gpus import get_gpu
+
+    if row.stack is None:
+        return []
+    # no card named: the row cannot be placed among the no-P2P cards (H100 has P2P), the other classes can
+    return mechanism_classes(get_gpu(row.gpu or "H100"), row.stack)
+
+
+def class_summaries(rows: list[CalibrationRow], results: list[dict]) -> dict[str, dict]:
+    """Per mechanism class (consumer multi-GPU without P2P, DoRA, QLoRA, CPU offload): the memory rows with our
+    error (rows, sources, median |error|, signed median) and the time model's leave-one-source-out figures that
+    benchmarks/time_calibration.py wrote (mfu.json fit.held_out_by_group). The memory estimator fits nothing to
+    the published rows, so each memory error is already held out."""
+    from advisor.estimate.throughput import MECHANISM_CLASSES, table
+
+    by_id = {r.id: r for r in rows}
+    members: dict[str, list[dict]] = {name: [] for name in MECHANISM_CLASSES}
+    for r in results:
+        if OURS in r["errors"]:
+            for name in _row_classes(by_id[r["id"]]):
+                members[name].append(r)
+    time_groups = (table().get("fit") or {}).get("held_out_by_group") or {}
+    out = {}
+    for name, pool in members.items():
+        errs = [r["errors"][OURS] for r in pool]
+        memory: dict[str, Any] = {"rows": len(errs), "sources": sorted({source_of(r["id"]) for r in pool})}
+        if errs:
+            memory.update(median_abs=statistics.median(abs(e) for e in errs), signed_median=statistics.median(errs))
+        out[name] = {"memory": memory, "time": time_groups.get(name) or {"rows": 0, "sources": 0}}
+    return out
+
+
+def thin(rows: int, sources: int) -> bool:
+    """Fewer than 3 rows or a single source: the figure is not evidence enough for a band of its own."""
+    from advisor.estimate.throughput import THIN_CLASS_ROWS, THIN_CLASS_SOURCES
+
+    return rows < THIN_CLASS_ROWS or sources < THIN_CLASS_SOURCES
 
 
 def _replay_errors(rows: list[CalibrationRow], results: list[dict], replay: Callable[..., Any]) -> None:
@@ -287,60 +351,119 @@ def render(summary: dict, source: Path, today: str) -> str:
         "| estimator | rows | median abs err | p90 abs err | within 10% | worst under-estimate | fit tests agree |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name in names:
-        s = summary["estimators"][name]
-        lines.append(_summary_line(name, s))
-    if summary["versus"]:
-        lines += ["", "## Ours vs each baseline on the rows the baseline covers", "",
-                  "| baseline | rows + fit tests | median abs (ours / theirs) | p90 abs (ours / theirs) | within 10% (ours / theirs) "
-                  "| worst under (ours / theirs) | fit agree (ours / theirs) |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        for name, v in summary["versus"].items():
-            o, t = v["ours"], v["theirs"]
-            lines.append(
-                f"| {name} | {t['rows']} + {t['fit_rows']} fit | {_f(o, 'median_abs')} / {_f(t, 'median_abs')} | "
-                f"{_f(o, 'p90_abs')} / {_f(t, 'p90_abs')} | {_share(o, 'within_10')} / {_share(t, 'within_10')} | "
-                f"{_f(o, 'worst_under', signed=True)} / {_f(t, 'worst_under', signed=True)} | "
-                f"{_share(o, 'fit_agree')} / {_share(t, 'fit_agree')} |"
-            )
-    if summary.get("by_kind"):
-        lines += ["", "## Ours by measured quantity (allocated and reserved errors apart)", "",
-                  "The published rows give no length distribution: reserved figures are for fixed shapes, by the "
-                  "formula slack (`peak_reserved`) and by the caching-allocator replay (`reserved.shows` of "
-                  "`estimate --lengths MEAN,0,MEAN`, default allocator); `estimate --lengths` replays variable "
-                  "lengths.", "",
-                  "| measured | compared with | rows | median abs err | p90 abs err | within 10% | worst under-estimate |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
-        for kind, s in summary["by_kind"].items():
-            lines.append(f"| {kind} | {KIND_FIELD[kind]} | {s['rows']} | {_f(s, 'median_abs')} | {_f(s, 'p90_abs')} | "
-                         f"{_share(s, 'within_10')} | {_f(s, 'worst_under', signed=True)}"
-                         f"{' (' + s['worst_under_id'] + ')' if s.get('worst_under_id') else ''} |")
-        for kind, s in summary.get("by_kind_replay", {}).items():
-            lines.append(f"| {kind} | allocator replay, `shows` at fixed shapes | {s['rows']} | {_f(s, 'median_abs')} | "
-                         f"{_f(s, 'p90_abs')} | {_share(s, 'within_10')} | {_f(s, 'worst_under', signed=True)}"
-                         f"{' (' + s['worst_under_id'] + ')' if s.get('worst_under_id') else ''} |")
-    lines += ["", "## By confidence", ""]
+    lines += [_summary_line(name, summary["estimators"][name]) for name in names]
+    lines += _render_versus(summary) + _render_by_kind(summary) + _render_by_conf(summary, names)
+    lines += _render_throughput(summary) + _render_classes(summary) + _render_tail(summary)
+    return "\n".join(lines) + "\n"
+
+
+def _render_versus(summary: dict) -> list[str]:
+    if not summary["versus"]:
+        return []
+    lines = ["", "## Ours vs each baseline on the rows the baseline covers", "",
+             "| baseline | rows + fit tests | median abs (ours / theirs) | p90 abs (ours / theirs) | within 10% (ours / theirs) "
+             "| worst under (ours / theirs) | fit agree (ours / theirs) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, v in summary["versus"].items():
+        o, t = v["ours"], v["theirs"]
+        lines.append(
+            f"| {name} | {t['rows']} + {t['fit_rows']} fit | {_f(o, 'median_abs')} / {_f(t, 'median_abs')} | "
+            f"{_f(o, 'p90_abs')} / {_f(t, 'p90_abs')} | {_share(o, 'within_10')} / {_share(t, 'within_10')} | "
+            f"{_f(o, 'worst_under', signed=True)} / {_f(t, 'worst_under', signed=True)} | "
+            f"{_share(o, 'fit_agree')} / {_share(t, 'fit_agree')} |"
+        )
+    return lines
+
+
+def _worst_id(s: dict) -> str:
+    return f"{' (' + s['worst_under_id'] + ')' if s.get('worst_under_id') else ''}"
+
+
+def _render_by_kind(summary: dict) -> list[str]:
+    if not summary.get("by_kind"):
+        return []
+    lines = ["", "## Ours by measured quantity (allocated and reserved errors apart)", "",
+             "The published rows give no length distribution: reserved figures are for fixed shapes, by the "
+             "formula slack (`peak_reserved`) and by the caching-allocator replay (`reserved.shows` of "
+             "`estimate --lengths MEAN,0,MEAN`, default allocator); `estimate --lengths` replays variable "
+             "lengths.", "",
+             "| measured | compared with | rows | median abs err | p90 abs err | within 10% | worst under-estimate |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for kind, s in summary["by_kind"].items():
+        lines.append(f"| {kind} | {KIND_FIELD[kind]} | {s['rows']} | {_f(s, 'median_abs')} | {_f(s, 'p90_abs')} | "
+                     f"{_share(s, 'within_10')} | {_f(s, 'worst_under', signed=True)}{_worst_id(s)} |")
+    for kind, s in summary.get("by_kind_replay", {}).items():
+        lines.append(f"| {kind} | allocator replay, `shows` at fixed shapes | {s['rows']} | {_f(s, 'median_abs')} | "
+                     f"{_f(s, 'p90_abs')} | {_share(s, 'within_10')} | {_f(s, 'worst_under', signed=True)}"
+                     f"{_worst_id(s)} |")
+    return lines
+
+
+def _render_by_conf(summary: dict, names: list[str]) -> list[str]:
+    lines = ["", "## By confidence", ""]
     for conf in CONF_ORDER:
         lines += [f"### conf={conf}", "",
                   "| estimator | rows | median abs err | p90 abs err | within 10% | worst under-estimate | fit tests agree |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
-        for name in names:
-            lines.append(_summary_line(name, summary["by_conf"][name][conf]))
+        lines += [_summary_line(name, summary["by_conf"][name][conf]) for name in names]
         lines.append("")
         lines += _row_table([r for r in summary["results"] if r["conf"] == conf], names)
         lines.append("")
-    if "throughput" in summary:
-        t = summary["throughput"]
-        lines += ["## Throughput (tokens/s, total over the run's GPUs)", "",
-                  f"{t['rows']} rows; median abs error {t['median_abs']:.1f}%, p90 {t['p90_abs']:.1f}%, "
-                  f"within 20%: {t['within_20']:.0%}.", "",
-                  "| row | gpu | stack | mb x seq | measured tok/s | predicted tok/s | error |",
-                  "|---|---|---|---|---:|---:|---:|"]
-        for r in summary["results"]:
-            if "tps_error" in r:
-                lines.append(f"| {r['id']} | {r['gpu']} | {r['stack']} | {r['micro_batch']}x{r['seq_len']} | "
-                             f"{r['tps_measured']:.0f} | {r['tps_predicted']:.0f} | {_pct(r['tps_error'])} |")
-        lines.append("")
+    return lines
+
+
+def _render_throughput(summary: dict) -> list[str]:
+    if "throughput" not in summary:
+        return []
+    t = summary["throughput"]
+    lines = ["## Throughput (tokens/s, total over the run's GPUs)", "",
+             f"{t['rows']} rows; median abs error {t['median_abs']:.1f}%, p90 {t['p90_abs']:.1f}%, "
+             f"within 20%: {t['within_20']:.0%}.", "",
+             "| row | gpu | stack | mb x seq | measured tok/s | predicted tok/s | error |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for r in summary["results"]:
+        if "tps_error" in r:
+            lines.append(f"| {r['id']} | {r['gpu']} | {r['stack']} | {r['micro_batch']}x{r['seq_len']} | "
+                         f"{r['tps_measured']:.0f} | {r['tps_predicted']:.0f} | {_pct(r['tps_error'])} |")
+    lines.append("")
+    return lines
+
+
+def _class_cells(fig: dict, scale: float, thin_words: str) -> str:
+    """rows | sources | median |error| | signed median | status, for one class's memory or time figures."""
+    rows = fig.get("rows", 0)
+    sources = fig["sources"] if isinstance(fig["sources"], int) else len(fig["sources"])
+    if not rows:
+        return "0 | 0 | | | no rows: uncalibrated"
+    status = thin_words if thin(rows, sources) else "calibrated"
+    return (f"{rows} | {sources} | {fig['median_abs'] * scale:.1f}% | {fig['signed_median'] * scale:+.1f}% | "
+            f"{status}")
+
+
+TIME_THIN = "thin: the time band widens to the held-out GPU classes' (advisor.estimate.throughput.band)"
+
+
+def _render_classes(summary: dict) -> list[str]:
+    """Issue 48's mechanism classes: memory (this file's rows) and time (leave-one-source-out) apart."""
+    if not summary.get("classes"):
+        return []
+    lines = ["## Held out per mechanism class (issue 48)", "",
+             "Memory: the rows above (nothing is fitted to them, so every error is held out). Time: leave-one-source-"
+             "out figures of `benchmarks/time_calibration.py` (mfu.json `fit.held_out_by_group`). Thin: fewer than 3 "
+             "rows or one source.", "",
+             "| class | measured | rows | sources | median abs err | signed median | status |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for name, c in summary["classes"].items():
+        lines.append(f"| {name} | memory | {_class_cells(c['memory'], 1.0, 'thin')} |")
+        time = c["time"]
+        time = {**time, "median_abs": time.get("median_abs_error", 0.0)} if time.get("rows") else time
+        lines.append(f"| {name} | time | {_class_cells(time, 100.0, TIME_THIN)} |")
+    lines.append("")
+    return lines
+
+
+def _render_tail(summary: dict) -> list[str]:
+    lines = []
     if summary.get("goals"):
         lines += ["## Goals", ""] + [f"- {k}: {'yes' if v else 'NO' if v is False else 'n/a'}"
                                      for k, v in summary["goals"].items()] + [""]
@@ -353,7 +476,7 @@ def render(summary: dict, source: Path, today: str) -> str:
         lines += [f"| {i} | {a} |" for i, a in notes] + [""]
     lines += ["## Excluded rows", "", "| row | reason |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in summary["excluded"].items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _f(s: dict, key: str, signed: bool = False) -> str:

@@ -42,11 +42,13 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.estimate.engine import Engine  # noqa: E402
 from advisor.estimate.throughput import (  # noqa: E402
+    MECHANISM_CLASSES,
     MFU_FILE,
     RDMA_GBPS,
     Counts,
     flops_per_token,
     gpu_class,
+    mechanism_classes,
     segment,
     size_bucket,
     step_time,
@@ -266,13 +268,11 @@ def segment_band(seg_errs: list[float], global_lo: float, global_hi: float, shri
 # ----------------------------------------------------------------------------- the run
 
 
-def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = None) -> dict:
-    """Leave-one-source-out, the all-source fit, bands; returns the figures (and writes them with `write`)."""
-    all_cases, excluded = cases(rows)
-    sources = sorted({c.source for c in all_cases})
-    held: dict[str, float] = {}  # row id -> held-out log(pred/measured)
+def held_out(all_cases: list[Case]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Leave-one-source-out: (row id -> held-out log(pred/measured), source -> constants fitted without it)."""
+    held: dict[str, float] = {}
     folds: dict[str, dict[str, float]] = {}
-    for s in sources:
+    for s in sorted({c.source for c in all_cases}):
         train = [c for c in all_cases if c.source != s]
         k = fit(train)
         folds[s] = k
@@ -280,79 +280,97 @@ def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = N
         for c in all_cases:
             if c.source == s:
                 held[c.row.id] = log_error(c, k, caps)
-    final = fit(all_cases)
-    all_caps = plausibility_caps(all_cases)
-    insample = {c.row.id: log_error(c, final, all_caps) for c in all_cases}
+    return held, folds
 
-    # GPU classes held out whole: the band for a class with no calibration rows
-    classes = sorted({gpu_class(c.gpu) for c in all_cases})
+
+def unseen_class_errors(all_cases: list[Case]) -> list[float]:
+    """GPU classes held out whole: the errors behind the band for a class with no calibration rows."""
     unseen: list[float] = []
-    for cls in classes:
+    for cls in sorted({gpu_class(c.gpu) for c in all_cases}):
         train = [c for c in all_cases if gpu_class(c.gpu) != cls]
         if not train:
             continue
         k = fit(train)
         caps = plausibility_caps(train)
         unseen += [log_error(c, k, caps) for c in all_cases if gpu_class(c.gpu) == cls]
+    return unseen
 
-    # the band is measured/predicted: log ratio = −log(pred/measured)
-    ratios = {rid: -e for rid, e in held.items()}
-    everything = list(ratios.values())
-    g = {q: quantile(everything, q) for q in BAND_QUANTILES}
-    half = (g[0.9] - g[0.1]) / 2
+
+def _band_entry(errs: list[float], rows: int, qs: dict[float, float], half: float) -> dict:
+    qv = {q: segment_quantile(errs, q, qs[q], half) for q in BAND_QUANTILES}
+    return {"rows": rows, "low": round(math.exp(qv[0.1]), 4), "high": round(math.exp(qv[0.9]), 4),
+            "quantiles": {str(q): round(math.exp(v), 4) for q, v in qv.items()}}
+
+
+def _by_segment(all_cases: list[Case], ratios: dict[str, float], framework: str | None = None) -> dict[str, list]:
     segs: dict[str, list[float]] = {}
     for c in all_cases:
-        segs.setdefault(c.segment, []).append(ratios[c.row.id])
+        if framework is None or c.row.framework == framework:
+            segs.setdefault(c.segment, []).append(ratios[c.row.id])
+    return segs
 
-    def entry(errs: list[float], rows: int, qs: dict[float, float] | None = None) -> dict:
-        qv = {q: segment_quantile(errs, q, (qs or g)[q], half) for q in BAND_QUANTILES}
-        return {"rows": rows, "low": round(math.exp(qv[0.1]), 4), "high": round(math.exp(qv[0.9]), 4),
-                "quantiles": {str(q): round(math.exp(v), 4) for q, v in qv.items()}}
 
-    bands = {"global": {"rows": len(ratios), "low": round(math.exp(min(g[0.1], 0)), 4),
-                        "high": round(math.exp(max(g[0.9], 0)), 4)},
-             "segments": {}, "unseen": {}}
-    for seg, errs in sorted(segs.items()):
-        bands["segments"][seg] = entry(errs, len(errs))
-        bands["segments"][seg].update(p10_raw=round(math.exp(quantile(errs, 0.1)), 4),
-                                      p90_raw=round(math.exp(quantile(errs, 0.9)), 4))
-    # a class without rows: the errors of whole classes held out (never narrower than the global band),
-    # widened as a segment without rows is
+def _unseen_band(unseen: list[float], g: dict[float, float], half: float, segments: dict[str, dict]) -> dict:
+    """A class without rows: the errors of whole classes held out (never narrower than the global band), widened as
+    a segment without rows is, and never narrower than the least certain calibrated segment (a GPU nobody measured
+    is no better known than the worst-known one that was measured)."""
     held_classes = [-e for e in unseen]
     uq = {q: (min if q < 0.5 else max)(quantile(held_classes, q) if held_classes else g[q], g[q])
           for q in BAND_QUANTILES}
-    bands["unseen"] = {**entry([], 0, uq), "held_out_class_rows": len(unseen)}
-    # ... and never narrower than the least certain calibrated segment (a GPU nobody measured is no
-    # better known than the worst-known one that was measured)
-    u = bands["unseen"]["quantiles"]
+    band = {**_band_entry([], 0, uq, half), "held_out_class_rows": len(unseen)}
+    u = band["quantiles"]
     for q in BAND_QUANTILES:
         side = min if q < 0.5 else max
-        u[str(q)] = side([u[str(q)]] + [b["quantiles"][str(q)] for b in bands["segments"].values()])
-    bands["unseen"].update(low=u["0.1"], high=u["0.9"])
-    # per framework, where its rows allow (advisor.estimate.throughput uses a framework's segment from 3 rows on)
-    bands["frameworks"] = {}
-    for fw in FRAMEWORK_NAMES:
-        fsegs: dict[str, list[float]] = {}
-        for c in all_cases:
-            if c.row.framework == fw:
-                fsegs.setdefault(c.segment, []).append(ratios[c.row.id])
-        bands["frameworks"][fw] = {seg: entry(errs, len(errs)) for seg, errs in sorted(fsegs.items())}
+        u[str(q)] = side([u[str(q)]] + [b["quantiles"][str(q)] for b in segments.values()])
+    band.update(low=u["0.1"], high=u["0.9"])
+    return band
 
+
+def bands_of(all_cases: list[Case], held: dict[str, float], unseen: list[float]) -> dict:
+    """The p10-p90 bands per segment, per framework's segment, for all rows and for GPU classes without rows."""
+    ratios = {rid: -e for rid, e in held.items()}  # the band is measured/predicted: −log(pred/measured)
+    g = {q: quantile(list(ratios.values()), q) for q in BAND_QUANTILES}
+    half = (g[0.9] - g[0.1]) / 2
+    bands: dict = {"global": {"rows": len(ratios), "low": round(math.exp(min(g[0.1], 0)), 4),
+                              "high": round(math.exp(max(g[0.9], 0)), 4)}, "segments": {}, "unseen": {}}
+    for seg, errs in sorted(_by_segment(all_cases, ratios).items()):
+        bands["segments"][seg] = _band_entry(errs, len(errs), g, half)
+        bands["segments"][seg].update(p10_raw=round(math.exp(quantile(errs, 0.1)), 4),
+                                      p90_raw=round(math.exp(quantile(errs, 0.9)), 4))
+    bands["unseen"] = _unseen_band(unseen, g, half, bands["segments"])
+    # per framework, where its rows allow (advisor.estimate.throughput uses a framework's segment from 3 rows on)
+    bands["frameworks"] = {fw: {seg: _band_entry(errs, len(errs), g, half)
+                                for seg, errs in sorted(_by_segment(all_cases, ratios, fw).items())}
+                           for fw in FRAMEWORK_NAMES}
+    return bands
+
+
+def summaries(all_cases: list[Case], held: dict[str, float]) -> dict:
+    """Held-out figures per source, overall, fine-tuning sources only and per framework."""
+    sources = sorted({c.source for c in all_cases})
     per_source = {s: summary([held[c.row.id] for c in all_cases if c.source == s]) for s in sources}
     overall = summary(list(held.values()))
     overall["source_median_of_medians"] = statistics.median(v["median_abs"] for v in per_source.values())
-    finetune = summary([held[c.row.id] for c in all_cases if c.source not in PRETRAINING])
-    by_framework = {fw: summary([held[c.row.id] for c in all_cases if c.row.framework == fw])
-                    for fw in FRAMEWORK_NAMES}
-    framework_of = {c.source: c.row.framework for c in all_cases}
-    groups = group_summaries(all_cases, held)
+    return {"sources": sources, "per_source": per_source, "overall": overall,
+            "finetune": summary([held[c.row.id] for c in all_cases if c.source not in PRETRAINING]),
+            "by_framework": {fw: summary([held[c.row.id] for c in all_cases if c.row.framework == fw])
+                             for fw in FRAMEWORK_NAMES},
+            "framework_of": {c.source: c.row.framework for c in all_cases}}
+
+
+def run(quiet: bool = False, write: bool = False, rows: list[TimeRow] | None = None) -> dict:
+    """Leave-one-source-out, the all-source fit, bands; returns the figures (and writes them with `write`)."""
+    all_cases, excluded = cases(rows)
+    held, folds = held_out(all_cases)
+    final = fit(all_cases)
+    all_caps = plausibility_caps(all_cases)
+    insample = {c.row.id: log_error(c, final, all_caps) for c in all_cases}
+    unseen = unseen_class_errors(all_cases)
     result = {
-        "date": dt.date.today().isoformat(), "rows": len(all_cases), "sources": sources, "per_source": per_source,
-        "overall": overall, "finetune": finetune, "in_sample": summary(list(insample.values())), "fitted": final,
-        "folds": folds,
-        "bands": bands, "held": held, "excluded": [(r.id, r.excluded) for r in excluded],
-        "unseen_rows": len(unseen), "by_framework": by_framework, "framework_of": framework_of, "groups": groups,
-        "caps": all_caps,
+        "date": dt.date.today().isoformat(), "rows": len(all_cases), **summaries(all_cases, held),
+        "in_sample": summary(list(insample.values())), "fitted": final, "folds": folds,
+        "bands": bands_of(all_cases, held, unseen), "held": held, "excluded": [(r.id, r.excluded) for r in excluded],
+        "unseen_rows": len(unseen), "groups": group_summaries(all_cases, held), "caps": all_caps,
     }
     if not quiet:
         print_report(all_cases, result)
@@ -370,43 +388,42 @@ CONSUMER_CARDS = ("RTX3090", "RTX4090", "L4", "A10G", "T4", "L40S")
 GOAL_ROWS, GOAL_SOURCES = 8, 3  # a group's figure counts as calibrated from this many rows and sources
 
 
+def _groups_of(c: Case) -> list[str]:
+    """Every group a row counts in: its GPU class, consumer and mid cards (with its card), the issue-48 mechanism
+    classes (consumer multi-GPU without P2P, DoRA, QLoRA, CPU offload) and the HF stack on H100/A100."""
+    cls = gpu_class(c.gpu)
+    out = [f"class:{cls}"]
+    if cls in CONSUMER_CLASSES:
+        out += ["consumer and mid cards", f"card:{c.row.gpu}"]
+    out += mechanism_classes(c.gpu, c.row.stack)
+    if cls in ("hopper", "ampere-datacenter") and c.row.framework == "hf" and c.row.stack.offload == "none":
+        out.append("H100/A100 HF stack")
+    return out
+
+
+def _group_figures(cs: list[Case], held: dict[str, float]) -> dict:
+    if not cs:
+        return {"rows": 0, "sources": [], "status": "uncalibrated"}
+    v = summary([held[c.row.id] for c in cs])
+    srcs = sorted({c.source for c in cs})
+    ok = len(cs) >= GOAL_ROWS and len(srcs) >= GOAL_SOURCES
+    return {"rows": len(cs), "sources": srcs, "median_abs": v["median_abs"], "signed_median": v["signed_median"],
+            "worst": v["worst"], "status": "calibrated" if ok else "thin (fewer than 8 rows or 3 sources)"}
+
+
 def group_summaries(all_cases: list[Case], held: dict[str, float]) -> dict[str, dict]:
     """Held-out figures per group (rows, sources, median |error|, signed median), 'uncalibrated' where a group has
-    no rows: consumer and mid cards together and per GPU class and card, CPU-offload runs, and the HF-stack runs on
-    H100/A100 without offload (the figure earlier issues were judged on)."""
+    no rows: consumer and mid cards together and per GPU class and card, the issue-48 mechanism classes, and the
+    HF-stack runs on H100/A100 without offload (the figure earlier issues were judged on)."""
     members: dict[str, list[Case]] = {}
-
-    def add(name: str, c: Case) -> None:
-        members.setdefault(name, []).append(c)
-
     for c in all_cases:
-        cls = gpu_class(c.gpu)
-        add(f"class:{cls}", c)
-        if cls in CONSUMER_CLASSES:
-            add("consumer and mid cards", c)
-            add(f"card:{c.row.gpu}", c)
-        if c.row.stack.offload != "none":
-            add("CPU offload", c)
-        if cls in ("hopper", "ampere-datacenter") and c.row.framework == "hf" and c.row.stack.offload == "none":
-            add("H100/A100 HF stack", c)
-    names = (["consumer and mid cards", "CPU offload", "H100/A100 HF stack"]
-             + [f"card:{g}" for g in CONSUMER_CARDS]
-             + sorted(f"card:{g}" for g in {c.row.gpu for cs in members.values() for c in cs}
-                      if f"card:{g}" in members and g not in CONSUMER_CARDS)
+        for name in _groups_of(c):
+            members.setdefault(name, []).append(c)
+    cards = sorted({name for name in members if name.startswith("card:")} - {f"card:{g}" for g in CONSUMER_CARDS})
+    names = (["consumer and mid cards", *MECHANISM_CLASSES, "H100/A100 HF stack"]
+             + [f"card:{g}" for g in CONSUMER_CARDS] + cards
              + [f"class:{cls}" for cls in table()["mamf_fraction"]])
-    out = {}
-    for name in names:
-        cs = members.get(name, [])
-        if not cs:
-            out[name] = {"rows": 0, "sources": [], "status": "uncalibrated"}
-            continue
-        v = summary([held[c.row.id] for c in cs])
-        srcs = sorted({c.source for c in cs})
-        ok = len(cs) >= GOAL_ROWS and len(srcs) >= GOAL_SOURCES
-        out[name] = {"rows": len(cs), "sources": srcs, "median_abs": v["median_abs"],
-                     "signed_median": v["signed_median"], "worst": v["worst"],
-                     "status": "calibrated" if ok else "thin (fewer than 8 rows or 3 sources)"}
-    return out
+    return {name: _group_figures(members.get(name, []), held) for name in names}
 
 
 def group_table(result: dict) -> list[str]:

@@ -12,7 +12,7 @@ parts execute at half their fp16-accumulate rate (NVIDIA Ada whitepaper, appendi
 RTX Blackwell whitepaper: RTX 5090 209.5/419). `pcie_p2p` is false for GeForce cards, whose
 drivers expose no PCIe peer-to-peer (tinygrad/open-gpu-kernel-modules README for the RTX 4090;
 the same patch is what re-enables it on RTX 3090/5090), so NCCL stages their traffic through host
-memory (advisor/data/mfu.json `no_p2p_link_factor`).
+memory (advisor/data/mfu.json `no_p2p_host_staged_gb_s`).
 """
 
 from __future__ import annotations

@@ -203,3 +203,36 @@ def test_benchmark_prints_the_summary_table(tmp_path, capsys):
     out = tmp_path / "acc.md"
     accuracy.main(["--out", str(out)])
     assert "| seed (w+g+opt) |" in capsys.readouterr().out and out.is_file()
+
+
+def test_mechanism_classes_gather_memory_rows_and_say_when_they_are_thin():
+    """Issue 48's classes: a row counts in every class it runs (a QDoRA row with offload on two RTX 4090s in all
+    four); figures per class; a class of fewer than 3 rows or one source is marked thin, one without rows
+    uncalibrated; the time columns are the calibration's held-out groups."""
+    from benchmarks.calibration_rows import CalibrationRow
+
+    def cal(rid: str, stack: Stack, gpu: str | None) -> CalibrationRow:
+        return CalibrationRow(id=rid, source_url="https://example.org", conf="high", model_ref="m", params=1,
+                              kind="allocated", stack=stack, gpu=gpu)
+
+    everything = Stack(method="qlora", dora=True, gpus=2, sharding="fsdp", offload="both")
+    rows = [cal("aa-01", everything, "RTX4090"), cal("aa-02", Stack(method="qlora"), "RTX4090"),
+            cal("bb-01", Stack(method="qlora", gpus=2, sharding="fsdp"), "H100"),
+            cal("cc-01", Stack(method="qlora"), None), cal("cc-02", Stack(method="lora", gpus=2, sharding="ddp"), None)]
+    errors = {"aa-01": -30.0, "aa-02": 10.0, "bb-01": -5.0, "cc-01": 20.0, "cc-02": 1.0}
+    results = [{"id": rid, "errors": {"ours": e}} for rid, e in errors.items()]
+    classes = accuracy.class_summaries(rows, results)
+    assert list(classes) == ["consumer multi-GPU (no P2P)", "DoRA", "QLoRA", "CPU offload"]
+    qlora = classes["QLoRA"]["memory"]
+    assert qlora["rows"] == 4 and qlora["sources"] == ["aa", "bb", "cc"]
+    assert qlora["median_abs"] == pytest.approx(15.0) and qlora["signed_median"] == pytest.approx(2.5)
+    for name in ("consumer multi-GPU (no P2P)", "DoRA", "CPU offload"):
+        assert classes[name]["memory"]["rows"] == 1 and classes[name]["memory"]["signed_median"] == -30.0
+    text = "\n".join(accuracy._render_classes({"classes": classes}))
+    assert "| QLoRA | memory | 4 | 3 | 15.0% | +2.5% | calibrated |" in text
+    assert "| DoRA | memory | 1 | 1 | 30.0% | -30.0% | thin |" in text
+    assert accuracy.thin(3, 1) and accuracy.thin(2, 2) and not accuracy.thin(3, 2)
+    from advisor.estimate.throughput import table
+
+    offload_time = table()["fit"]["held_out_by_group"]["CPU offload"]
+    assert classes["CPU offload"]["time"] == offload_time and offload_time["rows"] > 0

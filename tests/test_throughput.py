@@ -190,10 +190,12 @@ def test_geforce_cards_without_peer_to_peer_stage_collectives_through_host_memor
     shape = Shape(micro_batch=2, seq_len=2048, grad_accum=4)
     geforce = estimate_throughput("meta-llama/Llama-3.1-70B", stack, shape, "RTX4090")
     workstation = estimate_throughput("meta-llama/Llama-3.1-70B", stack, shape, "RTX6000-Ada")
-    link = get_gpu("RTX4090").link_gb_s_per_direction
+    link = get_gpu("RTX6000-Ada").link_gb_s_per_direction
     assert geforce.components["comm_seconds"] == pytest.approx(
-        workstation.components["comm_seconds"] * link / (link * table()["no_p2p_link_factor"]), rel=1e-6)
+        workstation.components["comm_seconds"] * link / table()["no_p2p_host_staged_gb_s"], rel=1e-6)
     assert geforce.assumptions["pcie_p2p"] is False
+    assert "host memory" in geforce.assumptions["comm_host_staged"]
+    assert "comm_host_staged" not in workstation.assumptions
 
 
 def test_zero3_moves_1_5x_the_bytes_of_ddp():
@@ -483,3 +485,31 @@ def test_flash_attention_and_recompute_follow_a_published_hf_deepspeed_ablation(
                                shape, "A100-80GB").mfu
     assert flash / eager == pytest.approx(50 / 28, rel=0.15)
     assert eager / both == pytest.approx(28 / 21, rel=0.15)
+
+
+def test_a_setup_in_a_thin_mechanism_class_takes_the_band_of_held_out_gpu_classes():
+    """Issue 48: where a mechanism's held-out evidence is thin (fewer than 3 rows or one source in mfu.json
+    fit.held_out_by_group), the band widens to that of whole GPU classes held out, and the basis names the class."""
+    from advisor.estimate.throughput import THIN_CLASS_ROWS, THIN_CLASS_SOURCES, mechanism_classes
+
+    groups = table()["fit"]["held_out_by_group"]
+    unseen = table()["bands"]["unseen"]
+    cases = [("RTX4090", Stack(method="lora", gpus=2, sharding="fsdp")),  # host-staged multi-GPU
+             ("A100-80GB", Stack(method="lora", dora=True)),
+             ("A100-80GB", Stack(method="qlora")),
+             ("A100-80GB", Stack(method="full", gpus=8, sharding="zero3", offload="optimizer"))]
+    seen_thin = seen_calibrated = 0
+    for gpu, stack in cases:
+        [name] = mechanism_classes(get_gpu(gpu), stack)
+        g = groups[name]
+        low, high, basis = band(gpu, stack)
+        if g["rows"] < THIN_CLASS_ROWS or g["sources"] < THIN_CLASS_SOURCES:
+            seen_thin += 1
+            assert (low, high) == (unseen["low"], unseen["high"]), name
+            assert f"{name}: {g['rows']} held-out row" in basis and "thin evidence" in basis
+        else:
+            seen_calibrated += 1
+            assert "thin evidence" not in basis, name
+    assert seen_thin and seen_calibrated  # both sides of the rule are exercised by the written figures
+    plain = band("A100-80GB", Stack(method="lora"))
+    assert "thin evidence" not in plain[2] and mechanism_classes(get_gpu("A100-80GB"), Stack(method="lora")) == []

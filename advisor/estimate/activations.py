@@ -131,7 +131,8 @@ TERMS = {
     "dora.base_result": "DoRA: the base layer's result, read by the magnitude scale (one per adapter)",
     "dora.lora_result": "DoRA: lora_B(lora_A(x)), read by the magnitude scale (one per adapter)",
     "dora.scales": "DoRA: ‖W+sBA‖ and magnitude/‖W+sBA‖ per output feature, per adapter",
-    "dora.weight_copies": "DoRA with dropout: each adapted weight cast to the adapter dtype for F.linear",
+    "dora.weight_copies": "DoRA with dropout: each adapted weight cast to the adapter dtype (QDoRA: dequantised from "
+                          "4-bit) for F.linear, kept for backward (peft 0.21.2 tuners/lora/dora.py DoraLinearLayer.forward)",
     "lm_head.lora_input": "lm_head adapter input (cast to the adapter dtype / after dropout)",
     "lm_head.lora_dropout_mask": "lm_head adapter dropout mask (bool on CUDA)",
     "lm_head.lora_rank": "lm_head adapter rank-r intermediate",
@@ -140,10 +141,31 @@ TERMS = {
 }
 
 
+# Where a term's tensor comes from, for the terms that one library function makes (the rest: DEFAULT_SOURCE).
+_DORA_PY = "peft 0.21.2 src/peft/tuners/lora/dora.py DoraLinearLayer.forward"
+TERM_SOURCES = {
+    "dora.base_result": f"{_DORA_PY} lines 163-165: F.linear(x, weight), read by (mag_norm_scale - 1) * base_result",
+    "dora.lora_result": f"{_DORA_PY} lines 155, 165: lora_B(lora_A(x)), read by mag_norm_scale * lora_result",
+    "dora.scales": f"{_DORA_PY} lines 143-153: weight_norm (detached) and mag_norm_scale = magnitude / weight_norm",
+    "dora.weight_copies": (f"{_DORA_PY} lines 141-142 and 163: weight = dequantize_module_weight(base_layer)"
+                           ".to(x.dtype), a fresh tensor when the dtypes differ or the weight is 4-bit, kept by "
+                           "F.linear for the input's gradient; measured by tests/test_dora_saved_tensors.py"),
+}
+DEFAULT_SOURCE = "advisor.activations (transformers/peft forward code)"
+
+
+def _term_key(term: str) -> str:
+    return term.removeprefix("activations.").removeprefix("layers.")
+
+
 def describe(term: str) -> str:
     """Plain-language meaning of an activation term such as 'layers.mlp.gate_act_up'."""
-    key = term.removeprefix("activations.").removeprefix("layers.")
-    return TERMS.get(key, "saved for backward")
+    return TERMS.get(_term_key(term), "saved for backward")
+
+
+def term_source(term: str) -> str:
+    """The code a saved-tensor term is read from (file, function and lines where one function makes it)."""
+    return TERM_SOURCES.get(_term_key(term), DEFAULT_SOURCE)
 
 
 def act_bytes(stack: Stack) -> int:
@@ -275,11 +297,14 @@ def _dora_fixed(saved: Saved, stack: Stack, width: int, out: int, input_grad: bo
     """Per-adapter DoRA tensors independent of the batch: ‖W+sBA‖ (kept by the division that forms the
     scale) and the two scale vectors the products keep; with dropout > 0, the weight cast to the adapter
     dtype that F.linear keeps for the input's gradient (peft dora.py: weight = weight.to(x.dtype)).
-    Under autocast the cast is autocast's cached 16-bit copy, already among the weight copies."""
+    Under autocast the cast is autocast's cached 16-bit copy, already among the weight copies. Under QLoRA (QDoRA)
+    the weight is always a fresh tensor: dora.py dequantize_module_weight(base_layer) dequantises the 4-bit weight
+    every forward (peft utils/integrations.py dequantize_bnb_weight), and F.linear keeps that copy for backward."""
     ab = adapter_bytes(stack)
     saved.add_fixed("dora.scales", 3 * ab * out)
     amp = stack.mixed_precision
-    if stack.lora_dropout > 0 and not amp and input_grad and ab != weight_bytes(stack):
+    fresh = stack.is_qlora or ab != weight_bytes(stack)
+    if stack.lora_dropout > 0 and not amp and input_grad and fresh:
         saved.add_fixed("dora.weight_copies", ab * width * out)
 
 

@@ -28,6 +28,7 @@ from advisor.estimate.activations import (
     describe,
     dora_transient,
     estimate_activations,
+    term_source,
 )
 from advisor.memo import Memo
 from advisor.model import families
@@ -98,6 +99,27 @@ def nf4_bytes_per_param(double_quant: bool) -> float:
         # 8-bit absmax per 64, fp32 per 256 blocks
         return NF4_BYTES + BYTES_INT8 / NF4_BLOCK + BYTES_FP32 / (NF4_BLOCK * NF4_DOUBLE_QUANT_BLOCK)
     return NF4_BYTES + BYTES_FP32 / NF4_BLOCK  # fp32 absmax per 64-element block
+
+
+# What the launch bundle's QLoRA path runs: TRL 1.16.0 SFTTrainer.__init__ (trl/trainer/sft_trainer.py, the
+# `_is_quantized_model` branch) calls get_peft_model and casts only the trainable adapters to bf16; it no longer calls
+# peft's prepare_model_for_kbit_training, and neither does advisor/launch/templates/train.py. peft 0.21.2
+# utils/other.py prepare_model_for_kbit_training ("cast all non INT8 parameters to fp32": every fp16/bf16 parameter
+# whose class is not Params4bit) is what scripts that call it pay: the estimate names that term beside the 16-bit one.
+KBIT_CAST_SOURCE = ("peft 0.21.2 src/peft/utils/other.py prepare_model_for_kbit_training (casts every fp16/bf16 "
+                    "parameter that is not bitsandbytes Params4bit to fp32); TRL 1.16.0 trl/trainer/sft_trainer.py "
+                    "SFTTrainer.__init__ does not call it")
+
+
+def kbit_cast_params(arch: Architecture) -> int:
+    """Parameters prepare_model_for_kbit_training casts to fp32 in a 4-bit model: all but the quantised nn.Linear
+    weights (embeddings, norms, biases, lm_head, routers and fused experts)."""
+    return arch.params_total - arch.linear_weight_params
+
+
+def kbit_cast_bytes(arch: Architecture, stack: Stack) -> int:
+    """Extra bytes per GPU when those parameters are held in fp32 instead of 16-bit (sharded like the weights)."""
+    return int(kbit_cast_params(arch) * (BYTES_FP32 - BYTES_16BIT) / stack.shard_degree_params)
 
 
 @dataclass
@@ -228,7 +250,8 @@ def _weights(arch: Architecture, stack: Stack, trainable: int, tb: int, mags: in
             bytes=int((P - q) * BYTES_16BIT / n_p),
             formula=f"{P - q:,} embedding/norm/bias/router{'/fused-expert' if experts else ''} params × 2 B "
             "(not nn.Linear, so bitsandbytes leaves them 16-bit)",
-            source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit",
+            source="transformers 5 replace_with_bnb_linear swaps nn.Linear only; lm_head kept in 16-bit; kept 16-bit "
+            "by the bundle: " + KBIT_CAST_SOURCE,
         )
     else:
         weights["weights.base"] = Component(
@@ -479,7 +502,7 @@ def estimate(arch: Architecture, stack: Stack, shape: Shape) -> MemoryEstimate:
         device_total=device_total,
         static_bytes=W + G + O,
         cpu_ram_bytes=states.cpu_ram,
-        assumptions=_assumptions(arch, stack, shape, phase),
+        assumptions=_assumptions(arch, stack, shape, phase, states.cpu_ram),
         warnings=_warnings(arch, stack, shape),
     )
 
@@ -489,7 +512,7 @@ def _activation_parts(acts: ActivationEstimate, part) -> dict[str, Component]:
     comps: dict[str, Component] = {}
     for key, val in acts.saved.items():
         where = " (summed over decoder layers)" if key.startswith("activations.layers.") else ""
-        comps[key] = part(bytes=val, formula=describe(key) + where, source="advisor.activations (transformers/peft forward code)")
+        comps[key] = part(bytes=val, formula=describe(key) + where, source=term_source(key))
     if acts.recompute:
         comps["activations.recompute_layer"] = part(
             bytes=acts.recompute,
@@ -614,7 +637,8 @@ def _warnings(arch: Architecture, stack: Stack, shape: Shape) -> list[str]:
     return warnings
 
 
-def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> dict[str, str | int | float | bool]:
+def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str,
+                 cpu_ram: int = 0) -> dict[str, str | int | float | bool]:
     """The settings behind the estimate, in words (shown with every estimate)."""
     spec = arch.spec
     assumptions: dict[str, str | int | float | bool] = {
@@ -638,6 +662,11 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
         assumptions["lora"] = f"r={stack.lora_rank}, alpha={stack.lora_alpha}, dropout={stack.lora_dropout}, targets={stack.lora_targets}"
         if stack.dora:
             assumptions["dora"] = "peft use_dora=True: magnitude vectors train; base and adapter results kept per adapter"
+        if stack.is_qlora:
+            assumptions["qlora_fp32_casts"] = (
+                f"not applied (the bundle's TRL path): the {kbit_cast_params(arch):,} non-quantized params stay 16-bit; "
+                f"a script calling peft's prepare_model_for_kbit_training holds them in fp32, "
+                f"+{kbit_cast_bytes(arch, stack) / 1e9:.2f} GB per GPU ({KBIT_CAST_SOURCE})")
         if stack.saved_modules:
             assumptions["modules_to_save"] = f"{', '.join(stack.saved_modules)}: frozen original + trainable copy"
     assumptions["loss"] = LOSS_WORDS["liger" if stack.liger_loss else stack.loss]
@@ -652,7 +681,33 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str) -> 
         assumptions["compile"] = "torch.compile: memory as eager (no measured or derivable saving)"
     if spec.params_override:
         assumptions["architecture"] = "synthetic Llama-shaped (from --params) for activations and LoRA shapes"
+    if stack.offloads:
+        assumptions["cpu_offload"] = offload_words(stack, cpu_ram)
+    if stack.attention == "eager" and families.traits(spec.family).default_attention == "eager":
+        assumptions["attention_default"] = ATTENTION_DEFAULT_WORDS.get(spec.family, "eager: transformers has no SDPA "
+                                                                       "for this model class (_supports_sdpa False)")
     return assumptions
+
+
+# Where a family's default is eager, the installed library's reason (tests/test_config_aliases.py checks the flag
+# against the class; tests/test_mechanism_terms.py against the model transformers builds).
+ATTENTION_DEFAULT_WORDS = {
+    "gemma2": ("eager: what transformers 5.24.0 picks for Gemma 2 (src/transformers/models/gemma2/modeling_gemma2.py "
+               "line 353, Gemma2PreTrainedModel `_supports_sdpa = False  # sdpa does not support softcapping`; "
+               "attn_implementation='sdpa' is refused); --attention flash runs FlashAttention-2 with its softcap"),
+}
+
+OFFLOAD_SOURCE = ("ZeRO-Offload (Ren et al. 2021, arXiv:2101.06840): fp32 master weights, fp32 gradients and Adam "
+                  "states on the host (DeepSpeed 0.19.8 deepspeed/runtime/zero/stage_1_and_2.py cpu_offload, "
+                  "stage3.py offload_param; torch.distributed.fsdp CPUOffload(offload_params=True))")
+
+
+def offload_words(stack: Stack, cpu_ram: int) -> str:
+    """The CPU-offload term: what leaves the GPU, the host RAM it takes, and its source."""
+    moved = {"optimizer": "optimizer states and fp32 masters", "params": "parameters",
+             "both": "parameters, optimizer states and fp32 masters"}[stack.offload]
+    return (f"{moved} held in host RAM ({cpu_ram / 1e9:.2f} GB over all GPUs), 0 B of them on the GPU; "
+            f"the host step and PCIe copies are in throughput.assumptions.offload ({OFFLOAD_SOURCE})")
 
 
 

@@ -588,14 +588,52 @@ def offload_seconds(c: Counts, stack: Stack, gpu, trainable: float, per_mb: floa
                    exposed=pcie_overlapped - hidden + pcie_serial)
 
 
+OFFLOAD_TIME_SOURCE = ("DeepSpeedCPUAdam, DeepSpeed 0.19.8 csrc/includes/cpu_adam.h Adam_Optimizer::Step_AVX: 28 B "
+                       "of host memory traffic per parameter; PCIe bytes per setting from deepspeed/runtime/zero/"
+                       "stage_1_and_2.py and stage3.py; advisor/data/mfu.json cpu_optimizer, host_link")
+
+
+def host_staged(gpu) -> bool:
+    """A PCIe card without peer-to-peer (GeForce): NCCL stages every collective through host memory (SHM transport;
+    advisor/data/mfu.json `no_p2p_host_staged_gb_s`)."""
+    return gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True)
+
+
+# Issue 48's mechanism classes, where the newest published runs disagree with the model: a row (or a setup) belongs
+# to every class whose mechanism it runs. benchmarks/time_calibration.py writes each class's held-out figures into
+# mfu.json fit.held_out_by_group; a setup in a class with fewer than THIN_CLASS_ROWS held-out rows or
+# THIN_CLASS_SOURCES sources takes the band of held-out GPU classes and says so (`band`).
+NO_P2P_MULTI, DORA, QLORA, CPU_OFFLOAD = "consumer multi-GPU (no P2P)", "DoRA", "QLoRA", "CPU offload"
+MECHANISM_CLASSES = (NO_P2P_MULTI, DORA, QLORA, CPU_OFFLOAD)
+THIN_CLASS_ROWS, THIN_CLASS_SOURCES = 3, 2
+
+
+def mechanism_classes(gpu, stack: Stack) -> list[str]:
+    """The issue-48 classes this setup belongs to (MECHANISM_CLASSES order)."""
+    runs = (host_staged(gpu) and stack.gpus > 1, stack.dora, stack.method == "qlora", stack.offloads)
+    return [name for name, on in zip(MECHANISM_CLASSES, runs) if on]
+
+
+def thin_classes(gpu, stack: Stack) -> list[str]:
+    """This setup's mechanism classes whose held-out evidence is thin, each with its rows and sources in words."""
+    groups = (table().get("fit") or {}).get("held_out_by_group") or {}
+    out = []
+    for name in mechanism_classes(gpu, stack):
+        g = groups.get(name) or {"rows": 0, "sources": 0}
+        if g["rows"] < THIN_CLASS_ROWS or g["sources"] < THIN_CLASS_SOURCES:
+            out.append(f"{name}: {g['rows']} held-out row{'s' if g['rows'] != 1 else ''} of {g['sources']} "
+                       f"source{'s' if g['sources'] != 1 else ''}")
+    return out
+
+
 def link_gb_s(gpu, nodes: int, net_gbps: float, socket_efficiency: float = 1.0) -> float:
     """GB/s per direction a GPU's collectives get: NVLink/xGMI, or PCIe — staged through host memory
     where the cards have no peer-to-peer (GeForce) — and, across nodes, one node's network; a network without
     RDMA (under RDMA_GBPS: TCP sockets over Ethernet) reaches `socket_efficiency` of its line rate."""
     t = table()
     link = gpu.link_gb_s_per_direction
-    if gpu.interconnect == "pcie" and not getattr(gpu, "pcie_p2p", True):
-        link *= t["no_p2p_link_factor"]
+    if host_staged(gpu):
+        link = min(link, t["no_p2p_host_staged_gb_s"])
     if nodes > 1:
         # NCCL rings cross each node boundary once per direction, so across nodes the bus
         # bandwidth is bounded by one node's network (nccl-tests busbw ≈ NIC bandwidth per node).
@@ -799,6 +837,10 @@ def _band_entry(gpu, stack: Stack) -> tuple[dict, str]:
     if why:
         entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
         return entry, f"not priced ({'; '.join(why)}): the band of held-out GPU classes"
+    thin = thin_classes(gpu, stack)
+    if thin:
+        entry = bands.get("unseen") or {"rows": 0, "low": 0.5, "high": 2.0}
+        return entry, f"thin evidence ({'; '.join(thin)}): the band of held-out GPU classes"
     seg = segment(gpu, stack)
     own = ((bands.get("frameworks") or {}).get(stack.framework) or {}).get(seg)
     if own is not None and own["rows"] >= FRAMEWORK_BAND_ROWS:
@@ -896,8 +938,13 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         _, why = mfu_cap(g, stack, c)
         assumptions["plausibility_cap"] = (f"capped at MFU {r.mfu_cap:.3f}: no faster than the best published "
                                            f"run of any framework ({why})")
-    if g.interconnect == "pcie" and stack.gpus > 1 and not g.pcie_p2p:
+    if host_staged(g) and stack.gpus > 1:
         assumptions["pcie_p2p"] = False
+        assumptions["comm_host_staged"] = (
+            f"{r.comm_seconds:.2f} s/step of collectives ({r.comm_exposed_seconds:.2f} s not hidden) staged through "
+            f"host memory at {t['no_p2p_host_staged_gb_s']:g} GB/s: no PCIe peer-to-peer on {g.name}, NCCL "
+            "falls back to its SHM transport (NVIDIA/nccl-tests issue #117, P2P=Disabled 5.9-8.4 GB/s on RTX 4090s; "
+            "NCCL src/transport/p2p.cc p2pCanConnect, src/transport/shm.cc)")
     why = unpriced(g, stack)
     if why:
         assumptions["not_priced"] = "; ".join(why) + " — the band is that of GPU classes held out whole"
@@ -906,7 +953,7 @@ def throughput(c: Counts, stack: Stack, shape: Shape, gpu, *, nodes: int = 1, mf
         assumptions["offload"] = (f"host optimizer {r.cpu_optimizer_seconds:.2f} s/step at {o['default_vcpus_per_gpu']} "
                                   f"vCPUs per GPU (the price sheet's median; more cores, less time, up to "
                                   f"{o['node_gb_s']:g} GB/s of host memory), PCIe {r.offload_pcie_seconds:.2f} s/step "
-                                  f"at {host_link_gb_s(g):.1f} GB/s, {r.offload_exposed_seconds:.2f} s not hidden")
+                                  f"at {host_link_gb_s(g):.1f} GB/s, {r.offload_exposed_seconds:.2f} s not hidden ({OFFLOAD_TIME_SOURCE})")
     if nodes > 1:
         assumptions["internode_gbps"] = r.internode_gbps
     return Throughput(
