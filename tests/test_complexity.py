@@ -19,8 +19,6 @@ OWNED = ("advisor", "pricing", "reports", "cli", "scripts", "benchmarks", "tests
 # Top-level folders that hold other people's Python or build output, never ours (hidden ones, such as .git, .venv
 # and the tools' caches, are skipped by their leading dot).
 NOT_OURS = ("build", "dist", "venv", "env", "node_modules")
-# split on branch accuracy: removed when that branch merges (temporary, issue 44)
-SPLIT_ON_BRANCH_ACCURACY = ("benchmarks/accuracy.py", "benchmarks/time_calibration.py")
 
 
 def _not_ours(path: Path) -> bool:
@@ -31,7 +29,7 @@ def _files() -> list[Path]:
     files = sorted(ROOT.glob("*.py"))
     for folder in OWNED:
         files += sorted((ROOT / folder).rglob("*.py"))
-    return [p for p in files if p.relative_to(ROOT).as_posix() not in SPLIT_ON_BRANCH_ACCURACY]
+    return files
 
 
 def over(source: str, name: str) -> list[str]:
@@ -53,11 +51,6 @@ def test_the_check_reads_every_folder_of_python_in_the_repository():
     assert checked == set(OWNED)  # each folder listed holds Python the check reads
     assert ROOT / "advisor" / "launch" / "templates" / "train.py" in _files()
     assert Path(__file__).resolve() in _files()
-
-
-def test_the_temporary_exclusions_are_files_that_exist():
-    for rel in SPLIT_ON_BRANCH_ACCURACY:
-        assert (ROOT / rel).is_file(), rel
 
 
 def test_the_check_counts_a_planted_tangle():
