@@ -114,7 +114,26 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
             "lm_head from --lora-targets, or train it fully with --modules-to-save lm_head.")
     if sky_caveat(c):
         notes.append(sky_caveat(c))
+    if rocm_caveat(c):
+        notes.append(rocm_caveat(c))
     return notes
+
+
+def rocm_caveat(c: Candidate) -> str:
+    """An AMD (ROCm) row: the bundle's requirements pin CUDA builds (advisor/planner/ranking.py rocm_cuda_pieces,
+    STACK_CAVEATS "rocm-host"), so launch.sh as written installs packages this host cannot run; or '' on others.
+    ROCm's PyTorch page: https://rocm.docs.amd.com/projects/install-on-linux/en/docs-6.2.0/how-to/3rd-party/
+    pytorch-install.html; its FlashAttention-2 fork: https://rocmdocs.amd.com/en/develop/how-to/
+    llm-fine-tuning-optimization/model-acceleration-libraries.html."""
+    if "rocm-host" not in c.caveats:
+        return ""
+    where = {"torch": "torch from the rocm index of https://download.pytorch.org/whl/ matching the host's ROCm",
+             "flash-attn": "ROCm's flash-attention fork", "bitsandbytes": "bitsandbytes' ROCm build"}
+    pieces = ["torch"] + (["flash-attn"] if c.stack.attention == "flash" else [])
+    pieces += ["bitsandbytes"] if "rocm-bitsandbytes" in c.caveats else []
+    return (f"{c.offer.gpu_model} is an AMD GPU (ROCm): requirements.txt pins the CUDA builds of {', '.join(pieces)}; "
+            f"before launch.sh, install their ROCm builds ({'; '.join(where[p] for p in pieces)}), or rent an NVIDIA "
+            "row.")
 
 
 def lm_head_adapter(c: Candidate) -> bool:
