@@ -72,20 +72,8 @@ def runs_as(c: Candidate) -> str:
 def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
     """Every way the bundle for `c` differs from, or could not be checked against, the estimate: the one list
     `launch` prints, the bundle README shows and the report lists (reports.render)."""
-    notes: list[str] = []
     dist = distributed_type(c)
-    if dist == "FSDP" and family not in DECODER_LAYERS:
-        notes.append(
-            f"model family {family!r} has no known decoder-layer class (known: {', '.join(sorted(DECODER_LAYERS))}); "
-            "FSDP falls back to SIZE_BASED_WRAP (100M parameters per unit), so the gathered working set "
-            "can differ from the estimate.")
-    if dist == "FSDP" and c.stack.offload == "optimizer":
-        notes.append(
-            "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
-            "optimizer states to the CPU (less GPU memory, more host RAM than estimated).")
-    if c.stack.is_qlora and dist == "FSDP":
-        notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
-                     "run a few steps before a long job.")
+    notes = _fsdp_caveats(c, family, dist)
     if c.stack.optimizer == "adamw-fp32" and c.stack.is_full and c.stack.half_weights and dist != "DEEPSPEED":
         notes.append(
             "adamw-fp32 is written as adamw_torch_fused, whose states follow the weights' dtype: with pure "
@@ -116,6 +104,24 @@ def caveats(c: Candidate, family: str, moe: bool = False) -> list[str]:
         notes.append(sky_caveat(c))
     if rocm_caveat(c):
         notes.append(rocm_caveat(c))
+    return notes
+
+
+def _fsdp_caveats(c: Candidate, family: str, dist: str) -> list[str]:
+    """Where FSDP wraps, offloads or quantizes otherwise than the estimate assumed."""
+    notes: list[str] = []
+    if dist == "FSDP" and family not in DECODER_LAYERS:
+        notes.append(
+            f"model family {family!r} has no known decoder-layer class (known: {', '.join(sorted(DECODER_LAYERS))}); "
+            "FSDP falls back to SIZE_BASED_WRAP (100M parameters per unit), so the gathered working set "
+            "can differ from the estimate.")
+    if dist == "FSDP" and c.stack.offload == "optimizer":
+        notes.append(
+            "FSDP has no optimizer-only CPU offload: fsdp_offload_params moves parameters, gradients and "
+            "optimizer states to the CPU (less GPU memory, more host RAM than estimated).")
+    if c.stack.is_qlora and dist == "FSDP":
+        notes.append("FSDP2 with bitsandbytes 4-bit weights is not verified by accelerate 1.15.0's docs; "
+                     "run a few steps before a long job.")
     return notes
 
 
