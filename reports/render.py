@@ -282,14 +282,17 @@ def _env(fmt: str):
     return env
 
 
-def _charts(plan: Plan) -> dict[str, str]:
+def _charts(plan: Plan, narrow: bool = False) -> dict[str, str]:
+    """Each chart's sanitised SVG by key; `narrow`: the phone versions (the HTML page shows them below 600 px)."""
     out = {}
-    lengths = charts.length_histogram_chart(plan.workload_lengths) if plan.workload_lengths else None
-    for key, svg in (("memory", charts.memory_chart(plan)), ("cost-time", charts.cost_time_chart(plan)),
-                     ("lengths", lengths)):
+    lengths = charts.length_histogram_chart(plan.workload_lengths, narrow) if plan.workload_lengths else None
+    for key, svg in (("memory", charts.memory_chart(plan, narrow=narrow)),
+                     ("cost-time", charts.cost_time_chart(plan, narrow)), ("lengths", lengths)):
         if svg is not None:
             title, desc = CHART_TEXT[key]
-            out[key] = charts.clean_svg(svg, id_prefix=f"chart-{key}", title=title, desc=desc)
+            out[key] = charts.clean_svg(svg, id_prefix=f"chart-{key}" + ("-narrow" if narrow else ""), title=title,
+                                        desc=desc.replace("{q}", ranking_quantile(plan)),
+                                        variant="narrow" if narrow else "wide")
     return out
 
 
@@ -306,6 +309,7 @@ def render(plan: Plan, fmt: str, *, chart_dir: Path | None = None, chart_stem: s
         from markupsafe import Markup
 
         ctx["charts"] = {k: Markup(v) for k, v in svgs.items()}
+        ctx["charts_narrow"] = {k: Markup(v) for k, v in _charts(plan, narrow=True).items()}
         return _env("html").get_template("report.html.j2").render(**ctx)
     links = {}
     if chart_dir is not None:
