@@ -50,6 +50,28 @@ FORMATS = ("html", "md")
 SUFFIXES = {".html": "html", ".htm": "html", ".md": "md"}
 
 
+class Collapsed(str):
+    """A long cell (a row's notes): the HTML report shows `summary` and opens the whole text in a <details>;
+    Markdown and the text version print the whole text."""
+
+    summary: str
+
+
+# A notes cell longer than this is collapsed to its first note (cut to SUMMARY_CHARS) and a count of the rest.
+COLLAPSE_CHARS = 90
+SUMMARY_CHARS = 60
+
+
+def notes_cell(notes: list[str]) -> str:
+    text = "; ".join(notes)
+    if len(text) <= COLLAPSE_CHARS:
+        return text
+    cell = Collapsed(text)
+    head = notes[0] if len(notes[0]) <= SUMMARY_CHARS else notes[0][:SUMMARY_CHARS - 1].rstrip() + "…"
+    cell.summary = head + (f" (+{len(notes) - 1} more)" if len(notes) > 1 else "")
+    return cell
+
+
 def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = None,
           numeric: tuple[str, ...] = ()) -> dict:
     """Rows for both templates; `numeric` headers are cells that never wrap (numbers, dates)."""
@@ -85,7 +107,7 @@ def candidate_table(plan: Plan) -> dict:
         rows.append([_rank(c), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_HOURS.cell(c),
                      money(c.cost.price_hour), where, gpus(c), stack(c), REPORT_BAND.cell(c), REPORT_MEMORY.cell(c),
                      f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
-                     "; ".join(notes_of(c))])
+                     notes_cell(notes_of(c))])
         flags.append(stale)
     return _table(CANDIDATE_HEADERS, rows, plan, flags, CANDIDATE_NUMERIC)
 
