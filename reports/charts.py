@@ -17,7 +17,8 @@ import re
 import warnings
 import xml.etree.ElementTree as ET
 
-from advisor.results import Candidate, Plan
+from advisor.explain.claims import pareto_points, ranked_figures, ranking_quantile
+from advisor.results import Candidate, Plan, ranked_cost, ranked_hours
 from advisor.text import plain
 from advisor.units import GB
 
@@ -75,9 +76,10 @@ def _svg(fig) -> str:
     return buf.getvalue()
 
 
-def memory_chart(plan: Plan, top: int = 5) -> str | None:
+def memory_chart(plan: Plan, top: int = 5, narrow: bool = False) -> str | None:
     """Stacked per-GPU memory by component (GB) for the top candidates and the baseline,
-    with each GPU's usable capacity marked. None when there is nothing to draw."""
+    with each GPU's usable capacity marked. None when there is nothing to draw. `narrow`: the phone
+    version (NARROW_INCHES wide, rows named by rank only, legend below), shown instead at small widths."""
     rows = memory_rows(plan, top)
     if not rows:
         return None
@@ -85,8 +87,11 @@ def memory_chart(plan: Plan, top: int = 5) -> str | None:
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(7.5, 0.5 * len(rows) + 1.5))
-        fig.subplots_adjust(left=0.36, right=0.80)  # fixed margins: cheaper than tight_layout
+        fig = Figure(figsize=(NARROW_INCHES, 0.45 * len(rows) + 2.6) if narrow else (7.5, 0.5 * len(rows) + 1.5))
+        if narrow:
+            fig.subplots_adjust(left=0.2, right=0.96, bottom=0.38)
+        else:
+            fig.subplots_adjust(left=0.36, right=0.80)  # fixed margins: cheaper than tight_layout
         ax = fig.add_subplot()
         ys = list(range(len(rows)))[::-1]
         for y, (_tag, c) in zip(ys, rows):
@@ -102,12 +107,25 @@ def memory_chart(plan: Plan, top: int = 5) -> str | None:
             cap = c.fit.usable_bytes / GB
             ax.plot([cap, cap], [y - 0.42, y + 0.42], color="#000000", linewidth=2,
                     label="usable GPU memory" if y == ys[0] else None)
-        ax.set_yticks(ys, [bar_label(c, tag) for tag, c in rows])
+        ax.set_yticks(ys, [tag if narrow else bar_label(c, tag) for tag, c in rows])
         ax.set_xlabel("memory per GPU (GB)")
-        ax.set_title("Peak memory per GPU, by component, against the GPU's usable memory")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+        ax.set_title("Peak memory per GPU, by component" if narrow else
+                     "Peak memory per GPU, by component, against the GPU's usable memory")
+        _legend(ax, narrow)
         ax.set_xlim(0, max(max(c.fit.usable_bytes, c.fit.peak_bytes) for _, c in rows) / GB * 1.05)
         return _svg(fig)
+
+
+# The phone version of a chart: this many inches wide (matplotlib's 72 pt each), so at a 390 px screen (about 358 px
+# of content) its 9 pt text draws at about 11 px, and the legend sits below the axes, not beside them.
+NARROW_INCHES = 4.2
+
+
+def _legend(ax, narrow: bool) -> None:
+    if narrow:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=8, frameon=False)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
 # An axis goes to log scale when its values span more than SPAN× or one point is more than OUTLIER× the
@@ -124,36 +142,53 @@ def log_scaled(values: list[float]) -> bool:
     return max(values) / min(values) > SPAN or max(values) > OUTLIER * median
 
 
-def cost_time_chart(plan: Plan) -> str | None:
-    """Cost (USD) against wall time (hours) for every candidate, Pareto front joined,
-    top pick and baseline marked. None when there are no candidates."""
+def cost_time_points(plan: Plan) -> dict[str, list[tuple[float, float]]]:
+    """What the cost-vs-time chart plots, (hours, cost) at the ranking quantile (ranked_hours / ranked_cost, the
+    figures the table, the card and the Pareto front use): every candidate, the front fastest first, #1 and the
+    baseline."""
+    point = lambda c: (ranked_hours(c), ranked_cost(c))  # noqa: E731
+    return {"candidates": [point(c) for c in plan.candidates],
+            "front": [point(c) for c, _ in pareto_points(plan)],
+            "top": [point(plan.candidates[0])] if plan.candidates else [],
+            "baseline": [point(plan.baseline)] if plan.baseline is not None else []}
+
+
+def cost_time_chart(plan: Plan, narrow: bool = False) -> str | None:
+    """Cost (USD) against wall time (hours) for every candidate, both at the ranking quantile, Pareto front joined,
+    top pick and baseline marked (their figures in the legend). None when there are no candidates."""
     if not plan.candidates:
         return None
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    cands = plan.candidates
+    pts = cost_time_points(plan)
+    q = ranking_quantile(plan)
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(7.5, 4.5))
-        fig.subplots_adjust(left=0.11, right=0.74)
+        fig = Figure(figsize=(NARROW_INCHES, 5.2) if narrow else (7.5, 4.5))
+        if narrow:
+            fig.subplots_adjust(left=0.2, right=0.96, bottom=0.4)
+        else:
+            fig.subplots_adjust(left=0.11, right=0.74)
         ax = fig.add_subplot()
-        ax.scatter([c.timing.hours for c in cands], [c.cost.usd for c in cands], s=12, color="#9aa5b1",
-                   alpha=0.7, label=f"candidates ({len(cands)})", linewidths=0)
-        front = sorted(plan.pareto, key=lambda c: c.timing.hours)
-        if front:
-            ax.plot([c.timing.hours for c in front], [c.cost.usd for c in front], "-o", color="#D55E00",
-                    markersize=5, linewidth=1.5, label="Pareto front")
-        top = cands[0]
-        ax.scatter([top.timing.hours], [top.cost.usd], marker="*", s=180, color="#0072B2", zorder=5,
-                   label="recommended (#1)" if plan.constraints_met else "nearest (#1, misses)")
-        points = list(cands) + ([plan.baseline] if plan.baseline else [])
-        if plan.baseline is not None:
-            ax.scatter([plan.baseline.timing.hours], [plan.baseline.cost.usd], marker="X", s=90,
-                       color="#000000", zorder=5, label="naive baseline")
+        xs, ys = zip(*pts["candidates"])
+        ax.scatter(xs, ys, s=12, color="#9aa5b1", alpha=0.7, label=f"candidates ({len(xs)})", linewidths=0,
+                   gid="cost-time-candidates")
+        if pts["front"]:
+            fx, fy = zip(*pts["front"])
+            ax.plot(fx, fy, "-o", color="#D55E00", markersize=5, linewidth=1.5, label="Pareto front",
+                    gid="cost-time-front")
+        (tx, ty), = pts["top"]
+        ax.scatter([tx], [ty], marker="*", s=180, color="#0072B2", zorder=5, gid="cost-time-top",
+                   label=("recommended (#1)" if plan.constraints_met else "nearest (#1, misses)")
+                   + f": {ranked_figures(plan.candidates[0])}")
+        for bx, by in pts["baseline"]:
+            ax.scatter([bx], [by], marker="X", s=90, color="#000000", zorder=5, gid="cost-time-baseline",
+                       label=f"naive baseline: {ranked_figures(plan.baseline)}")
+        points = pts["candidates"] + pts["baseline"]
         labels = {}
-        for axis, values, fmt, label in ((ax.xaxis, [c.timing.hours for c in points], "{:,g} h", "wall time (hours)"),
-                                         (ax.yaxis, [c.cost.usd for c in points], "${:,g}", "cost (USD)")):
+        for axis, values, fmt, label in ((ax.xaxis, [h for h, _ in points], "{:,g} h", f"wall time at {q} (hours)"),
+                                         (ax.yaxis, [k for _, k in points], "${:,g}", f"cost at {q} (USD)")):
             labels[axis] = label
             if log_scaled(values):
                 (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
@@ -164,9 +199,9 @@ def cost_time_chart(plan: Plan) -> str | None:
             axis.set_major_formatter(FuncFormatter(lambda v, _pos, f=fmt: f.format(float(f"{v:.3g}"))))
         ax.set_xlabel(labels[ax.xaxis])
         ax.set_ylabel(labels[ax.yaxis])
-        ax.set_title("Cost against wall time")
+        ax.set_title(f"Cost against wall time, both at {q}")
         ax.grid(True, linewidth=0.3, alpha=0.5)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        _legend(ax, narrow)
         return _svg(fig)
 
 
@@ -174,7 +209,7 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def clean_svg(svg: str, *, id_prefix: str, title: str, desc: str) -> str:
+def clean_svg(svg: str, *, id_prefix: str, title: str, desc: str, variant: str = "") -> str:
     """Rebuild matplotlib's SVG from an allow-list, give it a <title>/<desc> and role="img",
     and prefix every id so several charts can share one HTML page. Raises ValueError if the
     input is not well-formed XML."""
@@ -224,7 +259,7 @@ def clean_svg(svg: str, *, id_prefix: str, title: str, desc: str) -> str:
 
     clean = walk(root)
     assert clean is not None
-    clean.set("class", "chart")
+    clean.set("class", f"chart {variant}".strip())
     clean.set("role", "img")
     clean.set("aria-labelledby", f"{id_prefix}-title {id_prefix}-desc")
     t = ET.Element(f"{{{SVG_NS}}}title", {"id": f"{id_prefix}-title"})
@@ -242,16 +277,20 @@ def clean_svg(svg: str, *, id_prefix: str, title: str, desc: str) -> str:
 SVG_CSS = "svg.chart *{stroke-linejoin:round;stroke-linecap:butt}"
 
 
-def length_histogram_chart(stats) -> str:
+def length_histogram_chart(stats, narrow: bool = False) -> str:
     """Rows per token length (advisor.workload.length_stats.LengthStats.histogram), with the run's seq_len and
-    the suggested one marked: how much of the dataset a seq_len truncates, at a glance."""
+    the suggested one marked: how much of the dataset a seq_len truncates, at a glance (`narrow`: the phone
+    version, legend below)."""
     import matplotlib
     from matplotlib.figure import Figure
 
     bins = stats.histogram
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(7.5, 3.5))
-        fig.subplots_adjust(left=0.11, right=0.74)
+        fig = Figure(figsize=(NARROW_INCHES, 4.2) if narrow else (7.5, 3.5))
+        if narrow:
+            fig.subplots_adjust(left=0.2, right=0.96, bottom=0.38)
+        else:
+            fig.subplots_adjust(left=0.11, right=0.74)
         ax = fig.add_subplot()
         bars = ax.bar([low for low, _, _ in bins], [rows for _, _, rows in bins],
                       width=[high - low + 1 for low, high, _ in bins], align="edge", color="#0072B2", linewidth=0,
@@ -265,5 +304,5 @@ def length_histogram_chart(stats) -> str:
         ax.set_xlabel("tokens per row")
         ax.set_ylabel("rows")
         ax.set_title("Token lengths of the dataset")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        _legend(ax, narrow)
         return _svg(fig)

@@ -51,6 +51,28 @@ FORMATS = ("html", "md")
 SUFFIXES = {".html": "html", ".htm": "html", ".md": "md"}
 
 
+class Collapsed(str):
+    """A long cell (a row's notes): the HTML report shows `summary` and opens the whole text in a <details>;
+    Markdown and the text version print the whole text."""
+
+    summary: str
+
+
+# A notes cell longer than this is collapsed to its first note (cut to SUMMARY_CHARS) and a count of the rest.
+COLLAPSE_CHARS = 90
+SUMMARY_CHARS = 60
+
+
+def notes_cell(notes: list[str]) -> str:
+    text = "; ".join(notes)
+    if len(text) <= COLLAPSE_CHARS:
+        return text
+    cell = Collapsed(text)
+    head = notes[0] if len(notes[0]) <= SUMMARY_CHARS else notes[0][:SUMMARY_CHARS - 1].rstrip() + "…"
+    cell.summary = head + (f" (+{len(notes) - 1} more)" if len(notes) > 1 else "")
+    return cell
+
+
 def table(headers: list[str], rows: list[list[str]], flags: list[bool] | None = None,
           numeric: tuple[str, ...] = ()) -> dict:
     """Rows for both templates; `numeric` headers are cells that never wrap (numbers, dates)."""
@@ -86,7 +108,7 @@ def candidate_table(plan: Plan) -> dict:
         rows.append([_rank(c), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_HOURS.cell(c),
                      money(c.cost.price_hour), where, gpus(c), stack(c), REPORT_BAND.cell(c), REPORT_MEMORY.cell(c),
                      f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
-                     "; ".join(notes_of(c))])
+                     notes_cell(notes_of(c))])
         flags.append(stale)
     return _table(CANDIDATE_HEADERS, rows, plan, flags, CANDIDATE_NUMERIC)
 
@@ -283,14 +305,17 @@ def _env(fmt: str):
     return env
 
 
-def _charts(plan: Plan) -> dict[str, str]:
+def _charts(plan: Plan, narrow: bool = False) -> dict[str, str]:
+    """Each chart's sanitised SVG by key; `narrow`: the phone versions (the HTML page shows them below 600 px)."""
     out = {}
-    lengths = charts.length_histogram_chart(plan.workload_lengths) if plan.workload_lengths else None
-    for key, svg in (("memory", charts.memory_chart(plan)), ("cost-time", charts.cost_time_chart(plan)),
-                     ("lengths", lengths)):
+    lengths = charts.length_histogram_chart(plan.workload_lengths, narrow) if plan.workload_lengths else None
+    for key, svg in (("memory", charts.memory_chart(plan, narrow=narrow)),
+                     ("cost-time", charts.cost_time_chart(plan, narrow)), ("lengths", lengths)):
         if svg is not None:
             title, desc = CHART_TEXT[key]
-            out[key] = charts.clean_svg(svg, id_prefix=f"chart-{key}", title=title, desc=desc)
+            out[key] = charts.clean_svg(svg, id_prefix=f"chart-{key}" + ("-narrow" if narrow else ""), title=title,
+                                        desc=desc.replace("{q}", ranking_quantile(plan)),
+                                        variant="narrow" if narrow else "wide")
     return out
 
 
@@ -307,6 +332,7 @@ def render(plan: Plan, fmt: str, *, chart_dir: Path | None = None, chart_stem: s
         from markupsafe import Markup
 
         ctx["charts"] = {k: Markup(v) for k, v in svgs.items()}
+        ctx["charts_narrow"] = {k: Markup(v) for k, v in _charts(plan, narrow=True).items()}
         return _env("html").get_template("report.html.j2").render(**ctx)
     links = {}
     if chart_dir is not None:

@@ -153,17 +153,18 @@ def test_memory_chart_is_inline_svg_with_title_and_a_text_table():
     plan = pf.single_gpu_plan()
     html, page = html_page(plan)
     svgs = re.findall(r"<svg\b.*?</svg>", html, flags=re.S)
-    assert len(svgs) == 2
+    assert len(svgs) == 4  # memory and cost-time, each wide and in its phone version (shown below 600 px)
     for svg in svgs:
         root = ET.fromstring(svg)
         assert root.get("role") == "img" and root.get("aria-labelledby")
         names = [el.tag.rsplit("}", 1)[-1] for el in root]
         assert names[:2] == ["title", "desc"]
-    memory = ET.fromstring(svgs[0])
-    labels = " ".join(t.text or "" for t in memory.iter("{http://www.w3.org/2000/svg}text"))
-    for comp in ("weights", "gradients", "optimizer", "activations", "overhead", "usable GPU memory"):
-        assert comp in labels
-    assert "baseline" in labels and "#1" in labels
+    assert [ET.fromstring(s).get("class") for s in svgs] == ["chart wide", "chart narrow"] * 2
+    for svg in svgs[:2]:
+        labels = " ".join(t.text or "" for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text"))
+        for comp in ("weights", "gradients", "optimizer", "activations", "overhead", "usable GPU memory"):
+            assert comp in labels
+        assert "baseline" in labels and "#1" in labels
     t = page.table("Peak memory per GPU by component")
     assert [r[0] for r in t["rows"]] == ["#1", "#2", "#3", "#4", "#5", "baseline"]
     top = plan.candidates[0].memory
@@ -178,8 +179,9 @@ def test_cost_time_chart_marks_the_pareto_front():
     plan = pf.big_plan()
     html, page = html_page(plan)
     svgs = re.findall(r"<svg\b.*?</svg>", html, flags=re.S)
-    labels = " ".join(t.text or "" for t in ET.fromstring(svgs[1]).iter("{http://www.w3.org/2000/svg}text"))
-    assert "Pareto front" in labels and "candidates (500)" in labels and "naive baseline" in labels
+    for svg in svgs[2:]:  # wide and narrow
+        labels = " ".join(t.text or "" for t in ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}text"))
+        assert "Pareto front" in labels and "candidates (500)" in labels and "naive baseline" in labels
     front = page.table("Pareto front: no cheaper and faster option exists")
     assert len(front["rows"]) == len(plan.pareto)
     from advisor.explain.claims import pareto_points, ranked_hours
@@ -308,7 +310,7 @@ def test_hostile_names_render_as_text_in_html_and_svg():
     tags = {t for t, _ in page.tags}
     assert not tags & {"script", "img", "iframe", "marquee", "b", "i"}
     assert not [k for _, a in page.tags for k in a if k.lower().startswith("on")]
-    assert sum(1 for t, _ in page.tags if t == "svg") == 2  # ours only, not the hostile one
+    assert sum(1 for t, _ in page.tags if t == "svg") == 4  # ours only (two charts, wide and narrow), not the hostile one
     assert "<script" not in html.lower() and "<img" not in html.lower()
     text = page.text
     assert pf.HOSTILE in text  # shown, as text

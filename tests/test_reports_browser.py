@@ -347,13 +347,14 @@ def test_at_1280_px_cost_and_hours_of_the_top_rows_are_on_screen_and_nothing_scr
 
 # Page height in screens of 900 px (issue 36: 10.1-12.0 at 1280 px and 27.5-30.4 at 390 px before the decision-first
 # layout with long tables collapsed; 5.0-6.4 and 11.0-12.7 after, measured with this harness on 2026-12-01).
-MAX_SCREENS = {1280: 8, 390: 16}  # 7.5 / 15 until the exit-3 report gained near misses and risk notes
+MAX_SCREENS = {1280: 7.5, 390: 15}
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUT_PLANS))
 @pytest.mark.parametrize("width", WIDTHS)
 def test_the_report_is_a_few_screens_long_with_long_lists_collapsed(layout, name, width):
     m = layout["measured"][(name, width)]
+    print(f"{name} at {width} px: {m['height'] / 900:.2f} screens")
     assert m["height"] / 900 <= MAX_SCREENS[width], (name, width, m["height"])
 
 

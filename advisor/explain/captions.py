@@ -11,7 +11,8 @@ CHART_TEXT = {
                "per GPU for the top candidates and the naive baseline; a black tick marks each GPU's "
                "usable memory. The table below gives the same numbers."),
     "cost-time": ("Cost against wall time",
-                  "Scatter of every candidate's cost (USD) against wall time (hours); the Pareto front "
+                  "Scatter of every candidate's cost (USD) against wall time (hours), both at {q} (the figures "
+                  "the table ranks on); the Pareto front "
                   "(options with no cheaper and faster alternative) is joined in orange, the top-ranked "
                   "option (#1) is a blue star and the naive baseline a black cross. The table below lists "
                   "the Pareto front."),

@@ -86,6 +86,15 @@ def _objective(c: Candidate) -> str:
     return text
 
 
+def spot(plan: Plan) -> str:
+    """The CLI's 'On spot: ...' line where the plan priced spot (--spot); a plan that asked and found none says so."""
+    from advisor.explain.summary import spot_line  # summary reads this module's why()
+
+    if plan.spot_alternative is not None:
+        return spot_line(plan, plan.spot_alternative)
+    return "On spot: no spot offer fits this run (spot capacity was priced)." if plan.workload.get("spot") else ""
+
+
 def decision_card(plan: Plan) -> dict:
     """The card as plain strings: status, headline, three figures, stack, why, misses, remedy and risks."""
     remedy = plan.remedy.removeprefix("Remedy:").strip()
@@ -95,7 +104,7 @@ def decision_card(plan: Plan) -> dict:
                 "lede": (f"No offer can run {plan.model.name} with the allowed settings"
                          + (f"; most often: {top.reason}." if top else ".")),
                 "figures": [], "stack": "", "why": "", "misses": [], "remedy": remedy, "risks": [], "risk_kinds": [],
-                "managed": managed_summary(plan)}
+                "managed": managed_summary(plan), "spot": ""}
     c = plan.candidates[0]
     met = plan.constraints_met
     return {
@@ -115,4 +124,5 @@ def decision_card(plan: Plan) -> dict:
         "risks": risks(plan, c),
         "risk_kinds": [what for what, _ in risk_items(plan, c)],
         "managed": managed_summary(plan),
+        "spot": spot(plan),
     }

@@ -138,10 +138,14 @@ def counts_sentence(plan: Plan, shown: int | None = None) -> str:
     return text + f"; shown: {n['shown'] if shown is None else shown:,}, ranked by {ranking_basis(plan)}"
 
 
+def ranked_figures(c: Candidate) -> str:
+    """'$2,160.80 / 4.7 h': cost and wall hours at the ranking quantile, as the front and the chart print them."""
+    return f"{money(ranked_cost(c))} / {ranked_hours(c):,.1f} h"
+
+
 def pareto_points(plan: Plan) -> list[tuple[Candidate, str]]:
     """The front, fastest first, each with the figures it was computed on ('$2,160.80 / 4.7 h')."""
-    return [(c, f"{money(ranked_cost(c))} / {ranked_hours(c):,.1f} h")
-            for c in sorted(plan.pareto, key=lambda c: (ranked_hours(c), ranked_cost(c)))]
+    return [(c, ranked_figures(c)) for c in sorted(plan.pareto, key=lambda c: (ranked_hours(c), ranked_cost(c)))]
 
 
 def pareto_knee(plan: Plan) -> Candidate | None:
@@ -178,10 +182,8 @@ def knee_words(plan: Plan) -> str:
 
 
 def pareto_basis(plan: Plan) -> str:
-    """What the front's figures are: the ranking quantile's (a row's table figure is p50 where they differ)."""
-    if any(abs(ranked_cost(c) - c.cost.usd) > CENT for c in plan.pareto):
-        return "at each option's ranking quantile (the figures it was ranked on)"
-    return "as in the table"
+    """What the front's figures are: the ranking quantile's, the table's."""
+    return f"at {ranking_quantile(plan)}, the figures each option was ranked on (as in the table)"
 
 
 def small_workload(plan: Plan) -> list[str]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from advisor.explain.card import cost_band, hardware, time_band, where
 from advisor.explain.claims import ranking_quantile
 from advisor.explain.price_age import is_stale
-from advisor.results import Plan
+from advisor.results import Plan, ranked_cost
 from advisor.results.columns import REPORT_COST, REPORT_SHORT_HOURS
 from advisor.units import gb, money
 
-ROWS = ("Cost of #1", "Wall time", "Hardware", "Stack", "Memory headroom", "Price", "Managed instead", "Constraints")
+ROWS = ("Cost of #1", "Wall time", "Hardware", "Stack", "Memory headroom", "Price", "On spot", "Managed instead",
+        "Constraints")
 
 
 def cells(plan: Plan) -> list[dict]:
@@ -18,12 +19,13 @@ def cells(plan: Plan) -> list[dict]:
     managed = _managed(plan)
     if not plan.candidates:
         none = {"value": "nothing fits", "detail": plan.notice or ""}
-        return [none] + [{"value": "–", "detail": ""}] * 5 + [managed, _constraints(plan)]
+        return [none] + [{"value": "–", "detail": ""}] * 6 + [managed, _constraints(plan)]
     c = plan.candidates[0]
+    q = ranking_quantile(plan)
     free = c.fit.usable_bytes - c.fit.peak_bytes
     return [
-        {"value": REPORT_COST.cell(c), "detail": f"at {ranking_quantile(plan)} · {cost_band(c)}"},
-        {"value": REPORT_SHORT_HOURS.cell(c), "detail": f"at {ranking_quantile(plan)} · {time_band(c)}"},
+        {"value": f"{REPORT_COST.cell(c)} at {q}", "detail": cost_band(c)},
+        {"value": f"{REPORT_SHORT_HOURS.cell(c)} at {q}", "detail": time_band(c)},
         {"value": hardware(c), "detail": where(c)},
         {"value": c.label or c.stack.label(), "detail": f"micro-batch {c.shape.micro_batch} × accumulation "
                                                          f"{c.shape.grad_accum} at {c.shape.seq_len:,} tokens"},
@@ -32,9 +34,21 @@ def cells(plan: Plan) -> list[dict]:
         {"value": f"{money(c.cost.price_hour)}/h", "detail": f"{c.offer.source or 'unnamed source'}, "
                                                              f"{c.offer.price_date}"
                                                              + (" (stale)" if is_stale(c, plan) else "")},
+        _spot(plan),
         managed,
         _constraints(plan),
     ]
+
+
+def _spot(plan: Plan) -> dict:
+    """The spot alternative's cost and hours at the ranking quantile, as the CLI's 'On spot' line gives them."""
+    s = plan.spot_alternative
+    if s is None:
+        return {"value": "none fits" if plan.workload.get("spot") else "not priced",
+                "detail": "no spot offer fits this run" if plan.workload.get("spot") else "tick spot to price it"}
+    return {"value": f"{money(ranked_cost(s))} at {ranking_quantile(plan)}",
+            "detail": f"{s.offer.provider} {s.offer.instance_type}, {REPORT_SHORT_HOURS.cell(s)}, spot price "
+                      f"{money(s.cost.price_hour)}/h"}
 
 
 def _managed(plan: Plan) -> dict:

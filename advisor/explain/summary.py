@@ -57,7 +57,8 @@ def baseline_line(plan: Plan) -> str:
     if plan.saving_vs_baseline_usd is not None and plan.candidates:
         line += "; the top pick " + claims.versus(plan.candidates[0], b, "the baseline", subject="").strip()
     else:
-        line += f": {b.offer.provider} {b.offer.instance_type}, {money(b.cost.usd)}, {b.timing.hours:,.1f} h"
+        line += (f": {b.offer.provider} {b.offer.instance_type}, {money(claims.ranked_cost(b))}, "
+                 f"{claims.ranked_hours(b):,.1f} h at {claims.ranking_quantile(plan)}")
     return line + "."
 
 

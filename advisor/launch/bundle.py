@@ -28,6 +28,7 @@ from advisor import techniques
 from advisor.approval import Approval
 from advisor.errors import AdvisorError, BadInput
 from advisor.estimate.memory import DEEPSPEED_ZERO3
+from advisor.explain import launch_figures
 from advisor.launch import caps, launchers, rl
 from advisor.launch.axolotl import AXOLOTL_FILE, axolotl_config, wants_axolotl
 from advisor.launch.caveats import (  # noqa: F401 - re-exported: the bundle's facts live with its caveats
@@ -404,6 +405,9 @@ def build_bundle(
         "placeholder": HEAD_NODE_PLACEHOLDER,
         "vllm_server": rl.server(c, model),  # GRPO with vLLM as a server: launch.sh starts it first
         "tokens": _token_facts(c, options or {}),
+        "quantile": launch_figures.quantile(c),  # the card's figures at the plan's ranking quantile
+        "wall_time": launch_figures.wall_time_cell(c),
+        "cost": launch_figures.cost_cell(c),
         "smoke": SMOKE_CONFIG_FILE,
         "keep": SAVE_TOTAL_LIMIT,
     }
@@ -422,7 +426,8 @@ def build_bundle(
             f"\nHours are predicted for the `{c.stack.framework}` framework (`--framework`); `train.py` runs `hf`: "
             "TRL SFTTrainer (transformers Trainer) + peft + accelerate/DeepSpeed + bitsandbytes.\n")
         + ("" if c.stack.objective.is_sft else rl.rl_readme(c)) + (caps.readme(approval) if approval else ""),
-        "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
+        "sky.yaml": ("# SkyPilot task: sky launch sky.yaml\n" + _comment(f"Estimate: {launch_figures.estimate_line(c)}")
+                     + (_comment(sky_caveat(c)) if sky_caveat(c) else "")
                      + _dump(sky_task(c, model))),
         "requirements.txt": "\n".join(reqs) + "\n",
         "slurm.sbatch": launchers.slurm_script(c, model, job, hours_cap),
@@ -464,8 +469,8 @@ def _rl_files(c: Candidate, args: dict, acc: dict, options: Mapping[str, object]
 def _dstack_files(c: Candidate, model: ModelSpec, job: str, hours_cap: float | None = None) -> dict[str, str]:
     """dstack.yml (a task), and for a multi-node plan fleet.dstack.yml (placement: cluster), which the task names."""
     task = launchers.dstack_task(c, model, job, setup_commands(c), hours_cap)
-    note = "" if launchers.dstack_backend(c.offer.provider) else _comment(
-        f"dstack has no {c.offer.provider!r} backend: no backends/regions pin; any backend within max_price.")
+    note = _comment(f"Estimate: {launch_figures.estimate_line(c)}") + ("" if launchers.dstack_backend(c.offer.provider)
+        else _comment(f"dstack has no {c.offer.provider!r} backend: no backends/regions pin; any backend within max_price."))
     if c.nodes == 1:
         return {"dstack.yml": "# dstack task: dstack apply -f dstack.yml\n" + note + _dump(task)}
     fleet = launchers.dstack_fleet(c, model, job)

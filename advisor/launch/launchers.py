@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from advisor.estimate.engine import Engine
+from advisor.explain import launch_figures
 from advisor.launch.caveats import distributed_type
 from advisor.model.catalog import to_hf_config
 from advisor.model.spec import ModelSpec, VisionSpec
@@ -84,8 +85,9 @@ def slurm_script(c: Candidate, model: ModelSpec, job: str, approved_hours: float
         "#!/bin/bash",
         f"# Slurm batch script written by gpu-advisor for {plain(model.name)}: {c.nodes} node(s) x {gpus} "
         f"{plain(c.offer.gpu_model)}, {distributed_type(c)}.",
-        f"# Estimate: {c.fit.peak_bytes / 1e9:.1f} GB peak per GPU, {t.tokens_per_sec:,.0f} tokens/s, {t.hours:.2f} h "
-        f"wall ({t.train_hours:.2f} h training); ${c.cost.usd:,.2f} at the plan's cloud price.",
+        f"# Estimate: {plain(launch_figures.estimate_line(c))} at the plan's cloud price.",
+        f"# {c.fit.peak_bytes / 1e9:.1f} GB peak per GPU, {t.tokens_per_sec:,.0f} tokens/s; p50 {t.hours:.2f} h wall "
+        f"({t.train_hours:.2f} h training).",
         f"# Stack: {plain(c.label or c.stack.label())}",
         f"# --mem and --cpus-per-task: gpu-advisor's host check (model loading, offloaded states, "
         f"{host.PROCESS_RAM_GB:g} GB and {host.VCPUS_PER_GPU} vCPUs per GPU process)"
