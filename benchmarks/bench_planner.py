@@ -114,7 +114,7 @@ def ratio_lines(repeat: int, against: str | None = None) -> tuple[list[str], flo
              f"median {med:.2f} s; bare imports ({IMPORTS[-1].removeprefix('import ')}): best {bare:.2f} s, "
              f"median {bare_med:.2f} s; ratio {wall / bare:.1f}x best, {med / bare_med:.1f}x median "
              f"(the planning itself: {wall - bare:.2f} s; goal: the whole process < 1 s)",
-             f"plan {' '.join(PLAN[3:])} / bare imports ({BARE[-1]}): {spread(plans['default'])}; target <= 1.5x",
+             f"{' '.join(PLAN[3:])} / bare imports ({BARE[-1]}): {spread(plans['default'])}; target <= 1.5x",
              f"plan ... --max-nodes 8 / bare imports: {spread(plans['nodes8'])}; target <= 2x"]
     if against:
         lines += [f"  the same from {against}: {spread(plans['before'])}; --max-nodes 8: {spread(plans['before8'])}"]

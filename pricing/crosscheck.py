@@ -258,12 +258,12 @@ def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
     `df`: one row per (provider, region, instance_type), `observed_at` as UTC timestamps, `origin`
     naming user rows; `obs`: pricing.observations.read's frame.
 
-    The join is remembered (`_JOINS`, the last JOIN_CACHE results, in this process) under the content hash of
-    both frames, the tolerance, `origin` and the rule's constants: the bundled sheets are static, so a server or
-    a test session that plans again gets a copy of the judged frame instead of running the rule again
-    (`RUNS["rule"]` counts the runs, `RUNS["hits"]` the copies)."""
+    The join is remembered (`_JOINS`: the last JOIN_CACHE results, frames of at most JOIN_CACHE_ROWS rows, in
+    this process) under the content hash of both frames, the tolerance, `origin` and the rule's constants: the
+    bundled sheets are static, so a server or a test session that plans again gets a copy of the judged frame
+    instead of running the rule again (`RUNS["rule"]` counts the runs, `RUNS["hits"]` the copies)."""
     tol = tolerance() if tol is None else tol
-    key = _join_key(df, obs, tol, origin)
+    key = _join_key(df, obs, tol, origin) if len(df) <= JOIN_CACHE_ROWS else None
     hit = _JOINS.get(key) if key is not None else None
     if hit is not None:
         _JOINS.move_to_end(key)
@@ -279,6 +279,9 @@ def apply(df, obs, tol: float | None = None, origin: str = "price_origin"):
 
 
 JOIN_CACHE = 4  # judged frames kept: the bundled sheet alone, with the fetch cache, with a user's sheet or two
+# Frames of more rows are judged afresh: the bundled sheets are ~1,500 rows; hashing a 100,000-row user sheet
+# costs 0.26 s and keeping its copy ~70 MB (benchmarks/bench_planner.py's synthetic sheet), more than it saves.
+JOIN_CACHE_ROWS = 20_000
 _JOINS: OrderedDict = OrderedDict()
 RUNS = {"rule": 0, "hits": 0}  # tests count the rule's runs with it, never a stopwatch
 

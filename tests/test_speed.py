@@ -113,3 +113,18 @@ def test_a_page_is_rendered_again_when_its_plan_was_made_again():
     assert pages.get("/plan", "a", first, lambda: made.append(1) or b"two") == b"one"
     assert pages.get("/plan", "a", second, lambda: made.append(1) or b"two") == b"two"  # a new outcome
     assert made == [1, 1] and pages.rendered == 2 and pages.served == 1
+
+
+def test_a_frame_over_the_row_bound_is_judged_afresh_and_never_kept(monkeypatch):
+    from pricing import crosscheck, loader
+
+    seen = []
+    real = crosscheck.apply
+    monkeypatch.setattr(crosscheck, "apply", lambda df, obs, **kw: seen.append((df, obs)) or real(df, obs, **kw))
+    loader.load(include_cache=False)
+    df, obs = seen[-1]
+    monkeypatch.setattr(crosscheck, "JOIN_CACHE_ROWS", len(df) - 1)
+    kept, rule = dict(crosscheck._JOINS), crosscheck.RUNS["rule"]
+    real(df, obs, origin=loader.ORIGIN)
+    real(df, obs, origin=loader.ORIGIN)
+    assert crosscheck.RUNS["rule"] == rule + 2 and crosscheck._JOINS.keys() == kept.keys()
