@@ -2,15 +2,18 @@
 
 Prints, measured in one run (these machines are noisy, so ratios matter more than seconds), after
 a line with the date, CPU count and Python version (paste the output whole, that line included):
-(1) `gpu-advisor plan --model meta-llama/Llama-3.1-8B --tokens 100M` over the bundled sheet as a
-    fresh process, and its ratio to a process that only imports what the command imports, the
-    two run alternately (best and median of --repeat each; goal < 1 s on a quiet machine);
-(2) the same plan with a synthetic 100,000-row `--prices` sheet, wall time and peak memory
+(1) `gpu-advisor plan --model meta-llama/Llama-3.1-8B --tokens 100M` and the same with `--max-nodes 8`,
+    each as a fresh process, as a ratio to the bare imports (`python3 -c 'import pandas, pydantic, click,
+    numpy'`): the two run alternately, each pair's ratio taken, and the median with its min-max printed over
+    --repeat pairs (issue 51's targets: <= 1.5x and <= 2x);
+(2) what the deferred imports buy: `import cli.plan` against `import cli.plan` plus the modules a terminal
+    table no longer loads (reports, jinja2, cli.tokens), paired the same way, in bare-import units;
+(3) the same plan with a synthetic 100,000-row `--prices` sheet, wall time and peak memory
     (goal < 3 s and < 1 GB), and with --max-nodes 4;
-(3) scoring and ranking 100,000 synthetic candidates with the vectorised `advisor.planner.score`
+(4) scoring and ranking 100,000 synthetic candidates with the vectorised `advisor.planner.score`
     against a plain per-candidate loop using the same formulas; both must agree.
 
-Run: python benchmarks/bench_planner.py [--candidates N] [--repeat K] [--rows N]
+Run: python benchmarks/bench_planner.py [--candidates N] [--repeat K] [--rows N] [--only ratios]
 """
 
 from __future__ import annotations
@@ -27,7 +30,13 @@ sys.path.insert(0, str(ROOT))
 
 
 PLAN = [sys.executable, "-m", "advisor", "plan", "--model", "meta-llama/Llama-3.1-8B", "--tokens", "100M"]
+PLAN8 = [*PLAN, "--max-nodes", "8"]
+BARE = [sys.executable, "-c", "import pandas, pydantic, click, numpy"]  # issue 51's floor
 IMPORTS = [sys.executable, "-c", "import cli.plan, advisor.planner, pricing.loader, pandas, numpy"]
+# what cli/plan.py and cli/workload_sources.py defer: the report renderer (with its explain pages and charts),
+# jinja2 and the dataset counter, imported only for --report / --dataset
+DEFERRED = [sys.executable, "-c", "import cli.plan, reports, jinja2, cli.tokens"]
+PLAN_IMPORTS = [sys.executable, "-c", "import cli.plan"]
 
 
 def _environment() -> dict[str, str]:
@@ -64,6 +73,57 @@ def alternate(commands: dict[str, list[str]], repeat: int, env: dict[str, str]) 
 def interleaved(repeat: int) -> dict[str, list[float]]:
     """The plan process against the bare-import process (`alternate`)."""
     return alternate({"plan": PLAN, "bare": IMPORTS}, repeat, ENV)
+
+
+def paired_ratios(commands: dict[str, list[str]], base: str, repeat: int,
+                  runs: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """Each command's wall time over `base`'s in the same round (`alternate` runs a, b, c, a, b, c, ...), one
+    ratio per round: a neighbour's burst slows a round's runs alike. `runs`: filled with the wall times."""
+    times = alternate(commands, repeat, ENV)
+    if runs is not None:
+        runs.update(times)
+    return {name: [t / b for t, b in zip(ts, times[base])] for name, ts in times.items() if name != base}
+
+
+def spread(ratios: list[float]) -> str:
+    import statistics
+
+    return f"{statistics.median(ratios):.2f}x median (min {min(ratios):.2f}x, max {max(ratios):.2f}x, n={len(ratios)})"
+
+
+def elsewhere(tree: str, args: list[str]) -> list[str]:
+    """`gpu-advisor ARGS` from another checkout `tree` (an older commit, for a before/after pair in one run)."""
+    code = (f"import runpy, sys; sys.path.insert(0, {tree!r}); sys.argv = ['gpu-advisor', *sys.argv[1:]]; "
+            "runpy.run_module('advisor', run_name='__main__')")
+    return [sys.executable, "-c", code, *args]
+
+
+def ratio_lines(repeat: int, against: str | None = None) -> tuple[list[str], float]:
+    """(1) and (2) of the module docstring, as printed lines, and the bundled-sheet plan's best wall time;
+    `against`: another checkout whose plans run in the same rounds (before/after)."""
+    import statistics
+
+    commands = {"bare": BARE, "imports": IMPORTS, "default": PLAN, "nodes8": PLAN8}
+    if against:
+        commands.update(before=elsewhere(against, PLAN[3:]), before8=elsewhere(against, PLAN8[3:]))
+    runs: dict[str, list[float]] = {}
+    plans = paired_ratios(commands, "bare", repeat, runs)
+    wall, bare = min(runs["default"]), min(runs["imports"])
+    med, bare_med = statistics.median(runs["default"]), statistics.median(runs["imports"])
+    lines = [f"plan over the bundled sheet ({' '.join(PLAN[3:])}) as a process: best {wall:.2f} s, "
+             f"median {med:.2f} s; bare imports ({IMPORTS[-1].removeprefix('import ')}): best {bare:.2f} s, "
+             f"median {bare_med:.2f} s; ratio {wall / bare:.1f}x best, {med / bare_med:.1f}x median "
+             f"(the planning itself: {wall - bare:.2f} s; goal: the whole process < 1 s)",
+             f"{' '.join(PLAN[3:])} / bare imports ({BARE[-1]}): {spread(plans['default'])}; target <= 1.5x",
+             f"plan ... --max-nodes 8 / bare imports: {spread(plans['nodes8'])}; target <= 2x"]
+    if against:
+        lines += [f"  the same from {against}: {spread(plans['before'])}; --max-nodes 8: {spread(plans['before8'])}"]
+    imports = paired_ratios({"bare": BARE, "now": PLAN_IMPORTS, "deferred": DEFERRED}, "bare", repeat)
+    saved = [d - n for d, n in zip(imports["deferred"], imports["now"])]
+    lines.append(f"import cli.plan / bare: {spread(imports['now'])}; with reports, jinja2 and cli.tokens loaded "
+                 f"as before: {spread(imports['deferred'])}; deferring them saves {statistics.median(saved):.2f} "
+                 "bare-import units (median of the paired differences)")
+    return lines, wall
 
 
 def header(repeat: int) -> str:
@@ -200,19 +260,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, default=100_000)
     ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--only", choices=("ratios",), help="print (1) and (2) only")
+    ap.add_argument("--against", metavar="DIR", help="another checkout (an older commit) planned in the same rounds")
     a = ap.parse_args()
 
-    import statistics
-
     print(header(a.repeat))
-    runs = interleaved(a.repeat)
-    wall, bare = min(runs["plan"]), min(runs["bare"])
-    med, bare_med = statistics.median(runs["plan"]), statistics.median(runs["bare"])
-    print(f"plan over the bundled sheet ({' '.join(PLAN[3:])}) as a process: best {wall:.2f} s, "
-          f"median {med:.2f} s; bare imports ({IMPORTS[-1].removeprefix('import ')}): best {bare:.2f} s, "
-          f"median {bare_med:.2f} s; ratio {wall / bare:.1f}x best, {med / bare_med:.1f}x median "
-          f"(the planning itself: {wall - bare:.2f} s; goal: the whole process < 1 s)")
+    lines, wall = ratio_lines(a.repeat, a.against)
+    for line in lines:
+        print(line, flush=True)
+    if a.only:
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         sheet = Path(tmp) / "big.csv"

@@ -4,7 +4,8 @@ The page is rendered from the same `build_plan` and the same report templates as
 never disagree with `gpu-advisor plan`; the browser gets HTML and no estimator logic. It binds to
 127.0.0.1 unless told otherwise, reads only the price sheets given here (checked once, at start),
 and writes no files. The pieces: cli/serve_query.py (query -> the plan command's own validation),
-cli/serve_jobs.py (background plans, cache, bound), cli/serve_app.py (pages), cli/serve_http.py (HTTP).
+cli/serve_jobs.py (background plans, one cache for every route, bound), cli/serve_cache.py (a warm plan's
+page and JSON bytes, rendered once), cli/serve_app.py (pages), cli/serve_http.py (HTTP).
 """
 
 from __future__ import annotations

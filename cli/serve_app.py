@@ -19,6 +19,7 @@ import reports
 from advisor.errors import BadInput
 from advisor.text import plain
 from cli.launch import bundle_files, launch, pick
+from cli.serve_cache import Pages
 from cli.serve_form import form_groups
 from cli.serve_jobs import Busy, Outcome, Planner, classify
 from cli.serve_ledger import LedgerView
@@ -51,6 +52,7 @@ class App:
                  patience: float = PATIENCE, ledger: LedgerView | None = None):
         self.planner, self.server_args, self.patience, self.ledger = planner, list(server_args), patience, ledger
         self.frame = {"sheets": sheets, "discounts": discounts}
+        self.pages = Pages()  # /plan and /plan.json bytes per plan outcome (cli/serve_cache.py)
         self.routes = {"/": self.form, "/plan": self.plan_page, "/plan.json": self.plan_json,
                        "/report.md": self.report_md, "/report.html": self.report_html, "/bundle.zip": self.bundle,
                        "/compare": self.compare, "/project": self.project}
@@ -102,6 +104,9 @@ class App:
         out = self.planner.get(s.key, s.options, self.patience)
         if out is None:
             return self.waiting([s])
+        return self.pages.get("/plan", s.query, out, lambda: self._plan_page(out, s))
+
+    def _plan_page(self, out: Outcome, s: Scenario) -> Response:
         plan = self.ready(out, s)
         q = s.query
         links = {"json": f"/plan.json?{q}", "md": f"/report.md?{q}", "html": f"/report.html?{q}",
@@ -113,8 +118,13 @@ class App:
         `generated_at` (when this server planned it) and, if it planned the same model before,
         assumptions.memory_estimates (the shared engine's count of estimates)."""
         s = self.scenario_of(pairs)
-        plan = self.download(s).model_copy(update={"command": s.command("json")})
-        return Response(200, (plan.model_dump_json(indent=2) + "\n").encode(), "application/json; charset=utf-8")
+        out = self.outcome(s)
+
+        def render() -> Response:
+            plan = self.ready(out, s).model_copy(update={"command": s.command("json")})
+            return Response(200, (plan.model_dump_json(indent=2) + "\n").encode(), "application/json; charset=utf-8")
+
+        return self.pages.get("/plan.json", s.query, out, render)
 
     def report_md(self, pairs: list[tuple[str, str]]) -> Response:
         """The Markdown report (`gpu-advisor report plan.json -o report.md`, without the chart files)."""
@@ -197,10 +207,14 @@ class App:
         return out.plan.model_copy(update={"command": s.command()})
 
     def download(self, s: Scenario):
+        return self.ready(self.outcome(s), s)
+
+    def outcome(self, s: Scenario) -> Outcome:
+        """The finished outcome a download waits for (DOWNLOAD_WAIT at most, then Busy)."""
         out = self.planner.get(s.key, s.options, DOWNLOAD_WAIT)
         if out is None:
             raise Busy()
-        return self.ready(out, s)
+        return out
 
     def waiting(self, scenarios: list[Scenario], outcomes: list | None = None) -> Response:
         states = [{"query": s.label, "ready": bool(outcomes and outcomes[i] is not None)}

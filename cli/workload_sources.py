@@ -18,7 +18,6 @@ from advisor.planner.request import read_plan_file
 from advisor.results import LengthHistogram
 from advisor.text import plain
 from advisor.workload.training_config import read_config
-from cli.tokens import count, summary_rows
 
 SOURCE_KEYS = ("dataset", "text_field", "messages_field", "tokenizer", "from_config")
 
@@ -133,6 +132,21 @@ def _config_into(options, path, file, view, read: _Read, extra, warnings) -> Non
         read.text_field, read.messages_field = cfg.text_field, cfg.messages_field
     read.dataset = read.dataset or (cfg.dataset if view.get("tokens") in (None, "") else None)
     read.group, read.micro_batch = cfg.group_by_length, cfg.micro_batch or 1
+
+
+def count(dataset, **kw):
+    """cli.tokens.count, imported only when a dataset is counted: a plan without --dataset never loads cli.tokens,
+    its tokenizer readers or reports.charts (tests/test_speed.py)."""
+    from cli.tokens import count as count_dataset
+
+    return count_dataset(dataset, **kw)
+
+
+def summary_rows(result):
+    """cli.tokens.summary_rows (imported with `count`)."""
+    from cli.tokens import summary_rows as rows
+
+    return rows(result)
 
 
 def _count_into(options, view, dataset, tokenizer, text_field, messages_field, micro_batch, group, extra) -> None:

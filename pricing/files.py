@@ -484,6 +484,7 @@ def is_field_limit_error(exc: BaseException) -> bool:
 # --------------------------------------------------------------------------- archives
 MEMBERS_OPENED = [0]  # zip members unpacked through read_zip, process-wide (a counter, for tests)
 UNZIPPED_BYTES = [0]  # bytes those members unpacked to
+LOCAL_HEADERS_READ = [0]  # zip members' local headers read by read_zip (one walk: one per entry)
 # Compression methods by number (PKWARE APPNOTE.TXT 4.4.5); Python's zipfile unpacks 0, 8, 12 and 14.
 _METHODS = {0: "stored", 8: "deflate", 12: "bzip2", 14: "LZMA", 9: "Deflate64", 10: "PKWARE DCL implode",
             93: "Zstandard", 95: "xz", 96: "JPEG", 97: "WavPack", 98: "PPMd", 99: "WinZip AES encryption"}
@@ -506,19 +507,55 @@ def _zip_entries(data: bytes, what: str) -> int:
     return entries
 
 
-def _zip_spans(z, data: bytes, what: str) -> None:
-    """Refuse entries whose bytes overlap another's (several names for the same data: the
-    "overlapping files" zip bomb, or two entries at one local header)."""
+class _Entry:
+    """One chosen member as the single walk over the directory found it: its central-directory
+    record, where its packed bytes start in the archive, and why its local header cannot be trusted
+    (None when it can), raised only if the member is unpacked, as zipfile would."""
+
+    __slots__ = ("info", "start", "problem")
+
+    def __init__(self, info, start: int, problem: str | None):
+        self.info, self.start, self.problem = info, start, problem
+
+
+def _walk(infos, data: bytes, what: str, suffix: str) -> list[_Entry]:
+    """The one pass over a zip's entries: each local header read once (`LOCAL_HEADERS_READ`), the
+    spans of every entry collected for the overlap check, and the members named `suffix` chosen
+    with where their packed bytes start, so unpacking never reads a header again."""
     import struct
 
-    spans = []
-    for info in z.infolist():
+    spans, chosen = [], []
+    for info in infos:
         start = info.header_offset
         head = data[start:start + 30]
+        LOCAL_HEADERS_READ[0] += 1
         if len(head) < 30 or head[:4] != b"PK\x03\x04":
             raise PriceInputError(f"{what}: member {_member(info)} points outside the archive; refused")
-        name_len, extra_len = struct.unpack_from("<HH", head, 26)
-        spans.append((start, start + 30 + name_len + extra_len + info.compress_size, info))
+        flags, name_len, extra_len = struct.unpack_from("<H", head, 6)[0], *struct.unpack_from("<HH", head, 26)
+        body = start + 30 + name_len + extra_len
+        spans.append((start, body + info.compress_size, info))
+        if info.filename.lower().endswith(suffix) and not info.is_dir():
+            chosen.append(_Entry(info, body, _header_problem(info, flags, data[start + 30:start + 30 + name_len])))
+    _no_overlaps(spans, what)
+    return chosen
+
+
+def _header_problem(info, flags: int, raw_name: bytes) -> str | None:
+    """What zipfile.ZipFile.open would refuse in a member's local header (CPython Lib/zipfile.py):
+    patched data or strong encryption (flag bits 5, 6), or a name other than the directory's."""
+    if info.flag_bits & 0x20:
+        return "compressed patched data (flag bit 5)"
+    if info.flag_bits & 0x40:
+        return "strong encryption (flag bit 6)"
+    name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", errors="replace")
+    if name != info.orig_filename:
+        return "file name in directory and header differ"
+    return None
+
+
+def _no_overlaps(spans: list, what: str) -> None:
+    """Refuse entries whose bytes overlap another's (several names for the same data: the
+    "overlapping files" zip bomb, or two entries at one local header)."""
     spans.sort(key=lambda s: s[0])
     end, previous = -1, None
     for start, stop, info in spans:
@@ -541,7 +578,11 @@ def read_zip(data: bytes, what: str, *, suffix: str, max_member_bytes: int, max_
     docstring says: at most `max_members` entries, `max_member_bytes` per member and
     `max_total_bytes` in all once unpacked, `max_ratio` unpacked per packed byte (members over 1 MiB),
     no overlapping entries, no encryption, only methods Python unpacks. Every refusal is one
-    PriceInputError naming `what` and the member."""
+    PriceInputError naming `what` and the member.
+
+    The entries are walked once (`_walk`: each local header read once); stored and deflated members
+    are then unpacked straight from `data` where that walk found them, the CRC-32 checked as zipfile
+    checks it, instead of zipfile.ZipFile.open reading every local header a second time."""
     import zipfile
 
     max_members = MAX_ZIP_MEMBERS if max_members is None else max_members
@@ -559,19 +600,18 @@ def read_zip(data: bytes, what: str, *, suffix: str, max_member_bytes: int, max_
         if len(infos) > max_members:
             raise PriceInputError(f"{what}: the zip holds {len(infos):,} entries, more than the {max_members:,} "
                                   "limit; refused")
-        _zip_spans(z, data, what)
-        chosen = [i for i in infos if i.filename.lower().endswith(suffix) and not i.is_dir()]
-        total = sum(i.file_size for i in chosen)
+        chosen = _walk(infos, data, what, suffix)
+        total = sum(e.info.file_size for e in chosen)
         if total > max_total_bytes:
             raise PriceInputError(f"{what}: its {suffix} members unpack to {_size(total)}, more than the "
                                   f"{_size(max_total_bytes)} limit for the whole archive; refused")
-        for info in chosen:
-            _check_member(info, what, max_member_bytes, max_ratio)
+        for e in chosen:
+            _check_member(e.info, what, max_member_bytes, max_ratio)
         out, left = [], max_total_bytes
-        for info in chosen:
-            raw = _unpack(z, info, what, min(max_member_bytes, left), max_ratio)
+        for e in chosen:
+            raw = _unpack(z, e, data, what, min(max_member_bytes, left), max_ratio)
             left -= len(raw)
-            out.append((info.filename, raw))
+            out.append((e.info.filename, raw))
         return out
 
 
@@ -591,30 +631,67 @@ def _check_member(info, what: str, max_bytes: int, max_ratio: float) -> None:
                               f"times its packed size, more than the {max_ratio:g} : 1 limit (a zip bomb); refused")
 
 
-def _unpack(z, info, what: str, limit: int, max_ratio: float) -> bytes:
-    """One member's bytes, read in 1 MiB steps, each counted against `limit` and the ratio."""
+def _chunks(z, e: _Entry, data: bytes):
+    """A member's unpacked bytes in steps of at most 1 MiB, cut at the size the directory declares
+    (as zipfile.ZipExtFile cuts them), with zipfile's CRC-32 check at the end. Stored and deflated
+    members are read from `data` at the offset the walk found; bzip2 and LZMA go through zipfile."""
+    import zlib
+
+    info, step = e.info, 1 << 20
+    if e.problem:
+        raise ValueError(e.problem)
+    if info.compress_type not in (0, 8):
+        with z.open(info) as member:
+            while chunk := member.read(step):
+                yield chunk
+        return
+    packed = memoryview(data)[e.start:e.start + info.compress_size]
+    left, crc = info.file_size, 0
+    if info.compress_type == 0:
+        for at in range(0, min(len(packed), left), step):
+            chunk = bytes(packed[at:at + min(step, left - at)])
+            crc = zlib.crc32(chunk, crc)
+            yield chunk
+    else:
+        inflate, tail = zlib.decompressobj(-15), bytes(packed)
+        while left > 0:
+            chunk = inflate.decompress(tail, min(step, left))
+            tail = inflate.unconsumed_tail
+            done = inflate.eof or not tail
+            if done and not inflate.eof:
+                chunk += inflate.flush()  # all input taken: at most one match's output is pending
+            chunk = chunk[:left]
+            left -= len(chunk)
+            crc = zlib.crc32(chunk, crc)
+            if chunk:
+                yield chunk
+            if done:
+                break
+    if crc != info.CRC:
+        raise ValueError(f"Bad CRC-32 for file {info.filename!r}")
+
+
+def _unpack(z, e: _Entry, data: bytes, what: str, limit: int, max_ratio: float) -> bytes:
+    """One member's bytes (`_chunks`), each step counted against `limit` and the ratio."""
     import bz2  # noqa: F401 - zipfile raises its errors
     import lzma
     import zipfile
     import zlib
 
+    info = e.info
     MEMBERS_OPENED[0] += 1
     parts, got = [], 0
     try:
-        with z.open(info) as member:
-            while True:
-                chunk = member.read(1 << 20)
-                if not chunk:
-                    break
-                got += len(chunk)
-                UNZIPPED_BYTES[0] += len(chunk)
-                if got > limit:
-                    raise PriceInputError(f"{what}: member {_member(info)} unpacks to more than {_size(limit)} "
-                                          "(the limit left for the archive); refused")
-                if got > ZIP_RATIO_FLOOR and got > max_ratio * max(info.compress_size, 1):
-                    raise PriceInputError(f"{what}: member {_member(info)} unpacks more than {max_ratio:g} times "
-                                          "its packed size (a zip bomb); refused")
-                parts.append(chunk)
+        for chunk in _chunks(z, e, data):
+            got += len(chunk)
+            UNZIPPED_BYTES[0] += len(chunk)
+            if got > limit:
+                raise PriceInputError(f"{what}: member {_member(info)} unpacks to more than {_size(limit)} "
+                                      "(the limit left for the archive); refused")
+            if got > ZIP_RATIO_FLOOR and got > max_ratio * max(info.compress_size, 1):
+                raise PriceInputError(f"{what}: member {_member(info)} unpacks more than {max_ratio:g} times "
+                                      "its packed size (a zip bomb); refused")
+            parts.append(chunk)
     except PriceInputError:
         raise
     except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError, RuntimeError,

@@ -102,13 +102,20 @@ def test_names_fold_after_separators_never_mid_word():
     assert "14343" in out and "149-14\n" not in out
 
 
+@pytest.fixture(scope="module")
+def lora_plan(tmp_path_factory) -> dict:
+    """The 8b-lora plan's JSON, made once for every terminal width below (JSON does not depend on COLUMNS)."""
+    js = advisor(tmp_path_factory.mktemp("lora"), "plan", *shlex.split(PLANS["8b-lora"]), "--format", "json")
+    assert js.returncode == 0, js.stderr
+    return json.loads(js.stdout)
+
+
 @pytest.mark.parametrize("columns", [80, 120])
-def test_plan_table_never_breaks_an_instance_name_mid_word(tmp_path, columns):
+def test_plan_table_never_breaks_an_instance_name_mid_word(tmp_path, columns, lora_plan):
     done = advisor(tmp_path, "plan", *shlex.split(PLANS["8b-lora"]), columns=columns)
-    js = advisor(tmp_path, "plan", *shlex.split(PLANS["8b-lora"]), "--format", "json")
     table = done.stdout.split("\n\n")[0]
     assert max(len(x) for x in table.splitlines()) <= columns
-    for c in json.loads(js.stdout)["candidates"]:
+    for c in lora_plan["candidates"]:
         for word in re.split(r"[-_/. ]", c["offer"]["instance_type"]):
             assert word in table, (word, c["offer"]["instance_type"])
 

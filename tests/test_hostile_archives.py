@@ -231,3 +231,59 @@ def test_a_refresh_from_a_server_sending_a_bomb_fails_and_keeps_the_cache(httpse
     [out] = refresh(["gpuhunt"], endpoint=httpserver.url_for("/v3"))
     assert out.status == "failed" and "limit for the whole archive" in out.message
     assert counted() == (0, 0)
+
+
+# --------------------------------------------------------------------------- one walk over the entries (issue 50)
+def test_a_folder_of_1000_csvs_is_walked_once_and_unpacked_as_zipfile_reads_it(monkeypatch, counted):
+    """The 1,000-entry folder zip (the member limit): every local header is read once (the walk that
+    checks overlaps finds where each member's bytes start), zipfile.ZipFile.open is never called for
+    stored or deflated members, and every byte equals what zipfile itself reads (CRC checked)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("catalogs/", b"")
+        for i in range(998):
+            method = (zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED)[i % 2]
+            z.writestr(f"catalogs/p{i}.CSV", catalog_csv(rows=1 + i % 7, extra=f'{{"i": {i}}}'), compress_type=method)
+        z.writestr("catalogs/README.txt", b"not a sheet")
+    data = buf.getvalue()
+    opened = []
+    real_open = zipfile.ZipFile.open
+    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, *a, **k: opened.append(1) or real_open(self, *a, **k))
+    headers = files.LOCAL_HEADERS_READ[0]
+    got = files.read_zip(data, "folder.zip", suffix=".csv", max_member_bytes=64 * MIB, max_total_bytes=64 * MIB)
+    assert files.LOCAL_HEADERS_READ[0] - headers == 1_000  # one read per entry, folder and README included
+    assert opened == [] and counted()[0] == 998
+    monkeypatch.setattr(zipfile.ZipFile, "open", real_open)
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        want = [(n, z.read(n)) for n in z.namelist() if n.endswith(".CSV")]
+    assert got == want
+
+
+@pytest.mark.parametrize("method", [12, 14])
+def test_bzip2_and_lzma_members_still_unpack_through_zipfile(method):
+    import io
+    import zipfile
+
+    buf, body = io.BytesIO(), catalog_csv(rows=50)
+    with zipfile.ZipFile(buf, "w", compression=method) as z:
+        z.writestr("aws.csv", body)
+    got = files.read_zip(buf.getvalue(), "x.zip", suffix=".csv", max_member_bytes=MIB, max_total_bytes=MIB)
+    assert got == [("aws.csv", body)]
+
+
+def test_a_local_header_naming_another_file_is_refused_when_unpacked(counted):
+    data = bytearray(raw_zip([member("aws.csv", catalog_csv()), member("README.txt", b"x")]))
+    at = data.index(b"aws.csv")  # the first local header's name; the directory still says aws.csv
+    data[at:at + 7] = b"gcp.csv"
+    with pytest.raises(files.PriceInputError) as err:
+        files.read_zip(bytes(data), "x.zip", suffix=".csv", max_member_bytes=MIB, max_total_bytes=MIB)
+    assert "'aws.csv'" in str(err.value) and "cannot be unpacked" in str(err.value)
+    assert counted()[0] == 1
+    data[at:at + 7] = b"aws.csv"
+    at = data.index(b"README.txt")
+    data[at:at + 6] = b"NOTE!!"  # a member that is not chosen is never unpacked, so its header is not judged
+    assert [n for n, _ in files.read_zip(bytes(data), "x.zip", suffix=".csv", max_member_bytes=MIB,
+                                         max_total_bytes=MIB)] == ["aws.csv"]
