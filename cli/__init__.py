@@ -24,7 +24,7 @@ from advisor.text import plain
 from pricing.http import redact
 
 # name -> ("module:attribute" of the click command, the first sentence of its help, which `gpu-advisor --help`
-# shortens as click does). Written here so that listing the commands imports none of them (tests/test_entry.py
+# shortens as click does). Written here so that listing the commands imports none of them (tests/cli/test_entry.py
 # checks that `--help` shows each command's own short help and loads no command module).
 COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("cli.estimate:estimate",

@@ -259,7 +259,7 @@ def plan(fmt: str, out: Path | None, report: str | None, **options) -> None:
         if saved is None:  # the report names a plan file and `launch --from` it: leave one beside the report
             saved = plan_file_for(Path(report))
             emit(lambda: render(result, "json"), saved)
-        import reports  # only for --report: a terminal table never loads the report renderer (tests/test_speed.py)
+        import reports  # only for --report: a terminal table never loads the report renderer (tests/cli/test_speed.py)
 
         for path in reports.write(result, Path(report), plan_file=str(saved)):
             click.echo(f"wrote {plain(path)}", err=True)

@@ -136,7 +136,7 @@ def _config_into(options, path, file, view, read: _Read, extra, warnings) -> Non
 
 def count(dataset, **kw):
     """cli.tokens.count, imported only when a dataset is counted: a plan without --dataset never loads cli.tokens,
-    its tokenizer readers or reports.charts (tests/test_speed.py)."""
+    its tokenizer readers or reports.charts (tests/cli/test_speed.py)."""
     from cli.tokens import count as count_dataset
 
     return count_dataset(dataset, **kw)

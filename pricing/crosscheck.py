@@ -103,7 +103,7 @@ BILLED_AS = {("gcp", "a3-edgegpu-8g"): "a3-highgpu-8g"}
 # (rule 1, after the region's own). GCP's billing catalog as transcribed in the sheet (Cyclenerd pricing.yml, 2026-08-20)
 # gives us-central1, us-east1 and us-west1 the same on-demand and spot price in every block read (a2-highgpu-1g/2g,
 # a2-ultragpu-8g, a3-highgpu-1g/2g/4g/8g);
-# tests/test_bundled_prices_dated.py checks the sheet still says so.
+# tests/pricing/test_bundled_prices_dated.py checks the sheet still says so.
 SAME_PRICE_REGIONS = {"gcp": (frozenset({"us-central1", "us-east1", "us-west1"}),)}
 # Rule 6 judges a region by the cheapest of the others only when at least this many regions of the product are
 # observed: one or two regions say little about a provider's regional floor.

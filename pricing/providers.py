@@ -15,7 +15,7 @@ Columns of providers.csv:
 | kind | `cloud` (general-purpose cloud), `neocloud` (GPU-focused cloud), `marketplace` (lists others' machines), `serverless` (bills a function's GPU seconds, no machine to rent) |
 | marketplace | `yes` when hosts set their own prices (vast.ai, Hyperbolic's GPU Marketplace, Akash); the planner prefers a non-marketplace seller in a near-tie |
 | increment_s, minimum_s, billing_note | billed seconds per increment and the minimum; empty = unknown, billed per started hour (advisor/data/billing.json `default`); the note says where the figure comes from or that it is an assumption |
-| skypilot | SkyPilot's cloud name for it in the release sky.yaml is checked against (`sorted(sky.utils.registry.CLOUD_REGISTRY)` in skypilot 0.9.2; tests/test_sky_yaml.py compares); empty = no such cloud |
+| skypilot | SkyPilot's cloud name for it in the release sky.yaml is checked against (`sorted(sky.utils.registry.CLOUD_REGISTRY)` in skypilot 0.9.2; tests/advisor/launch/test_sky_yaml.py compares); empty = no such cloud |
 | dstack | dstack's backend name (dstack 0.22.5 `dstack/_internal/core/models/backends/base.py` BackendType); empty = none |
 | aliases | other spellings price sheets use, `;`-separated (`lambdalabs`, `vast.ai`) |
 | price_endpoint | a public price endpoint that needs no key, if any (space-separated when several); `prices refresh` has a fetcher for it |

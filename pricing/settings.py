@@ -10,10 +10,10 @@ naming the variable and what it accepts (`SettingError`, exit 2): falling back t
 the mistake (GPU_ADVISOR_STALE_DAYS=nan used to make a 60-day-old price fresh). Values are read from
 `os.environ` each time they are asked for, never frozen at import, so a test's `monkeypatch.setenv` and a
 long-lived `serve` process see the current value. No other module of the project reads `os.environ`
-(tests/test_settings.py greps for it); the launch bundle's scripts (advisor/launch/templates/) run on the
+(tests/pricing/test_settings.py greps for it); the launch bundle's scripts (advisor/launch/templates/) run on the
 rented machine, not here, and read their own.
 
-docs/settings.md holds the table `markdown_table()` prints (tests/test_settings.py compares them).
+docs/settings.md holds the table `markdown_table()` prints (tests/pricing/test_settings.py compares them).
 """
 
 from __future__ import annotations

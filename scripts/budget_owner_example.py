@@ -5,7 +5,7 @@ prints, run for real in an empty folder with scripts/readme_examples.py's fixed 
 cache and HOME, the pinned day): plan, approve with a cap of $0.00001 (reached after the first step), launch under
 it, the bundle's CPU smoke run (`bash run/launch.sh --smoke`: a tiny random model, nothing downloaded; its
 `budget cap:` lines), track, `ledger --format json`, and the approval block of the Markdown report. Times, spend
-and digests differ from run to run, so tests/test_approved_runs.py checks the block's lines against a fresh run with
+and digests differ from run to run, so tests/advisor/ledger/test_approved_runs.py checks the block's lines against a fresh run with
 the figures masked, not byte for byte.
 
     python scripts/budget_owner_example.py            rewrite the block in docs/budget-owners.md

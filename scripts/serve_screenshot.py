@@ -3,7 +3,7 @@
 The server runs as its own process (`python -m advisor serve --port 0`) with an empty temporary HOME and
 cache, so the page shows the bundled price sheets only, as a new user sees them. The plan is fetched
 once as /plan.json first (it waits for the plan), so the screenshot finds it in the server's cache and
-shows the page, not "Planning...". Chromium runs with the flags tests/test_reports_browser.py uses and a
+shows the page, not "Planning...". Chromium runs with the flags tests/reports/test_reports_browser.py uses and a
 proxy that is not there, so nothing but the local server is reached.
 
     python scripts/serve_screenshot.py [--out docs/serve.png] [--width 1280] [--height 1500]

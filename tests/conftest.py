@@ -7,9 +7,12 @@ import os
 
 import pytest
 
+# fixtures shared by tests in several folders (tests/helpers/)
+pytest_plugins = ["helpers.slurm"]
+
 # Price ages are measured on a pinned day (pricing/clock.py), so the suite gives the same answer as the calendar
 # moves past the bundled observations' 60-day limit: 2026-12-01, the day the observation sheet was last checked
-# (pricing/data/OBSERVATIONS.md). Tests of the real clock unset it themselves (tests/test_price_clock.py).
+# (pricing/data/OBSERVATIONS.md). Tests of the real clock unset it themselves (tests/pricing/test_price_clock.py).
 os.environ.setdefault("GPU_ADVISOR_TODAY", "2026-12-01")
 
 

@@ -292,7 +292,7 @@ def test_the_sample_measured_json_beside_the_calibrate_page_is_one_calibrate_acc
     import json
 
     from click.testing import CliRunner
-    from launch_fixtures import write_tiny_llama
+    from helpers.launch_fixtures import write_tiny_llama
 
     from cli import cli
 

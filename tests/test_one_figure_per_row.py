@@ -20,7 +20,7 @@ from advisor.units import duration, money
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from test_claims import env  # noqa: E402  (the fixed, offline environment of the surface tests)
+from helpers.reference_plans import env  # noqa: E402  (the fixed, offline environment of the surface tests)
 
 PLANS = {
     "8b-default": "--model meta-llama/Llama-3.1-8B --tokens 100M",

@@ -48,7 +48,7 @@ def test_the_scan_finds_a_planted_proxy(tmp_path):
 def test_a_flat_column_is_not_an_attribute_of_a_candidate(name):
     """The flat view (CSV columns, schema-1 files) is a projection made by Candidate.flat(), not a second
     spelling on the object."""
-    import plan_factory as pf
+    from helpers import plan_factory as pf
 
     c = pf.single_gpu_plan().candidates[0]
     assert name in c.flat()

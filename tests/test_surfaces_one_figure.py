@@ -21,8 +21,8 @@ from urllib.parse import quote
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_helpers import q, serving  # noqa: E402
-from test_reports_browser import CHROMIUM, DevTools  # noqa: E402
+from helpers.chromium import CHROMIUM, DevTools  # noqa: E402
+from helpers.serve_helpers import q, serving  # noqa: E402
 
 import reports  # noqa: E402
 from advisor.explain.card import decision_card  # noqa: E402

@@ -149,7 +149,7 @@ TERM_SOURCES = {
     "dora.scales": f"{_DORA_PY} lines 143-153: weight_norm (detached) and mag_norm_scale = magnitude / weight_norm",
     "dora.weight_copies": (f"{_DORA_PY} lines 141-142 and 163: weight = dequantize_module_weight(base_layer)"
                            ".to(x.dtype), a fresh tensor when the dtypes differ or the weight is 4-bit, kept by "
-                           "F.linear for the input's gradient; measured by tests/test_dora_saved_tensors.py"),
+                           "F.linear for the input's gradient; measured by tests/advisor/estimate/test_dora_saved_tensors.py"),
 }
 DEFAULT_SOURCE = "advisor.activations (transformers/peft forward code)"
 

@@ -689,8 +689,8 @@ def _assumptions(arch: Architecture, stack: Stack, shape: Shape, phase: str,
     return assumptions
 
 
-# Where a family's default is eager, the installed library's reason (tests/test_config_aliases.py checks the flag
-# against the class; tests/test_mechanism_terms.py against the model transformers builds).
+# Where a family's default is eager, the installed library's reason (tests/advisor/workload/test_config_aliases.py checks the flag
+# against the class; tests/advisor/estimate/test_mechanism_terms.py against the model transformers builds).
 ATTENTION_DEFAULT_WORDS = {
     "gemma2": ("eager: what transformers 5.24.0 picks for Gemma 2 (src/transformers/models/gemma2/modeling_gemma2.py "
                "line 353, Gemma2PreTrainedModel `_supports_sdpa = False  # sdpa does not support softcapping`; "

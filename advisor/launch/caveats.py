@@ -17,7 +17,7 @@ from pricing import providers
 DECODER_LAYERS: dict[str, str] = families.decoder_layers()
 # Provider names as price sheets spell them -> SkyPilot's cloud name (pricing/data/providers.csv `skypilot`).
 SKY_NAMES = {s: p.skypilot for p in providers.providers().values() for s in p.aliases if p.skypilot}
-# The SkyPilot release sky.yaml is checked against (the test extra's pin; tests/test_sky_yaml.py loads every
+# The SkyPilot release sky.yaml is checked against (the test extra's pin; tests/advisor/launch/test_sky_yaml.py loads every
 # planner-written sky.yaml in it) and its clouds: sorted(sky.utils.registry.CLOUD_REGISTRY) in skypilot 0.9.2.
 # Hyperbolic is a cloud from SkyPilot 0.10 (sky/clouds/hyperbolic.py in skypilot-org/skypilot).
 SKYPILOT_CHECKED = "0.9.2"

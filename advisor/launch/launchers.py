@@ -6,7 +6,7 @@ What each file asks for comes from the plan: nodes and GPUs per node from the ca
 node from the planner's host check (advisor/planner/host.py: the 16-bit checkpoint once or one shard per process,
 the offloaded states, PROCESS_RAM_GB per process; VCPUS_PER_GPU per GPU), the time limit from the plan's wall
 hours with TIME_MARGIN, dstack's max_price from the offer's price. Checked by the tools themselves:
-tests/test_launchers.py runs `sbatch --test-only` against a local slurmctld and loads dstack.yml with dstack's own
+tests/advisor/launch/test_launchers.py runs `sbatch --test-only` against a local slurmctld and loads dstack.yml with dstack's own
 loader (dstack 0.22.5).
 """
 

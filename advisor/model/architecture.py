@@ -2,7 +2,7 @@
 
 Memory and FLOPs both need the same facts (which linears exist, their in/out sizes, which
 ones LoRA targets and bitsandbytes quantises), so they are derived here once. Parameter
-counts must equal transformers' own count of the same config (tests/test_param_counts.py).
+counts must equal transformers' own count of the same config (tests/advisor/estimate/test_param_counts.py).
 Module names are the ones peft matches against (`q_proj`, `gate_up_proj`, ...).
 """
 

@@ -4,7 +4,7 @@
 folder holding one), or a Hub id, whose config.json is fetched once and kept in the user
 cache. The catalog is plain JSON read once, so `gpu-advisor estimate` starts fast.
 Absent config keys take the defaults of transformers' own config class for that family
-(tests/test_models.py checks them against transformers).
+(tests/advisor/model/test_models.py checks them against transformers).
 """
 
 from __future__ import annotations

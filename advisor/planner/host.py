@@ -19,7 +19,7 @@ states + each training process's own runtime:
   dataset's memory map and the dataloader's prefetch; an assumption, stated in the plan). The launch bundle's
   data path (datasets' Arrow cache, TRL's masking and packing, one pass of the dataloader) holds about 60 MiB of
   anonymous memory per rank, flat in the dataset's size: 10x the rows added 4 MiB, measured on the CPU
-  (tests/test_bundle_training.py, test_host_memory_of_the_data_path_does_not_grow_with_the_dataset); the
+  (tests/advisor/launch/test_bundle_training.py, test_host_memory_of_the_data_path_does_not_grow_with_the_dataset); the
   tokens themselves stay in memory-mapped files, which the page cache shares between the node's ranks.
 
 vCPUs per node = VCPUS_PER_GPU per GPU: one for the training process, one for its dataloader worker
