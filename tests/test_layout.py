@@ -13,7 +13,8 @@ ROOT = TESTS.parent
 # Checks over the whole repository or every surface at once: they stay at tests/ root
 PROJECT_WIDE = {"test_complexity", "test_docs", "test_function_length", "test_layers", "test_lint",
                 "test_suite_follows_the_index", "test_words_at_the_edge", "test_one_spelling", "test_units",
-                "test_one_figure_per_row", "test_layout"}
+                "test_one_figure_per_row", "test_layout",
+                "test_surfaces_one_figure"}  # every surface a plan is printed on, at once
 NOT_TESTS = ("helpers", "data")  # tests/helpers/: shared helpers; tests/data/: recorded inputs
 
 
