@@ -88,6 +88,10 @@ def test_no_printed_pareto_front_holds_a_point_another_beats_on_cost_and_hours(p
         assert beaten(points) == [], (name, surface)
     exact = [(ranked_cost(c), ranked_hours(c)) for c in plan.pareto]
     assert sorted(front_json) == sorted(exact)  # the JSON's front is the ranked figures, unrounded
+    gain = plan.ranking["pareto_min_gain_pct"] / 100  # the front's own claim: each at least this much faster
+    assert gain > 0 and f"at least {plan.ranking['pareto_min_gain_pct']:g}% faster" in line
+    for cost, hours in exact:
+        assert all(hours <= h * (1 - gain) for k, h in exact if k < cost), (name, cost, hours)
     # the printed fronts are those points, fastest first, at the printed precision
     printed = [tuple(map(float, (f"{k:.2f}", f"{h:.1f}"))) for k, h in sorted(exact, key=lambda p: (p[1], p[0]))]
     assert surfaces["terminal"] == surfaces["report"] == printed

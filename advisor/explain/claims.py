@@ -183,7 +183,9 @@ def knee_words(plan: Plan) -> str:
 
 def pareto_basis(plan: Plan) -> str:
     """What the front's figures are: the ranking quantile's, the table's."""
-    return f"at {ranking_quantile(plan)}, the figures each option was ranked on (as in the table)"
+    gain = (plan.ranking or {}).get("pareto_min_gain_pct")  # a plan saved before the rule has none
+    return (f"at {ranking_quantile(plan)}, the figures each option was ranked on (as in the table)"
+            + (f"; an option joins only when at least {gain:g}% faster than every cheaper one" if gain else ""))
 
 
 def small_workload(plan: Plan) -> list[str]:

@@ -16,7 +16,7 @@ from advisor.planner.findings import candidate_findings, crossings, misses, plac
 from advisor.planner.ranking import offer_identity
 from advisor.planner.remedy import search as search_remedy
 from advisor.planner.request import PlanRequest
-from advisor.planner.select import Selection
+from advisor.planner.select import PARETO_MIN_GAIN_PCT, Selection
 from advisor.results import Candidate, Cost, MemoryFit, ModelInfo, Offer, Plan, Timing
 from advisor.results.facts import Assumptions, Finding, FindingKind
 from advisor.stacks import Stack
@@ -126,7 +126,8 @@ def ranking_basis(request: PlanRequest, constraints_met: bool = True) -> dict:
     out = {"quantile": request.risk, "sort": request.sort, "key": key, "time_value_usd_per_hour": tv,
            "time_value_source": (explain.TIME_VALUE_SOURCE if tv == ranking.DEFAULT_TIME_VALUE else "--time-value"),
            "near_tie_pct": ranking.NEAR_TIE_PCT, "tie_breakers": list(ranking.TIE_BREAKERS),
-           "risk_margin_pct": ranking.RISK_MARGIN_PCT, "band": "p10-p90"}
+           "risk_margin_pct": ranking.RISK_MARGIN_PCT, "band": "p10-p90",
+           "pareto_min_gain_pct": PARETO_MIN_GAIN_PCT}
     if not constraints_met:
         out["order"] = "miss"  # closest first: by how far each row misses the budget / deadline (select._violation)
     return out
