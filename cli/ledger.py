@@ -29,6 +29,12 @@ def _money(x: float) -> str:
     return f"-${-cents:,.2f}" if cents < 0 else f"${cents:,.2f}"
 
 
+def _clean(row: dict) -> dict:
+    """Floats at 12 significant digits: the sum of spends prints 0.194, not 0.19399999999999998 (binary noise; a
+    sub-cent cap such as $0.00001 keeps its digits)."""
+    return {k: float(f"{v:.12g}") if isinstance(v, float) else v for k, v in row.items()}
+
+
 @click.command()
 @click.option("--project", default=None, help="only this project")
 @output_options("table", "json", "csv", "md")
@@ -39,8 +45,8 @@ def ledger(project: str | None, fmt: str, ledger: str | None) -> None:
     runs = run_lines(book.approvals(project), book.runs())
     projects = project_lines(runs)
     if fmt == "json":
-        click.echo(json.dumps({"runs": [dataclasses.asdict(r) for r in runs],
-                               "projects": [dataclasses.asdict(p) for p in projects]}, indent=2))
+        click.echo(json.dumps({"runs": [_clean(dataclasses.asdict(r)) for r in runs],
+                               "projects": [_clean(dataclasses.asdict(p)) for p in projects]}, indent=2))
         return
     if fmt == "csv":
         click.echo(render_rows(list(dataclasses.asdict(runs[0]) if runs else ["project"]),

@@ -151,6 +151,8 @@ def test_track_then_ledger_shows_the_run_approved_and_actual(capped_run, ledger_
     assert line["cap_usd"] == approval.caps.cost_usd and line["steps"] == stop["step"] < line["max_steps"]
     assert line["spent_usd"] >= stop["cost_usd"] > 0 and line["remaining_p50_usd"] == 0.0
     [project] = data["projects"]
+    for row in (line, project):  # sums print without binary noise (0.194, not 0.19399999999999998)
+        assert all(float(f"{v:.12g}") == v for v in row.values() if isinstance(v, float)), row
     assert project["project"] == PAGE.PROJECT and project["spent_usd"] == line["spent_usd"]
     assert project["headroom_p90_usd"] == pytest.approx(project["approved_usd"] - project["spent_usd"])
 
