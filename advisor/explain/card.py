@@ -19,6 +19,7 @@ from advisor.explain.claims import (
     versus,
 )
 from advisor.explain.notes import note
+from advisor.explain.spot import spot_line
 from advisor.explain.warnings import risk_items, risks
 from advisor.results import Candidate, Plan
 from advisor.results.facts import FindingKind as K, RankBy, first, found
@@ -88,8 +89,6 @@ def _objective(c: Candidate) -> str:
 
 def spot(plan: Plan) -> str:
     """The CLI's 'On spot: ...' line where the plan priced spot (--spot); a plan that asked and found none says so."""
-    from advisor.explain.summary import spot_line  # summary reads this module's why()
-
     if plan.spot_alternative is not None:
         return spot_line(plan, plan.spot_alternative)
     return "On spot: no spot offer fits this run (spot capacity was priced)." if plan.workload.get("spot") else ""

@@ -228,7 +228,7 @@ def test_the_remedy_levers_cover_every_limit_the_user_set():
 # ----------------------------------------------------------------- spot, regions, marketplace, hosts
 
 def test_the_spot_line_states_its_saving_against_the_on_demand_number_one():
-    from advisor.explain.summary import spot_line
+    from advisor.explain.spot import spot_line
 
     sheet = pd.DataFrame([offer("acme", "1x-H100", "H100", 1, 3.0, spot=1.2, observed_at="2026-11-20"),
                           offer("beta", "1x-A100", "A100-80GB", 1, 1.4)])
