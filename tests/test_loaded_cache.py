@@ -219,3 +219,18 @@ def test_read_only_mode_reads_a_cache_but_writes_none(on, monkeypatch):
 def test_the_suite_runs_with_the_cache_off():
     """tests/conftest.py turns it off so a test that patches the loading code sees that code run."""
     assert loaded_cache.ENABLED is False
+
+
+def test_serve_writes_no_cache_file(tmp_path):
+    """`serve` loads the sheets at start as a plan does, yet writes nothing (docs/usage/serve.md)."""
+    env = {**os.environ, "GPU_ADVISOR_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT),
+           "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "serve", "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        line = proc.stdout.readline()  # printed after the start-up load
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert line.startswith("Serving gpu-advisor on "), line
+    assert not (tmp_path / "cache" / "loaded").exists()
