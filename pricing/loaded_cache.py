@@ -8,8 +8,8 @@ user cache dir (pricing.files.cache_dir()) as `loaded/bundled.json`, written ato
 
 * Key: a sha256 over every file in pricing/data, the snapshot / cluster / observation sheets actually read (path
   and bytes: a monkeypatched path or GPU_ADVISOR_OBSERVATIONS keys it), the source of every pricing module, the
-  python / pandas / numpy major.minor, the two tolerances and every other GPU_ADVISOR_* variable (except the cache
-  dir, the pinned day and the stale limit, which act after this step). A changed byte is a miss.
+  python / pandas / numpy major.minor, and the settings this step reads (pricing.settings: the price and observation
+  tolerances, GPU_ADVISOR_OBSERVATIONS; the pinned day and the stale limit act after it). A changed byte is a miss.
 * Data only: one JSON document (column names, dtypes, values, the key); no pickle, nothing that is code. Read
   through pricing.files (a regular file, at most MAX_BYTES; JSON nesting bounded) and checked column by column
   (dtype from a fixed list, value types, lengths): a corrupt, truncated or hostile file is ignored and recomputed.
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from pricing import files
+from pricing import files, settings
 
 VERSION = 1
 MAX_BYTES = 20_000_000  # the bundled frame is 0.74 MB as JSON (1,720 rows); a file over this is not ours
@@ -41,8 +41,6 @@ ENABLED = True
 WRITE = True  # False: read a cache that is there, never write one (`serve` writes no files: docs/usage/serve.md)
 COUNTS = {"computed": 0, "hits": 0, "refused": 0, "written": 0}
 _PRICING = Path(__file__).parent
-# act after the cached step (pricing.loader.load: age_days / stale_mask) or only say where the cache lives
-_AFTER = {"GPU_ADVISOR_CACHE_DIR", "GPU_ADVISOR_TODAY", "GPU_ADVISOR_STALE_DAYS"}
 _PLAIN = ("float64", "int64", "bool", "object")
 
 
@@ -71,8 +69,7 @@ def key(sheets) -> str:
     add("pandas", major_minor(pd.__version__).encode())
     add("numpy", major_minor(np.__version__).encode())
     add("tolerances", repr((crosscheck.tolerance(), agreement.tolerance())).encode())
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("GPU_ADVISOR_") and k not in _AFTER)
-    add("env", json.dumps(env).encode())
+    add("observations setting", str(settings.observations_sheet()).encode())
     for p in sorted(_PRICING.glob("*.py")):
         add(f"source:{p.name}", p.read_bytes())
     for p in sorted(q for q in (_PRICING / "data").rglob("*") if q.is_file()):
