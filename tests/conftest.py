@@ -12,12 +12,6 @@ import pytest
 # (pricing/data/OBSERVATIONS.md). Tests of the real clock unset it themselves (tests/test_price_clock.py).
 os.environ.setdefault("GPU_ADVISOR_TODAY", "2026-12-01")
 
-# The loader's on-disk cache of the bundled frame is off in this process (a test that patches the loading code
-# must see that code run, and no test reads another's cache); tests/test_loaded_cache.py turns it on in a temp dir.
-import pricing.loaded_cache  # noqa: E402
-
-pricing.loaded_cache.ENABLED = False
-
 
 def pytest_report_header(config) -> list[str]:
     """The resolved version of every installed distribution (what `pip freeze` prints), so a CI log
@@ -86,3 +80,15 @@ def _no_hypothesis_stopwatch() -> None:
 
 
 _no_hypothesis_stopwatch()
+
+
+# The loader's on-disk cache of the bundled frame (pricing/loaded_cache.py) is off in this process: a test that
+# patches the loading code must see that code run, and no test reads another's cache. Its own tests
+# (tests/pricing/test_loaded_cache.py) turn it on in a temp cache dir.
+def _no_loaded_cache() -> None:
+    from pricing import loaded_cache
+
+    loaded_cache.ENABLED = False
+
+
+_no_loaded_cache()

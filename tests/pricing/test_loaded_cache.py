@@ -17,7 +17,7 @@ import pytest
 
 from pricing import crosscheck, files, loaded_cache, loader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
