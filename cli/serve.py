@@ -22,7 +22,7 @@ from cli.serve_app import App
 from cli.serve_http import Server
 from cli.serve_jobs import Planner
 from cli.serve_ledger import LedgerView
-from pricing import settings
+from pricing import loaded_cache, settings
 from pricing.loader import load, read_sheet, sources_status
 
 
@@ -63,6 +63,7 @@ def serve(ctx: click.Context, port: int, host: str, prices: tuple[str, ...], dis
     inputs (the same names as `gpu-advisor plan`'s options), so a link reproduces the page. Ctrl-C stops it."""
     token = _token(token)
     gc.enable()  # cli.run turns the collector off for short commands; a server runs for days
+    loaded_cache.WRITE = False  # the page writes no files: the loader's cache is read if there, never written
     sheets = price_sheets(prices, discount, skip_bad_rows)
     server_args = [*(f"--prices={p}" for p in prices), *(f"--discount={d}" for d in discount),
                    *(["--skip-bad-rows"] if skip_bad_rows else [])]

@@ -31,6 +31,7 @@ from pricing import (
     clock,
     crosscheck,
     files,
+    loaded_cache,
     observations,
     observed_offers,
     spreadsheet,
@@ -492,6 +493,29 @@ def _discounted(df, discounts):
     return df
 
 
+def _joined(frames, include_bundled: bool):
+    """The step of `load()` that depends only on the sheets (not on the date or the discounts): `frames` (user and
+    fetch-cache sheets) and the bundled sheets concatenated, one row chosen per key, the observation sheet applied
+    -> (frame, or None when no sheet has a row; problems; disagreements)."""
+    import pandas as pd
+
+    problems = []
+    if include_bundled:
+        df, probs = _read_bundled()
+        frames = [*frames, df]
+        problems += probs
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return None, problems, []
+    df = split_conflated(pd.concat(frames, ignore_index=True))  # one name, one card across sheets too
+    df, disagreements = agreement.choose(df, KEY, ORIGIN)  # the newer dated row per key; user rows first
+    if "_discount" not in df.columns:
+        df["_discount"] = False
+    df = df.drop(columns="_rank").reset_index(drop=True)
+    df, more = _observed(df, include_bundled)
+    return df, problems + more, disagreements
+
+
 def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: bool = True,
          include_bundled: bool = True, stale_days: float | None = None, now=None, skip_bad_rows: bool = False):
     """All offers -> (DataFrame, problems). `offline` is accepted for symmetry: loading never
@@ -506,23 +530,18 @@ def load(user_sheets=(), discounts=None, offline: bool = False, include_cache: b
         more, probs = _cache_frames()
         frames += more
         problems += probs
-    if include_bundled:
-        df, probs = _read_bundled()
-        frames.append(df)
-        problems += probs
-    frames = [f for f in frames if len(f)]
-    if not frames:
+    if include_bundled and not frames and not problems:
+        # the bundled sheets alone (the default plan): this step is the same for the same files and code
+        sheets = (SNAPSHOT, CLUSTERS, observations.sheet_path())
+        df, probs, disagreements = loaded_cache.fetch(sheets, lambda: _joined([], True))
+    else:
+        df, probs, disagreements = _joined(frames, include_bundled)
+    problems += probs
+    if df is None:
         out = empty_frame()
         for c in (ORIGIN, "price_per_gpu_hour", "age_days", "stale", *crosscheck.COLUMNS):
             out[c] = pd.Series(dtype="object")
         return out, problems
-    df = split_conflated(pd.concat(frames, ignore_index=True))  # one name, one card across sheets too
-    df, disagreements = agreement.choose(df, KEY, ORIGIN)  # the newer dated row per key; user rows first
-    if "_discount" not in df.columns:
-        df["_discount"] = False
-    df = df.drop(columns="_rank").reset_index(drop=True)
-    df, more = _observed(df, include_bundled)
-    problems += more
 
     df = _discounted(df, discounts)
     df["price_per_gpu_hour"] = df["price_hour"] / df["gpu_count"]

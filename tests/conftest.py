@@ -83,3 +83,15 @@ def _no_hypothesis_stopwatch() -> None:
 
 
 _no_hypothesis_stopwatch()
+
+
+# The loader's on-disk cache of the bundled frame (pricing/loaded_cache.py) is off in this process: a test that
+# patches the loading code must see that code run, and no test reads another's cache. Its own tests
+# (tests/pricing/test_loaded_cache.py) turn it on in a temp cache dir.
+def _no_loaded_cache() -> None:
+    from pricing import loaded_cache
+
+    loaded_cache.ENABLED = False
+
+
+_no_loaded_cache()
