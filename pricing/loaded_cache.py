@@ -181,18 +181,11 @@ def _check(values, n: int, ok) -> list:
 def decode(doc, k: str):
     """The frame a document written by `encode` holds for key `k`, or None: anything else (another key, a
     missing or extra field, a wrong type, length or dtype, a value of the wrong type) is refused."""
-    import numpy as np
     import pandas as pd
 
-    if not isinstance(doc, dict) or set(doc) != {"format", "version", "key", "computed_at", "rows", "columns"}:
+    if not _header_ok(doc, k):
         return None
-    if doc["format"] != "gpu-advisor loaded frame" or doc["version"] != VERSION or doc["key"] != k:
-        return None
-    n, when, cols = doc["rows"], doc["computed_at"], doc["columns"]
-    if type(n) is not int or not 0 <= n <= MAX_ROWS or type(when) not in (int, float) or not isinstance(cols, list):
-        return None
-    if not math.isfinite(when) or time.time() < when:  # a clock set back: recompute (module docstring)
-        return None
+    n, cols = doc["rows"], doc["columns"]
     data: dict[str, object] = {}
     for col in cols:
         if not isinstance(col, dict) or set(col) != {"name", "dtype", "values"}:
@@ -200,33 +193,61 @@ def decode(doc, k: str):
         name, dtype, values = col["name"], col["dtype"], col["values"]
         if type(name) is not str or name in data or type(dtype) is not str:
             return None
-        if dtype == "float64":
-            _check(values, n, lambda v: type(v) in (int, float))
-            data[name] = pd.Series(np.array(values, dtype="float64"), dtype="float64")
-        elif dtype == "int64":
-            _check(values, n, lambda v: type(v) is int and -(2**63) <= v < 2**63)
-            data[name] = pd.Series(np.array(values, dtype="int64"), dtype="int64")
-        elif dtype == "bool":
-            _check(values, n, lambda v: type(v) is bool)
-            data[name] = pd.Series(np.array(values, dtype=bool), dtype="bool")
-        elif dtype == "object":
-            _check(values, n, _plain)
-            arr = np.empty(n, dtype=object)
-            arr[:] = values
-            data[name] = pd.Series(arr, dtype="object")
-        elif dtype.startswith("string:") and dtype.split(":")[1:] in (["python", "nan"], ["pyarrow", "nan"],
-                                                                       ["python", "na"], ["pyarrow", "na"]):
-            _, storage, na = dtype.split(":")
-            _check(values, n, lambda v: v is None or type(v) is str)
-            kind = pd.StringDtype(storage, na_value=np.nan) if na == "nan" else pd.StringDtype(storage)
-            data[name] = pd.Series(values, dtype=kind)
-        elif dtype.startswith("datetime:") and dtype.split(":", 1)[1] in ("s", "ms", "us", "ns"):
-            unit = dtype.split(":", 1)[1]
-            _check(values, n, lambda v: v is None or (type(v) is int and -(2**63) < v < 2**63))
-            stamps = np.array([np.iinfo(np.int64).min if v is None else v for v in values], dtype="int64")
-            data[name] = pd.Series(stamps.view(f"datetime64[{unit}]")).dt.tz_localize("UTC")
-        else:
+        series = _column(dtype, values, n)
+        if series is None:
             return None
+        data[name] = series
     if not data and n:
         return None
     return pd.DataFrame(data, index=pd.RangeIndex(n))
+
+
+def _header_ok(doc, k: str) -> bool:
+    """The document's own fields: its format, version and key, a row count within MAX_ROWS, a column list and a
+    finite `computed_at` not in the future (a clock set back: recompute, module docstring)."""
+    if not isinstance(doc, dict) or set(doc) != {"format", "version", "key", "computed_at", "rows", "columns"}:
+        return False
+    if doc["format"] != "gpu-advisor loaded frame" or doc["version"] != VERSION or doc["key"] != k:
+        return False
+    n, when = doc["rows"], doc["computed_at"]
+    if type(n) is not int or not 0 <= n <= MAX_ROWS or type(when) not in (int, float):
+        return False
+    return isinstance(doc["columns"], list) and math.isfinite(when) and time.time() >= when
+
+
+_STRINGS = (["python", "nan"], ["pyarrow", "nan"], ["python", "na"], ["pyarrow", "na"])
+
+
+def _column(dtype: str, values, n: int):
+    """One stored column as a Series of its dtype (values checked by type and count first), or None."""
+    import numpy as np
+    import pandas as pd
+
+    if dtype in _PLAIN_DTYPES:
+        ok, numpy_dtype = _PLAIN_DTYPES[dtype]
+        _check(values, n, ok)
+        if numpy_dtype == "object":
+            arr = np.empty(n, dtype=object)
+            arr[:] = values
+            return pd.Series(arr, dtype="object")
+        return pd.Series(np.array(values, dtype=numpy_dtype), dtype=numpy_dtype)
+    if dtype.startswith("string:") and dtype.split(":")[1:] in _STRINGS:
+        _, storage, na = dtype.split(":")
+        _check(values, n, lambda v: v is None or type(v) is str)
+        kind = pd.StringDtype(storage, na_value=np.nan) if na == "nan" else pd.StringDtype(storage)
+        return pd.Series(values, dtype=kind)
+    if dtype.startswith("datetime:") and dtype.split(":", 1)[1] in ("s", "ms", "us", "ns"):
+        unit = dtype.split(":", 1)[1]
+        _check(values, n, lambda v: v is None or (type(v) is int and -(2**63) < v < 2**63))
+        stamps = np.array([np.iinfo(np.int64).min if v is None else v for v in values], dtype="int64")
+        return pd.Series(stamps.view(f"datetime64[{unit}]")).dt.tz_localize("UTC")
+    return None
+
+
+# stored dtype -> (what each value must be, the numpy dtype it is rebuilt as)
+_PLAIN_DTYPES = {
+    "float64": (lambda v: type(v) in (int, float), "float64"),
+    "int64": (lambda v: type(v) is int and -(2**63) <= v < 2**63, "int64"),
+    "bool": (lambda v: type(v) is bool, "bool"),
+    "object": (lambda v: _plain(v), "object"),
+}
