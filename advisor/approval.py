@@ -20,12 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from advisor.data_file import first_problem, read_json
 from advisor.errors import BadInput
 from advisor.results import Candidate, ranked_cost, ranked_hours
 from advisor.results.checks import NAME_CHARS, TEXT_CHARS, check_text
 from advisor.text import plain
-from pricing.errors import PriceInputError
-from pricing.files import load_json, read_text
 
 APPROVAL_SCHEMA = 1
 # Where the trainer callback stops: early enough before the hours cap that the final checkpoint is written inside
@@ -182,23 +181,13 @@ def load(path: Path, what: str = "--approval") -> Approval:
     price), and refused when it was edited after `approve` sealed it. Any problem is one BadInput line naming
     `what` (the option or argument), the file and the field."""
     name = plain(path)
-    if path.is_dir():
-        raise BadInput(f"{what}: {name} is a folder; give the approval.json `gpu-advisor approve` wrote.")
-    if not path.exists():
-        raise BadInput(f"{what}: {name} does not exist; give the approval.json `gpu-advisor approve` wrote.")
+    data = read_json(path, what, MAX_APPROVAL_BYTES, "the approval.json `gpu-advisor approve` wrote")
     try:
-        data = load_json(read_text(path, f"{what}: {name}", max_bytes=MAX_APPROVAL_BYTES), f"{what}: {name}",
-                         max_bytes=MAX_APPROVAL_BYTES)
         approval = Approval.model_validate(data, strict=True)  # a file: no "2" where a number goes
-    except PriceInputError as exc:
-        raise BadInput(f"{str(exc).rstrip('.')}.") from None
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        ctx_error = (err.get("ctx") or {}).get("error")
-        msg = str(ctx_error) if ctx_error is not None else err.get("msg", "invalid")
-        raise BadInput(f"{what}: {name} is not an approval from `gpu-advisor approve`: field {plain(field)[:80]}: "
-                       f"{plain(msg).rstrip('.')[:200]}.") from None
+        field, msg = first_problem(exc)
+        raise BadInput(f"{what}: {name} is not an approval from `gpu-advisor approve`: field {field[:80]}: "
+                       f"{msg[:200]}.") from None
     check_sealed(approval, f"{what}: {name}")
     return approval
 

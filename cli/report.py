@@ -12,13 +12,12 @@ import click
 
 import reports
 from advisor import approval as approvals
+from advisor.data_file import first_problem, read_json
 from advisor.errors import BadInput
 from advisor.explain.approval import approval_block
 from advisor.results import Plan
 from advisor.text import plain
 from cli.output import output_options
-from pricing.errors import PriceInputError
-from pricing.files import load_json, read_text
 
 MAX_PLAN_BYTES = 5_000_000  # the README's limit: ~1,600 candidates at ~3 KB each (the default --top 10 is ~40 KB)
 
@@ -27,15 +26,7 @@ def plan_data(path: Path, what: str = "PLAN_FILE") -> dict:
     """A plan file's JSON object, size and nesting limited (pricing.files.load_json): what an approval's digest is
     taken of, and what load_plan validates."""
     name = plain(path)
-    if path.is_dir():
-        raise BadInput(f"{what}: {name} is a folder; give a file written by `gpu-advisor plan --format json`.")
-    if not path.exists():
-        raise BadInput(f"{what}: {name} does not exist; give a file written by `gpu-advisor plan --format json`.")
-    try:
-        data = load_json(read_text(path, f"{what}: {name}", max_bytes=MAX_PLAN_BYTES), f"{what}: {name}",
-                         max_bytes=MAX_PLAN_BYTES)
-    except PriceInputError as exc:
-        raise BadInput(f"{exc}.") from None
+    data = read_json(path, what, MAX_PLAN_BYTES, "a file written by `gpu-advisor plan --format json`")
     if not isinstance(data, dict):
         raise BadInput(f"{what}: {name} is not a plan from `gpu-advisor plan --format json` (expected a JSON "
                        "object).")
@@ -56,12 +47,9 @@ def load_plan(path: Path, what: str = "PLAN_FILE"):
     try:
         plan = Plan.model_validate(data, strict=True)  # a file: no "2" or true where a number goes
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        ctx_error = (err.get("ctx") or {}).get("error")
-        msg = str(ctx_error) if ctx_error is not None else err.get("msg", "invalid")
-        raise BadInput(f"{what}: {name} is not a plan gpu-advisor can use: field {plain(field)[:120]}: "
-                       f"{plain(msg).rstrip('.')[:300]} ({exc.error_count()} problem(s)).") from None
+        field, msg = first_problem(exc)
+        raise BadInput(f"{what}: {name} is not a plan gpu-advisor can use: field {field[:120]}: "
+                       f"{msg[:300]} ({exc.error_count()} problem(s)).") from None
     shown = [(f"candidates[{i}]", c) for i, c in enumerate(plan.candidates)]
     shown += [(key, c) for key in ("baseline", "spot_alternative") if (c := getattr(plan, key)) is not None]
     for field, c in shown:  # a band that does not bracket its estimate, a rate of 1e-300, a price dated "yesterday"
