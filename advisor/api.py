@@ -21,6 +21,7 @@ from advisor.estimate.fit import fit_check
 from advisor.estimate.memory import CUDA_CONTEXT_BYTES
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model
+from advisor.model.release import Release
 from advisor.model.spec import ModelSpec
 from advisor.planner import PlanRequest, plan
 from advisor.results import MemoryEstimate, Throughput
@@ -38,12 +39,14 @@ def estimate_memory(
     headroom: float = 0.10,
     lengths=None,
     expandable_segments: bool = True,
+    transformers: Release | None = None,
 ) -> MemoryEstimate:
     """Peak per-GPU memory for training `model` with `stack` at `shape` (micro-batch per GPU);
     with `lengths` (advisor.estimate.alloc_trace.LengthSpec) the reserved figure from the caching-allocator
-    replay; with `gpu`, the fit on that card (advisor.estimate.fit). A fresh copy: callers may change it."""
-    engine = Engine.of(model)
-    stack = stack or Stack(attention=default_attention(engine.spec.family))
+    replay; with `gpu`, the fit on that card (advisor.estimate.fit); `transformers`: the release that loads and
+    runs it (default: the launch bundle's). A fresh copy: callers may change it."""
+    engine = Engine.of(model, transformers)
+    stack = stack or Stack(attention=default_attention(engine.spec.family, engine.transformers))
     est = engine.memory(stack, shape or Shape()).model_copy(deep=True)
     card = get_gpu(gpu).usable_bytes if gpu else None
     est = apply_reserved(engine, stack, est, lengths, expandable_segments, CUDA_CONTEXT_BYTES, card)

@@ -108,7 +108,12 @@ def evaluate_row(row: CalibrationRow, estimate: Estimator | None, throughput: Ca
 
 def _our_value(out: dict, row: CalibrationRow, estimate: Estimator) -> None:
     try:
-        est = estimate(row.spec, row.stack, row.shape)
+        if row.transformers:  # the release the source ran (calibration_rows.RELEASE_BY_SOURCE)
+            from advisor.model.release import parse
+
+            est = estimate(row.spec, row.stack, row.shape, transformers=parse(row.transformers))
+        else:
+            est = estimate(row.spec, row.stack, row.shape)
         field = KIND_FIELD.get(row.kind, "device_total")
         out["values"][OURS] = int(getattr(est, field))
         out["device_total"] = int(est.device_total)

@@ -53,6 +53,7 @@ class CalibrationRow:
     grad_accum: int = 1
     excluded: str | None = None
     assumptions: list[str] = field(default_factory=list)
+    transformers: str | None = None  # the release the source ran, where it differs in what we model (RELEASE_BY_SOURCE)
 
     @property
     def included(self) -> bool:
@@ -293,6 +294,13 @@ def _grad_accum(notes: str, micro_batch: int, gpus: int) -> int:
 
 # ----------------------------------------------------------------------------- rows
 
+# Sources whose runs predate a loader the estimate models by release (advisor/data/transformers_releases.csv). The
+# PEFT docs' FSDP and ZeRO-3 QLoRA pages (huggingface/peft docs/source/accelerate/fsdp.md @018ca9d6) were written for
+# transformers 4.39 (PR #29587 added bnb_4bit_quant_storage, which their launch commands set) with FSDP1's keys
+# (fsdp_sharding_strategy, fsdp_sync_module_states, fsdp_use_orig_params): quantised layers were staged on the CPU.
+RELEASE_BY_SOURCE = {"peftdoc": "4.39.0"}
+
+
 def parse_row(r: dict[str, str]) -> CalibrationRow:
     """One CSV row -> CalibrationRow (excluded rows carry the first reason found)."""
     kind = r["mem_kind"].strip() or "none"
@@ -304,6 +312,7 @@ def parse_row(r: dict[str, str]) -> CalibrationRow:
         params=int(float(r["params_b"]) * 1e9),
         kind=kind,
         gpu=canonical_gpu(r["gpu_model"]),
+        transformers=RELEASE_BY_SOURCE.get(r["id"].rsplit("-", 1)[0]),
     )
     _map_measurement(row, r)
     row.excluded = _map_row(row, r)

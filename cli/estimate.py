@@ -15,6 +15,8 @@ from advisor.api import estimate_memory
 from advisor.errors import BadInput
 from advisor.estimate.alloc_trace import parse_lengths
 from advisor.estimate.engine import Engine, usable_limit
+from advisor.estimate.phases import LOAD, STEP
+from advisor.model import release
 from advisor.model.architecture import default_attention
 from advisor.model.catalog import load_model, parse_param_count, synthetic_spec
 from advisor.model.spec import MAX_BATCH, MAX_GPUS, MAX_NODES, MAX_SEQ_LEN
@@ -42,11 +44,12 @@ class Finite(click.FloatRange):
         return number
 
 
-def build_stack(family: str = "llama", objective=None, **kw):
-    """The Stack the estimate options describe (sharding defaults to fsdp on more than one GPU)."""
+def build_stack(family: str = "llama", objective=None, transformers=None, **kw):
+    """The Stack the estimate options describe (sharding defaults to fsdp on more than one GPU; attention to
+    what that transformers release picks)."""
     fields = {k: kw[k] for k in FIELDS if kw.get(k) is not None}
     fields["sharding"] = kw.get("sharding") or ("fsdp" if kw["gpus"] > 1 else "none")
-    fields["attention"] = kw.get("attention") or default_attention(family)
+    fields["attention"] = kw.get("attention") or default_attention(family, transformers)
     if objective is not None:
         fields["objective"] = objective
     return Stack(method=kw["method"], gpus=kw["gpus"], **fields)
@@ -104,9 +107,12 @@ def _objective(fields: dict, gpu: str | None, seq_len: int, seq_given: bool):
 @click.option("--expandable-segments/--no-expandable-segments", "expandable_segments", default=True, show_default=True,
               help="with --lengths: model PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as the launch bundle sets) "
                    "or the default allocator")
+@click.option("--transformers-version", "transformers_version", default=None, metavar="X.Y[.Z]",
+              help="the transformers release that loads and runs the model: its default attention and how a QLoRA "
+                   "model is loaded under FSDP / ZeRO-3 (default: the launch bundle's pin)")
 @output_options("table", "json", "md", out=True)
 def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes, internode_gbps, mfu, headroom, lengths,
-             expandable_segments, fmt, out, **stack_kw):
+             expandable_segments, transformers_version, fmt, out, **stack_kw):
     """Per-GPU memory for fine-tuning MODEL (catalog name, HF id, config.json path) or --params N."""
     if model is None and params is None:
         raise BadInput("estimate: no model given; name one (catalog name, Hub id or config.json path), e.g. "
@@ -118,16 +124,17 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
     source = click.get_current_context().get_parameter_source("seq_len")
     objective, seq_len = _objective(pop_objective(stack_kw), gpu, seq_len,
                                     source == click.core.ParameterSource.COMMANDLINE)
-    stack = build_stack(spec.family, objective=objective, **stack_kw)
+    transformers = release.parse(transformers_version) if transformers_version is not None else None
+    stack = build_stack(spec.family, objective=objective, transformers=transformers, **stack_kw)
     shape = Shape(micro_batch=batch_size, seq_len=seq_len, grad_accum=grad_accum, padded=padded)
     if nodes > 1 and stack.gpus % nodes:
         raise BadInput(f"--nodes: {stack.gpus} GPUs do not split evenly over {nodes} nodes.")
     if lengths is not None:
         lengths = parse_lengths(lengths)
     est = estimate_memory(spec, stack, shape, gpu=gpu, headroom=headroom, lengths=lengths,
-                          expandable_segments=expandable_segments)
+                          expandable_segments=expandable_segments, transformers=transformers)
     if gpu:
-        est.throughput = Engine.of(spec).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu,
+        est.throughput = Engine.of(spec, transformers).throughput(stack, shape, gpu, nodes=nodes, mfu=mfu,
                                                      network_gbps=internode_gbps)
     for w in est.warnings:
         click.echo(f"warning: {plain(w)}", err=True)
@@ -144,8 +151,24 @@ def estimate(model, params, batch_size, seq_len, grad_accum, padded, gpu, nodes,
                   "instances and stacks ranked by the whole run's cost; --tokens is your data's size", fmt, out)
 
 
+def _step(est):
+    """The training step's breakdown: what the components add up to, whichever phase is the peak."""
+    return est.phases.get(STEP, est.breakdown)
+
+
+def phase_words(est) -> str:
+    """Each phase's device total and which is the peak the fit check uses."""
+    if not est.phases:
+        return ""
+    parts = [f"{name} {gb(b.total, 2)}" for name, b in est.phases.items()]
+    words = "by phase: " + ", ".join(parts) + f"; peak (fit check): {est.peak_phase}"
+    if est.peak_phase != STEP and est.load is not None and est.peak_phase == LOAD:
+        words += f": {est.load.formula}"
+    return words
+
+
 def _rows(est) -> list[tuple[str, int, str]]:
-    b = est.breakdown
+    b = _step(est)
     comps = est.components
     rows = []
     parts = [("weights", b.weights), ("gradients", b.gradients), ("optimizer", b.optimizer),
@@ -162,12 +185,23 @@ def _rows(est) -> list[tuple[str, int, str]]:
             rows.append((f"  ({len(subs) - 6} more)", sum(c.bytes for _, c in subs[6:]), ""))
         absent = total - sum(c.bytes for _, c in subs)
         if part in ("gradients", "activations", "generation") and absent < 0:
-            rows.append(("  not allocated at the peak", absent, est.assumptions.get("peak_phase", "")))
+            rows.append(("  not allocated at the step's peak", absent,
+                         est.assumptions.get("step_peak_phase" if est.peak_phase != STEP else "peak_phase", "")))
     return rows
 
 
+def _total_lines(est, step) -> list[str]:
+    """The step's total, the peak where another phase is larger, and every phase's figure."""
+    loaded = est.peak_phase != STEP
+    lines = [f"{'total (training step)' if loaded else 'total':<34}{step.total:>16,}{'':>3}{step.total / GB:>10.2f}"]
+    if loaded:
+        lines.append(f"{'peak: ' + est.peak_phase:<34}{est.device_total:>16,}{'':>3}{est.device_total / GB:>10.2f}")
+    return lines + [f"(GB = 10^9 bytes; nvidia-smi counts MiB: the peak shows there as {est.device_total / MiB:,.0f} "
+                    f"MiB, {est.device_total / GiB:.2f} GiB)", phase_words(est)]
+
+
 def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
-    m, b = est.model, est.breakdown
+    m, b = est.model, _step(est)
     lines = [
         stack_note(est.stack),
         f"{plain(m.name)}  ({plain(m.family)}; {count(m.params_total)} params, {count(m.params_trainable)} trainable)",
@@ -177,10 +211,8 @@ def render_table(est, headroom: float = 0.10, cards: str | None = None) -> str:
     ]
     for name, n, _ in _rows(est):
         lines.append(f"{name:<34}{n:>16,}{'':>3}{n / GB:>10.2f}")
-    lines.append(f"{'total':<34}{b.total:>16,}{'':>3}{b.total / GB:>10.2f}")
+    lines += _total_lines(est, b)
     lines += [
-        f"(GB = 10^9 bytes; nvidia-smi counts MiB: this total shows there as {b.total / MiB:,.0f} MiB, "
-        f"{b.total / GiB:.2f} GiB)",
         "",
         f"static (weights+grads+optimizer): {gb(est.static_bytes, 2)}   "
         f"peak allocated: {gb(est.peak_allocated, 2)}   peak reserved: {gb(est.peak_reserved, 2)}",
@@ -288,7 +320,7 @@ def fits_line(est, headroom: float = 0.10) -> str:
 
 
 def render_markdown(est) -> str:
-    m, b = est.model, est.breakdown
+    m, b = est.model, _step(est)
     lines = [
         f"### {md(m.name)}: {md(est.stack.label())}, micro-batch {est.shape.micro_batch} × seq {est.shape.seq_len}",
         "",
@@ -303,6 +335,11 @@ def render_markdown(est) -> str:
         label = name.strip() if not name.startswith("  ") else f"↳ {name.strip()}"
         lines.append(f"| {md(label)} | {n:,} | {n / GB:.2f} | {md(how)} |")
     lines.append(f"| **total** | {b.total:,} | {b.total / GB:.2f} | peak reserved + CUDA context |")
+    if est.peak_phase != STEP:
+        lines.append(f"| **peak: {md(est.peak_phase)}** | {est.device_total:,} | {est.device_total / GB:.2f} | "
+                     f"{md(est.load.formula if est.load else '')} |")
+    if est.phases:
+        lines += ["", md(phase_words(est)) + "."]
     if est.objective is not None:
         lines += ["", *objective_markdown(est)]
     if est.reserved:

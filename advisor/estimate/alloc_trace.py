@@ -28,6 +28,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from advisor.errors import BadInput
+from advisor.estimate import phases
 from advisor.estimate.activations import lora_target_names
 from advisor.estimate.allocator import Event, needed_capacity, replay
 from advisor.results import Component, Reserved
@@ -327,6 +328,7 @@ def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: b
     if lengths is None:
         est.assumptions["lengths"] = "fixed shapes (every step at --seq-len)"
         return est
+    est = phases.at_step(est)  # the replay pins the step's allocated peak
     shape = est.shape
     layers = engine.spec.num_hidden_layers
     at = lambda s: engine.memory(stack, Shape(micro_batch=shape.micro_batch, seq_len=s,  # noqa: E731
@@ -351,7 +353,9 @@ def apply_reserved(engine, stack, est, lengths: LengthSpec | None, expandable: b
         f"{r.shows - est.peak_allocated:,} B " + ("on the card checked (the allocator frees its cache and retries "
                                                    "before it fails)" if card_bytes is not None else "on a larger card"))
     est.assumptions["allocator"] = "expandable_segments:True" if expandable else "default (no expandable segments)"
-    return est
+    if est.phases:
+        est.phases = {**est.phases, phases.STEP: est.breakdown}
+    return phases.peak_of(est)
 
 
 def _chunks(ids, total: int, count: int) -> list[Event]:

@@ -17,10 +17,12 @@ from functools import lru_cache
 
 from advisor.estimate.memory import check, checkpoint_bytes, estimate
 from advisor.estimate.objectives import memory as objective_memory, timing as objective_timing
+from advisor.estimate.phases import with_phases
 from advisor.estimate.throughput import counts, step_time, throughput
 from advisor.memo import Memo
 from advisor.model.architecture import Architecture, build
 from advisor.model.catalog import load_model
+from advisor.model.release import Release, bundled
 from advisor.model.spec import ModelSpec
 from advisor.results import MemoryEstimate, StepNumbers, Throughput
 from advisor.stacks import Shape, Stack
@@ -39,8 +41,9 @@ def usable_limit(gpu, headroom: float) -> int:
 class Engine:
     """Memory, limits and throughput of one model; caches the architecture and every answer."""
 
-    def __init__(self, spec: ModelSpec, memory_fn: MemoryFn | None = None):
+    def __init__(self, spec: ModelSpec, memory_fn: MemoryFn | None = None, transformers: Release | None = None):
         self.spec = spec
+        self.transformers: Release = transformers or bundled()  # the release whose loader and defaults apply
         self.arch: Architecture = build(spec)
         self._memory_fn = memory_fn  # a stand-in estimator (tests, what-if studies)
         # bounded (advisor.memo): a long-lived process asking for ever new shapes must not grow without limit
@@ -52,18 +55,19 @@ class Engine:
         self._checkpoints: dict[tuple, int] = Memo()  # by the stack's own key
 
     @classmethod
-    def of(cls, model: ModelSpec | str) -> Engine:
-        """The engine of a model (catalog name, Hub id, path or spec), shared between callers."""
+    def of(cls, model: ModelSpec | str, transformers: Release | None = None) -> Engine:
+        """The engine of a model (catalog name, Hub id, path or spec) at a transformers release (default: the
+        bundle's), shared between callers."""
         if isinstance(model, str):
             model = load_model(model)
-        return _engine(model.model_dump_json())
+        return _engine(model.model_dump_json(), transformers or bundled())
 
     # ---------------------------------------------------------------- memory
 
     def check(self, stack: Stack) -> None:
         """Refuse a stack this model cannot run (attention kernel, LoRA targets), once per stack."""
         if stack.key not in self._checked:
-            check(self.arch, stack)
+            check(self.arch, stack, self.transformers)
             self._checked[stack.key] = True
 
     def memory(self, stack: Stack, shape: Shape) -> MemoryEstimate:
@@ -83,6 +87,8 @@ class Engine:
                 est = objective_memory.estimate(self.arch, stack, shape)
             else:
                 est = estimate(self.arch, stack, shape)
+            if self._memory_fn is None:
+                est = with_phases(self.arch, stack, est, self.transformers)
             self._memory[key] = est
         return est
 
@@ -199,5 +205,5 @@ class Engine:
 
 
 @lru_cache(maxsize=16)
-def _engine(spec_json: str) -> Engine:
-    return Engine(ModelSpec.model_validate_json(spec_json))
+def _engine(spec_json: str, transformers: Release) -> Engine:
+    return Engine(ModelSpec.model_validate_json(spec_json), transformers=transformers)

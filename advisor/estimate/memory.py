@@ -33,6 +33,7 @@ from advisor.estimate.activations import (
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import Architecture, supported_attention
+from advisor.model.release import Release, bundled
 from advisor.results import Breakdown, Component, MemoryEstimate, ModelInfo
 from advisor.stacks import Shape, Stack
 from advisor.units import (
@@ -407,13 +408,14 @@ def checkpoint_bytes(arch: Architecture, stack: Stack) -> int:
     return int(weights + optimizer)
 
 
-def check(arch: Architecture, stack: Stack) -> None:
-    """Refuse a stack the model cannot run: an attention kernel transformers lacks for it, LoRA targets it has not."""
-    allowed = supported_attention(arch.spec.family)
+def check(arch: Architecture, stack: Stack, transformers: Release | None = None) -> None:
+    """Refuse a stack the model cannot run: an attention kernel transformers lacks for it (at that release),
+    LoRA targets it has not."""
+    allowed = supported_attention(arch.spec.family, transformers)
     if stack.attention not in allowed:
         raise BadInput(
-            f"--attention: {arch.spec.name} ({arch.spec.family}) runs with {' or '.join(allowed)} in transformers 5, "
-            f"not {stack.attention}."
+            f"--attention: {arch.spec.name} ({arch.spec.family}) runs with {' or '.join(allowed)} in transformers "
+            f"{transformers or bundled()}, not {stack.attention}."
         )
     if stack.is_adapter:
         unknown = arch.unknown_targets(stack.lora_targets)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from advisor.units import gb
+
 NO_OFFER = "No offer matches the filters."
 
 
@@ -15,3 +17,10 @@ def nothing_fits(reason: str | None) -> str:
     """Nothing fits, with the reason most options were ruled out for (None: no reason counted)."""
     return ("Nothing fits: no offer can hold this job with the allowed settings"
             + (f" (most options ruled out: {reason})." if reason else "."))
+
+
+def short_of_memory(where: str, method: str, need: int, limit: int, headroom: float, at_loading: bool) -> str:
+    """Why a GPU holds no config of a method: what the leanest needs, and when (model loading or the step)."""
+    when = (" at model loading (each rank loads the whole quantised model before it is sharded)" if at_loading
+            else " even at micro-batch 1")
+    return f"{where}: {method} fine-tuning needs {gb(need)} per GPU{when} (limit {gb(limit)} with {headroom:.0%} headroom)"

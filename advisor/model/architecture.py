@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from advisor.memo import Memo
-from advisor.model import families
+from advisor.model import families, release
+from advisor.model.release import Release
 from advisor.model.spec import ModelSpec
 
 # Model types whose routed experts (3-D parameters) and router peft 0.21 wraps with LoRA
@@ -26,13 +27,16 @@ ALL_ATTENTION = families.ALL_ATTENTION
 ATTENTION_SUPPORT = {name: f.attention for name, f in families.table().items() if f.attention != ALL_ATTENTION}
 
 
-def supported_attention(family: str) -> tuple[str, ...]:
-    return families.traits(family).attention
+def supported_attention(family: str, transformers: Release | None = None) -> tuple[str, ...]:
+    """The kernels transformers accepts for `family` at that release (default: the bundle's)."""
+    row = release.fact("attention", family, transformers)
+    return tuple(row.value.split()) if row else families.traits(family).attention
 
 
-def default_attention(family: str) -> str:
-    """What transformers picks when none is asked for: SDPA, else eager."""
-    return families.traits(family).default_attention
+def default_attention(family: str, transformers: Release | None = None) -> str:
+    """What transformers picks when none is asked for at that release: SDPA, else eager."""
+    row = release.fact("default_attention", family, transformers)
+    return row.value if row else families.traits(family).default_attention
 
 # Modules outside the decoder layers that peft's LoRA can adapt when named in target_modules.
 HEAD_TARGETS = ("lm_head", "embed_tokens")

@@ -230,6 +230,7 @@ class Fit:
     verified: bool = False  # the micro-batch is the exact search's, not the affine guess
     tight: bool = False
     checkpoint_bytes: int = 0
+    peak_phase: str = "training step"  # where need1 peaks (advisor/estimate/phases.py): model loading or the step
 
 
 @dataclass
@@ -430,7 +431,8 @@ class Evaluator:
         cfg.fitted = Fit(max_micro_batch=mb, need1=one.device_total, peak=one.device_total,
                          cpu_ram=one.cpu_ram_bytes // cfg.nodes,  # offloaded shards are spread over the nodes
                          breakdown=one.breakdown, verified=mb == 0, tight=tight,
-                         checkpoint_bytes=engine.checkpoint_bytes(cfg.stack) if mb > 0 else 0)
+                         checkpoint_bytes=engine.checkpoint_bytes(cfg.stack) if mb > 0 else 0,
+                         peak_phase=one.peak_phase)
         if mb > 0:
             self.time(cfg)
         return cfg

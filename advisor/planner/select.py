@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from advisor.estimate.phases import LOAD
 from advisor.explain import notices
 from advisor.planner import costing, host, ranking
 from advisor.planner.configs import Config
@@ -127,9 +128,10 @@ def reject_nofit(cfg, configs: list[Config], off, priced_counts: dict, request: 
         best = min(rows, key=need1.__getitem__)  # the first of the leanest
         provider, kind = first_offer[(g, pn)]
         where = f"{g} {get_gpu(g).memory_gb:g} GB" + (f" ×{pn * nodes}" if pn * nodes > 1 else "")  # the card as sold
-        rejections.add(f"{where}: {meth} fine-tuning needs {gb(need1[best])} per GPU even at micro-batch 1 "
-                       f"(limit {gb(column['limit'][best])} with {request.headroom:.0%} headroom)", count,
-                       f"{provider} {kind} · {configs[column['row'][best]].stack.label()}")
+        leanest = configs[column["row"][best]]
+        rejections.add(notices.short_of_memory(where, meth, need1[best], column["limit"][best], request.headroom,
+                                               leanest.fitted.peak_phase == LOAD), count,
+                       f"{provider} {kind} · {leanest.stack.label()}")
 
 
 def _host_checks(sc, fitting, priced, asked, rejections: Rejections):

@@ -119,6 +119,11 @@ class MemoryEstimate(BaseModel):
     reserved: Reserved | None = Field(None, description="caching-allocator replay under --lengths "
                                                          "(advisor.alloc_trace); None: fixed shapes")
     objective: ObjectiveMemory | None = Field(None, description="DPO / GRPO: reference, generation, vLLM, phases")
+    load: Component | None = Field(None, description="bytes on each GPU once the model is loaded, while it is "
+                                                     "sharded (advisor/estimate/phases.py)")
+    phases: dict[str, Breakdown] = Field(default_factory=dict, description="per-GPU memory at model loading, the "
+                                         "training step, the optimizer step and a checkpoint save")
+    peak_phase: str = Field("training step", description="the phase whose figures breakdown and device_total are")
 
 
 class FitCheck(BaseModel):
