@@ -40,6 +40,8 @@ from advisor.results.columns import (
     REPORT_MEMORY,
     REPORT_SHORT_HOURS,
     TIE_MARK,
+    ranked_time_value,
+    total_column,
 )
 from advisor.text import md, plain
 from advisor.units import gb, money
@@ -96,9 +98,21 @@ def _table(headers: list[str], rows: list[list[str]], plan: Plan, flags: list[bo
     return table(_titles(headers, plan), rows, flags, tuple(_titles(numeric, plan)))
 
 
+def _with_total(plan: Plan, headers: list[str], rows: list[list[str]], numeric: tuple[str, ...]):
+    """Headers, rows and numeric columns with the figure the rows rank on (cost + hours x --time-value) after the
+    hours, where the plan ranks on it: a reader sees why a dearer row stands above a cheaper one."""
+    tv = ranked_time_value(plan.ranking)
+    if not tv:
+        return headers, rows, numeric
+    total = total_column(tv)
+    title = total.header.replace("total", "Total")  # cost + hours × --time-value: the ranking line says so
+    rows = [[*row[:3], total.cell(c), *row[3:]] for row, c in zip(rows, plan.candidates, strict=False)]
+    return [*headers[:3], title, *headers[3:]], rows, (*numeric, title)
+
+
 def candidate_table(plan: Plan) -> dict:
-    """Rank, cost, hours and $/h first (what a reader compares), then where, what and how sure; the
-    Pareto front and $ per M tokens have their own table and the CSV/JSON. Cost and hours are the ranked figures
+    """Rank, cost, hours, the ranked total and $/h first (what a reader compares), then where, what and how sure;
+    the Pareto front and $ per M tokens have their own table and the CSV/JSON. Cost and hours are the ranked figures
     (advisor/results/columns.py)."""
     rows, flags = [], []
     for c in plan.candidates[:TOP_ROWS]:
@@ -110,7 +124,8 @@ def candidate_table(plan: Plan) -> dict:
                      f"{c.shape.micro_batch} × {c.shape.grad_accum} × {c.shape.seq_len:,}", c.offer.price_date + (" ⚠" if stale else ""),
                      notes_cell(notes_of(c))])
         flags.append(stale)
-    return _table(CANDIDATE_HEADERS, rows, plan, flags, CANDIDATE_NUMERIC)
+    headers, rows, numeric = _with_total(plan, CANDIDATE_HEADERS, rows, CANDIDATE_NUMERIC)
+    return _table(headers, rows, plan, flags, numeric)
 
 
 def _rank(c: Candidate) -> str:
@@ -188,11 +203,11 @@ SHORT_HEADERS = ["#", REPORT_COST.header, REPORT_SHORT_HOURS.header, "GPUs", "In
 def short_table(plan: Plan) -> dict:
     """The first table a reader sees: what to compare (cost, time at the ranked quantile, in rank order), on what,
     how; the full one is below it."""
-    rows = [[str(c.rank), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_SHORT_HOURS.cell(c),
+    rows = [[_rank(c), REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else ""), REPORT_SHORT_HOURS.cell(c),
              gpus(c), f"{c.offer.provider} {c.offer.instance_type}", stack(c)]
             for c in plan.candidates[:TOP_ROWS]]
-    return _table(SHORT_HEADERS, rows, plan, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]],
-                  ("#", REPORT_COST.header, REPORT_SHORT_HOURS.header))
+    headers, rows, numeric = _with_total(plan, SHORT_HEADERS, rows, ("#", REPORT_COST.header, REPORT_SHORT_HOURS.header))
+    return _table(headers, rows, plan, [is_stale(c, plan) for c in plan.candidates[:TOP_ROWS]], numeric)
 
 
 def lengths_table(plan: Plan) -> dict | None:

@@ -46,6 +46,11 @@ def check_consistent(c: Candidate, where: str) -> None:
                        f"{t.tokens_per_sec:g}).")
     if cost.usd_high is not None and cost.usd_high < cost.usd:
         raise BadInput(f"{where}: cost.usd_high ({cost.usd_high:g}) is below cost.usd ({cost.usd:g}).")
+    listed = c.offer.spot_price_hour if cost.spot else c.offer.price_hour
+    if listed and not math.isclose(listed * c.nodes, cost.price_hour, rel_tol=0.01):
+        raise BadInput(f"{where}: offer.{'spot_price_hour' if cost.spot else 'price_hour'} ({listed:g}) × "
+                       f"{c.nodes} node(s) is not cost.price_hour ({cost.price_hour:g}): the cost was not priced at "
+                       "this offer.")
     _check_date(c.offer.price_date, f"{where}: offer.price_date")
     card = get_gpu(c.offer.gpu_model)
     if c.fit.peak_bytes > card.usable_bytes:

@@ -233,3 +233,25 @@ def test_plan_writes_its_json_with_o(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "plan.json").read_text())["candidates"]
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_the_reports_first_table_shows_the_figure_rows_rank_on_and_the_same_tie_marks(plans, name):
+    """A row above a cheaper one is explained on the page as in the terminal: the total it ranks on (cost + hours x
+    the time value) beside cost and hours, and the near-tie mark."""
+    from advisor.explain.claims import ranking_quantile
+    from advisor.explain.notes import misses_constraint
+    from advisor.results.columns import REPORT_COST, REPORT_SHORT_HOURS, TERMINAL, ranked_time_value, total_column
+
+    p = plans[name]
+    tv = ranked_time_value(p["plan"].ranking)
+    report = " ".join(p["report"].split())
+    terminal_ranks = {line.split()[0] for line in p["table"].stdout.splitlines() if line[:1].isdigit()}
+    for c in p["plan"].candidates[:10]:
+        rank = TERMINAL["#"].cell(c)
+        assert rank in terminal_ranks
+        cost = REPORT_COST.cell(c) + (" ✗" if misses_constraint(c) else "")  # over a budget or deadline
+        cells = [rank, cost, REPORT_SHORT_HOURS.cell(c)] + ([total_column(tv).cell(c)] if tv else [])
+        assert " ".join(cells) in report, (name, cells)
+    if tv:
+        assert f"Total {ranking_quantile(p['plan'])}" in report

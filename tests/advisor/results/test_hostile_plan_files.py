@@ -87,6 +87,8 @@ INCONSISTENT = {
     "hours_high 0": (lambda d: first(d)["timing"].update(hours_high=0.0), "timing.hours_high"),
     "tokens_per_sec 1e-300": (lambda d: first(d)["timing"].update(tokens_per_sec=1e-300), "timing.tokens_per_sec"),
     'price_date "yesterday"': (lambda d: first(d)["offer"].update(price_date="yesterday"), "offer.price_date"),
+    # a listed price the cost was not computed at (a report would show a $1e12/h row beside its $20 cost)
+    "offer.price_hour 1e12": (lambda d: first(d)["offer"].update(price_hour=1e12), "offer.price_hour"),
 }
 
 
@@ -112,7 +114,7 @@ def test_inconsistent_or_out_of_bounds_plan_is_refused_by_launch_and_writes_noth
 
 
 @pytest.mark.parametrize("case", ["fsdp x64 on a 1-GPU offer", "schema_version 999", "epochs 1e308", "hours_high 0",
-                                  "tokens_per_sec 1e-300", 'price_date "yesterday"'])
+                                  "tokens_per_sec 1e-300", 'price_date "yesterday"', "offer.price_hour 1e12"])
 def test_report_refuses_the_same_plans(tmp_path, capsys, benign, case):
     path, named = tampered(tmp_path, benign, case)
     code, _, err = gpu_advisor(capsys, "report", path, "-o", tmp_path / "r.html")
