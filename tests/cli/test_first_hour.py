@@ -144,7 +144,8 @@ def test_report_leads_with_the_decision_then_a_short_table_and_collapses_the_pri
         html.index('aria-label="Top candidates in detail"')
     assert card < short < detail
     header = re.search(r'aria-label="Top candidates".*?<thead>(.*?)</thead>', html, re.S).group(1)
-    assert len(re.findall("<th", header)) <= 6
+    # rank, cost, hours, the total the rows rank on (cost + hours x --time-value), GPUs, instance, stack
+    assert len(re.findall("<th", header)) <= 7 and "Total p80" in header
     assert re.search(r'<details id="prices-used"><summary>Prices used', html)
 
 
