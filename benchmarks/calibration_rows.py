@@ -133,6 +133,10 @@ def resolve_model(ref: str) -> tuple[ModelSpec | None, str | None]:
         return models.load_model(name), None
     if name in FACT_SPECS:
         return FACT_SPECS[name], None
+    from benchmarks import throughput_rows  # the time rows' config facts (Yi-34B, CodeLlama-34B, ...)
+
+    if name in throughput_rows.FACT_SPECS:
+        return throughput_rows.FACT_SPECS[name], None
     return None, f"model '{name}' not in the catalog and no config facts recorded"
 
 
@@ -146,6 +150,9 @@ GPU_PATTERNS = (  # (regex on the source's GPU text, canonical name); first matc
     (r"A10G", "A10G"),
     (r"T4", "T4"),
     (r"A6000", "A6000"),
+    (r"RTX 3090", "RTX3090"),
+    (r"RTX 4090", "RTX4090"),
+    (r"L40S", "L40S"),
 )
 
 
@@ -298,7 +305,9 @@ def _grad_accum(notes: str, micro_batch: int, gpus: int) -> int:
 # PEFT docs' FSDP and ZeRO-3 QLoRA pages (huggingface/peft docs/source/accelerate/fsdp.md @018ca9d6) were written for
 # transformers 4.39 (PR #29587 added bnb_4bit_quant_storage, which their launch commands set) with FSDP1's keys
 # (fsdp_sharding_strategy, fsdp_sync_module_states, fsdp_use_orig_params): quantised layers were staged on the CPU.
-RELEASE_BY_SOURCE = {"peftdoc": "4.39.0"}
+# fsdp_qlora (Feb-Mar 2024) loads and quantises layer by layer itself (train.py @05ed9f2a load_and_quantize_parallel,
+# low_memory), the loader the cpu-staged row describes; PEFT's MetaMathQA runs name theirs (meta_info.package_info).
+RELEASE_BY_SOURCE = {"peftdoc": "4.39.0", "afqlora": "4.39.0", "peftmmqa": "5.13.1"}
 
 
 def parse_row(r: dict[str, str]) -> CalibrationRow:
@@ -436,7 +445,14 @@ def _adapter_fields(row: CalibrationRow, r: dict[str, str], fields: dict, spec: 
     fields["lora_targets"] = targets
     if assumption:
         row.assumptions.append(assumption)
-    if "litgpt" in r["source_url"].lower():
+    if "dora" in r["lora_targets"].lower() or "use_dora true" in r["notes"].lower():
+        fields["dora"] = True  # peft LoraConfig(use_dora=True)
+    m = re.search(r"\bdropout ([\d.]+)", r["notes"])
+    if m:
+        fields["lora_dropout"] = float(m.group(1))
+    if "litgpt" in r["source_url"].lower() or "fsdp_qlora" in r["source_url"]:
+        # LitGPT bf16-true: the whole model, adapters too, in bf16; fsdp_qlora wraps with FSDP1, whose flat
+        # parameters hold one dtype (train.py casts the adapters to the model's bf16)
         fields["adapter_dtype"] = "bf16"  # LitGPT bf16-true: the whole model, adapters too, in bf16
     if modules_to_save:
         fields["modules_to_save"] = modules_to_save
@@ -476,7 +492,8 @@ def _build(row: CalibrationRow, r: dict[str, str], fields: dict, seq_len: int, g
     try:
         row.stack = Stack(**fields)
         row.shape = Shape(micro_batch=int(r["micro_batch"]), seq_len=seq_len,
-                          grad_accum=stated_grad_accum(notes, int(r["micro_batch"]), gpus))
+                          grad_accum=stated_grad_accum(notes, int(r["micro_batch"]), gpus),
+                          padded="padded per batch" in r["seq_len"])  # an attention mask over the padding
     except ValueError as exc:
         return f"settings not representable: {str(exc).splitlines()[0]}"
     row.tokens_per_sec_total = _tokens_per_sec(r["tokens_per_sec"], gpus)

@@ -59,6 +59,37 @@ def test_dynamic_alpaca_length_lowers_confidence():
     assert r.shape.seq_len == 1304 and r.conf == "low"
 
 
+def test_peft_method_comparison_rows_map_dora_dropout_and_padding():
+    """PEFT's MetaMathQA runs: DoRA named in the targets, dropout from the notes, batches padded to the longest
+    row under a 768 cap, the card (L40S) canonical; a row without them keeps the Stack's defaults."""
+    r = parse_row(row(id="peftmmqa-06", source_url="https://github.com/huggingface/peft/tree/main/method_comparison",
+                      lora_rank="32", lora_targets="q_proj,v_proj (DoRA)", gpu_model="NVIDIA L40S", micro_batch="4",
+                      seq_len="768 max (rows padded per batch to the longest)", mem_kind="reserved",
+                      notes="conf=high; GB = 1e9; GA1; DoRA r32 alpha 64 dropout 0; adapters fp32"))
+    assert r.included and r.stack.dora and r.stack.lora_dropout == 0.0 and r.stack.adapter_dtype == "fp32"
+    assert r.shape.seq_len == 768 and r.shape.padded and r.shape.grad_accum == 1 and r.gpu == "L40S"
+    assert r.transformers == "5.13.1"  # the release the source's runs name (RELEASE_BY_SOURCE)
+    plain = parse_row(row())
+    assert not plain.stack.dora and plain.stack.lora_dropout == Stack(method="lora").lora_dropout
+    assert not plain.shape.padded
+
+
+def test_fsdp_qlora_rows_are_consumer_multi_gpu_with_bf16_adapters():
+    """Answer.AI's fsdp_qlora runs on two GeForce cards: FSDP1 keeps the adapters in bf16, the cards have no
+    peer-to-peer (the consumer multi-GPU class), its own loader is the CPU-staged one, and a model the time rows
+    record (Yi-34B) resolves here too."""
+    r = parse_row(row(id="afqlora-m11", source_url="https://github.com/AnswerDotAI/fsdp_qlora/blob/main/x.md",
+                      model="01-ai/Yi-34B", params_b="34.4", method="qlora", lora_rank="64",
+                      lora_targets="k_proj,q_proj,v_proj,up_proj,down_proj,gate_proj (train.py 'all')",
+                      gpus="2", gpu_model="RTX 3090 (2 x 3090, no NVLink)", parallelism="fsdp_full_shard",
+                      micro_batch="2", seq_len="2048", mem_kind="reserved",
+                      notes="conf=med; GiB; dropout 0.1; double quant"))
+    assert r.included and r.spec.num_hidden_layers == 60 and r.gpu == "RTX3090"
+    assert r.stack.adapter_dtype == "bf16" and r.stack.lora_dropout == 0.1 and r.stack.sharding == "fsdp"
+    assert r.stack.double_quant and r.transformers == "4.39.0"
+    assert accuracy._row_classes(r) == ["consumer multi-GPU (no P2P)", "QLoRA"]
+
+
 def test_unmodelled_settings_are_excluded_with_a_reason():
     cases = {
         "Unsloth": row(attention="flash (FA2) + unsloth kernels"),
