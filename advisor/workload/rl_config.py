@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import yaml
-
 from advisor.errors import BadInput
 from advisor.objective import (
     DPO_LOSSES,
@@ -121,6 +119,8 @@ def _num(k, key: str) -> float | None:
     (5e-2), which PyYAML itself reads as text, stay numbers (training_config.typed)."""
     value = k.data.get(key)
     if isinstance(value, str) and len(value) <= 40:
+        import yaml  # only for a quoted value: a plan without a config file does not load PyYAML
+
         try:
             loaded = yaml.safe_load(value)
         except yaml.YAMLError:

@@ -98,3 +98,25 @@ def test_every_price_source_module_has_the_price_source_shape():
     for name, (module_name, _) in SOURCES.items():
         module = importlib.import_module(module_name)
         assert module.NAME == name and callable(module.fetch) and isinstance(module.DEFAULT_URL, str)
+
+
+def test_sources_read_as_text_match_the_imported_modules():
+    """SOURCES is read from the modules' text (fast starts); importing each module must give the same names,
+    key variables, optional keys and order, and no module with a NAME may be missed."""
+    import importlib
+    from pathlib import Path
+
+    import pricing.sources as sources
+
+    imported = []
+    for path in sorted(Path(sources.__file__).parent.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        module = importlib.import_module(f"pricing.sources.{path.stem}")
+        if isinstance(getattr(module, "NAME", None), str):
+            imported.append((getattr(module, "ORDER", 100), module.NAME, module.__name__,
+                             getattr(module, "KEY_ENV", None), getattr(module, "KEY_OPTIONAL", False) is True))
+    imported.sort()
+    assert list(sources.SOURCES) == [name for _, name, *_ in imported] and len(imported) >= 7
+    assert sources.SOURCES == {name: (mod, key) for _, name, mod, key, _ in imported}
+    assert sources.KEY_OPTIONAL == {name for _, name, _, _, optional in imported if optional}
