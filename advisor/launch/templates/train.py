@@ -158,6 +158,27 @@ def resolve_deepspeed_config(bundle: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- configs
+# transformers 5.24 renamed these TrainingArguments fields (training_args.py); requirements.txt pins a release that
+# has both names, and an older one knows only the old
+RENAMED = {"activation_checkpointing": "gradient_checkpointing",
+           "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def for_this_release(config_class, fields: dict) -> dict:
+    """`fields` under the names the installed transformers/TRL knows; a field it has under no name is one line."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(config_class)}
+    named = {}
+    for key, value in fields.items():
+        name = key if key in known else RENAMED.get(key, key)
+        if name not in known:
+            sys.exit(f"train.py: the installed {config_class.__name__} has no field {key!r}; install the versions "
+                     "requirements.txt pins")
+        named[name] = value
+    return named
+
+
 
 
 def sft_config(cfg: dict, args: argparse.Namespace, rest: list[str]):
@@ -187,7 +208,7 @@ def sft_config(cfg: dict, args: argparse.Namespace, rest: list[str]):
         training["packing_strategy"] = "wrapped"
     training["model_init_kwargs"] = kwargs
     parser = HfArgumentParser(SFTConfig)
-    parser.set_defaults(**training)
+    parser.set_defaults(**for_this_release(SFTConfig, training))
     try:
         (config,) = parser.parse_args_into_dataclasses(args=rest)
     except ValueError as exc:  # SFTConfig's own checks (argparse errors exit 2 with their line)

@@ -127,6 +127,28 @@ def rewards(bundle: Path) -> list:
     return list(module.REWARD_FUNCS)
 
 
+
+# transformers 5.24 renamed these TrainingArguments fields (training_args.py); requirements.txt pins a release that
+# has both names, and an older one knows only the old
+RENAMED = {"activation_checkpointing": "gradient_checkpointing",
+           "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def for_this_release(config_class, fields: dict) -> dict:
+    """`fields` under the names the installed transformers/TRL knows; a field it has under no name is one line."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(config_class)}
+    named = {}
+    for key, value in fields.items():
+        name = key if key in known else RENAMED.get(key, key)
+        if name not in known:
+            sys.exit(f"train.py: the installed {config_class.__name__} has no field {key!r}; install the versions "
+                     "requirements.txt pins")
+        named[name] = value
+    return named
+
+
 def trl_args(trl_cfg: dict, args: argparse.Namespace, kind: str, workdir: Path | None = None):
     import trl
 
@@ -138,7 +160,8 @@ def trl_args(trl_cfg: dict, args: argparse.Namespace, kind: str, workdir: Path |
     fields = {**trl_cfg, **overrides}
     if args.init_from_config and kind == "grpo":  # a random model: generate with transformers, not vLLM
         fields["use_vllm"] = False
-    return (trl.DPOConfig if kind == "dpo" else trl.GRPOConfig)(**fields)
+    config_class = trl.DPOConfig if kind == "dpo" else trl.GRPOConfig
+    return config_class(**for_this_release(config_class, fields))
 
 
 MEASUREMENT_SCHEMA = "gpu-advisor/measurement-1"  # read by gpu-advisor (advisor/workload/measurements.py)

@@ -3,6 +3,8 @@ holds the estimate's settings, and train.py trains with trl.DPOTrainer / trl.GRP
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import random
@@ -162,3 +164,44 @@ def test_dpo_and_grpo_bundles_benchmark_and_write_measured_json_like_sft(tmp_pat
     assert m.step_seconds.count == 2 and m.warmup_steps == 1
     rows_per_step = (2 if kind == "dpo" else 1) * c.shape.micro_batch * c.shape.grad_accum  # one process
     assert m.tokens_per_sec == pytest.approx(rows_per_step * c.shape.seq_len * 2 / m.wall_seconds)
+
+
+# --- a release before transformers 5.24 (the lent H200's image had 5.17.0) ---------------------------------------
+
+
+@dataclasses.dataclass
+class _Before524:
+    """The checkpointing fields of TrainingArguments as transformers < 5.24 names them (no activation_* names)."""
+    gradient_checkpointing: bool = False
+    gradient_checkpointing_kwargs: dict | None = None
+    learning_rate: float = 5e-5
+
+
+def _template(files: dict[str, str], tmp_path: Path, name: str):
+    path = tmp_path / f"{name}.py"
+    path.write_text(files["train.py"])
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("kind", ["sft", "dpo"])
+def test_both_train_scripts_rename_checkpointing_fields_for_a_release_before_5_24(tmp_path, kind):
+    ckpt = {"activation_checkpointing": True, "activation_checkpointing_kwargs": {"use_reentrant": False}}
+    if kind == "dpo":
+        files = files_of(rl_candidate(Objective(kind="dpo"), grad_checkpointing=True))
+        fields, config_class = trl_config(files), trl.DPOConfig
+    else:
+        files = files_of(rl_candidate(Objective(kind="sft"), grad_checkpointing=True))
+        fields, config_class = yaml.safe_load(files["training_args.yaml"])["training"], trl.SFTConfig
+    assert {k: fields[k] for k in ckpt} == ckpt  # what the bundle writes: transformers >= 5.24's names
+    module = _template(files, tmp_path, f"bundle_{kind}")
+    assert module.for_this_release(config_class, fields) == fields  # today's release knows them as written
+    old = module.for_this_release(_Before524, {**ckpt, "learning_rate": 1e-4})
+    assert old == {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False},
+                   "learning_rate": 1e-4}
+    assert _Before524(**old).gradient_checkpointing  # the planned checkpointing survives the rename
+    with pytest.raises(SystemExit) as refused:
+        module.for_this_release(_Before524, {"not_a_field": 1})
+    assert "not_a_field" in str(refused.value) and "requirements.txt" in str(refused.value)
