@@ -68,19 +68,19 @@ json.dump(TINY_LLAMA, open('$MODEL','w'))"
   CONFIG="$MODEL"; SMALL="$MODEL"; SMALL_CONFIG="$MODEL"; DPO_SEQ=64
 else
   MODEL="meta-llama/Llama-3.1-8B"; GPU=H200; SEQ=2048; BATCH=8
-  CONFIG="$WORK/llama-3.1-8b/config.json"; mkdir -p "$(dirname "$CONFIG")"
-  "$PY" -c "import json; from advisor.model.catalog import load_model, to_hf_config; \
-json.dump(to_hf_config(load_model('$MODEL')), open('$CONFIG','w'), indent=1)" || { say "FAIL: 8B config"; exit 1; }
-  SMALL="meta-llama/Llama-3.2-1B"; SMALL_CONFIG="$WORK/llama-3.2-1b/config.json"; DPO_SEQ=1024
-  mkdir -p "$(dirname "$SMALL_CONFIG")"
-  "$PY" -c "import json; from advisor.model.catalog import load_model, to_hf_config; \
-json.dump(to_hf_config(load_model('$SMALL')), open('$SMALL_CONFIG','w'), indent=1)" || { say "FAIL: 1B config"; exit 1; }
+  SMALL="meta-llama/Llama-3.2-1B"; DPO_SEQ=1024
+  CONFIG="$WORK/llama-3.1-8b/config.json"; SMALL_CONFIG="$WORK/llama-3.2-1b/config.json"
+  for pair in "$MODEL=$CONFIG" "$SMALL=$SMALL_CONFIG"; do  # each catalog model's config.json, for random init
+    name=${pair%%=*} path=${pair#*=}; mkdir -p "$(dirname "$path")"
+    "$PY" -c "import json; from advisor.model.catalog import load_model, to_hf_config; \
+json.dump(to_hf_config(load_model('$name')), open('$path','w'), indent=1)" || { say "FAIL: $name config"; exit 1; }
+  done
 fi
 
 # On the device: no flash-attn, liger-kernel or DeepSpeed in the image, so the stacks stay on SDPA, one GPU, no
 # sharding; everything else (optimizer, checkpointing, micro-batch) is the plan's own choice.
-COMMON=(--model "$MODEL" --tokens 100M --seq-len "$SEQ" --global-batch "$BATCH" --gpu "$GPU" --max-gpus 1
-        --attention sdpa --no-liger --sharding none --allow-stale --top 1)
+ONE_GPU=(--gpu "$GPU" --max-gpus 1 --attention sdpa --no-liger --sharding none --allow-stale --top 1)
+COMMON=(--model "$MODEL" --tokens 100M --seq-len "$SEQ" --global-batch "$BATCH" "${ONE_GPU[@]}")
 # bench CASE BUNDLE CONFIG: time-limited `launch.sh --benchmark` of a written bundle, its measured.json to $OUT
 bench() {
   local case=$1 bundle=$2 config=$3 limit t0 rc
@@ -117,8 +117,8 @@ done
 # character), each pair prompt + chosen and prompt + rejected at --seq-len
 if [[ $CASES != *" dpo "* ]]; then :
 elif [ "$(left)" -ge 90 ]; then
-  if planned dpo --model "$SMALL" --objective dpo --pairs 20000 --seq-len "$DPO_SEQ" --global-batch 8 --gpu "$GPU" \
-      --max-gpus 1 --attention sdpa --no-liger --sharding none --allow-stale --top 1 --methods lora; then
+  if planned dpo --model "$SMALL" --objective dpo --pairs 20000 --seq-len "$DPO_SEQ" --global-batch 8 "${ONE_GPU[@]}" \
+      --methods lora; then
     mkdir -p "$WORK/dpo/data"
     "$PY" -c "import json, random; r = random.Random(0); n = $DPO_SEQ // 2; \
 w = lambda k: ''.join(r.choice('abcdefghij klmnop') for _ in range(k)); \

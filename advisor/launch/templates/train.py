@@ -158,6 +158,7 @@ def resolve_deepspeed_config(bundle: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- configs
+
 # transformers 5.24 renamed these TrainingArguments fields (training_args.py); requirements.txt pins a release that
 # has both names, and an older one knows only the old
 RENAMED = {"activation_checkpointing": "gradient_checkpointing",
@@ -177,8 +178,6 @@ def for_this_release(config_class, fields: dict) -> dict:
                      "requirements.txt pins")
         named[name] = value
     return named
-
-
 
 
 def sft_config(cfg: dict, args: argparse.Namespace, rest: list[str]):

@@ -127,7 +127,6 @@ def rewards(bundle: Path) -> list:
     return list(module.REWARD_FUNCS)
 
 
-
 # transformers 5.24 renamed these TrainingArguments fields (training_args.py); requirements.txt pins a release that
 # has both names, and an older one knows only the old
 RENAMED = {"activation_checkpointing": "gradient_checkpointing",
