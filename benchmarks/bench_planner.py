@@ -6,8 +6,9 @@ a line with the date, CPU count and Python version (paste the output whole, that
     each as a fresh process, as a ratio to the bare imports (`python3 -c 'import pandas, pydantic, click,
     numpy'`): the two run alternately, each pair's ratio taken, and the median with its min-max printed over
     --repeat pairs (issue 51's targets: <= 1.5x and <= 2x); each with a warm cache (the bundled sheets' loaded
-    frame kept from an earlier run, pricing/loaded_cache.py: every plan after the first) and a cold one (an
-    empty cache dir every run: the first plan after an install or a change of the sheets);
+    frame and each config's fit and step kept from an earlier run, pricing/loaded_cache.py and
+    advisor/planner/fit_cache.py: every plan after the first) and a cold one (an empty cache dir every run: the
+    first plan after an install or a change of the sheets);
 (2) what the deferred imports buy: `import cli.plan` against `import cli.plan` plus the modules a terminal
     table no longer loads (reports, jinja2, cli.tokens), paired the same way, in bare-import units;
 (3) the same plan with a synthetic 100,000-row `--prices` sheet, wall time and peak memory
@@ -51,7 +52,8 @@ def _environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "gpu-advisor-bench-pycache")
     # a cache dir of the benchmark's own: no fetched sheet of the user's changes what is measured, and the
-    # loaded bundled frame (pricing/loaded_cache.py) there is warm after each command's untimed first run
+    # loaded bundled frame (pricing/loaded_cache.py) and the stored fits (advisor/planner/fit_cache.py) there
+    # are warm after each command's untimed first run
     env["GPU_ADVISOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "gpu-advisor-bench-cache")
     return env
 

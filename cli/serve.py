@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from advisor.errors import AdvisorError, BadInput
+from advisor.planner import fit_cache
 from advisor.text import plain
 from cli.plan import build_plan
 from cli.serve_app import App
@@ -64,6 +65,7 @@ def serve(ctx: click.Context, port: int, host: str, prices: tuple[str, ...], dis
     token = _token(token)
     gc.enable()  # cli.run turns the collector off for short commands; a server runs for days
     loaded_cache.WRITE = False  # the page writes no files: the loader's cache is read if there, never written
+    fit_cache.WRITE = False  # nor the planner's stored fits (advisor/planner/fit_cache.py)
     sheets = price_sheets(prices, discount, skip_bad_rows)
     server_args = [*(f"--prices={p}" for p in prices), *(f"--discount={d}" for d in discount),
                    *(["--skip-bad-rows"] if skip_bad_rows else [])]

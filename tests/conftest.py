@@ -89,9 +89,11 @@ _no_hypothesis_stopwatch()
 # patches the loading code must see that code run, and no test reads another's cache. Its own tests
 # (tests/pricing/test_loaded_cache.py) turn it on in a temp cache dir.
 def _no_loaded_cache() -> None:
+    from advisor.planner import fit_cache
     from pricing import loaded_cache
 
     loaded_cache.ENABLED = False
+    fit_cache.ENABLED = False  # the same for each config's stored fit (advisor/planner/fit_cache.py)
 
 
 _no_loaded_cache()

@@ -62,6 +62,11 @@ class Engine:
             model = load_model(model)
         return _engine(model.model_dump_json(), transformers or bundled())
 
+    @property
+    def custom_memory(self) -> bool:
+        """A stand-in memory function answers, not the estimator (advisor/planner/fit_cache.py keeps none of it)."""
+        return self._memory_fn is not None
+
     # ---------------------------------------------------------------- memory
 
     def check(self, stack: Stack) -> None:

@@ -34,6 +34,7 @@ from advisor.estimate.throughput import (
 from advisor.memo import Memo
 from advisor.model import families
 from advisor.model.architecture import supported_attention
+from advisor.planner import fit_cache
 from advisor.planner.objectives import global_batch as objective_global_batch, objectives_for, refusal_reason
 from advisor.planner.request import RISKS, PlanRequest
 from advisor.results import Breakdown, StepNumbers
@@ -267,7 +268,7 @@ def is_calibrated(gpu, stack: Stack) -> bool:
     return bool(entry and entry.get("rows", 0) >= MIN_CALIBRATED_ROWS)
 
 
-def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
+def _factor(t: StepNumbers, cfg: Config, q: float, bands: dict | None = None) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
     held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
@@ -279,7 +280,13 @@ def _factor(t: StepNumbers, cfg: Config, q: float) -> float:
         return high / tps
     if t.band_basis is not None and low and high:
         return quantile_factor({0.1: low / tps, 0.9: high / tps}, q)
-    return band_quantile(cfg.gpu, cfg.stack, q)[0]
+    if bands is None:
+        return band_quantile(cfg.gpu, cfg.stack, q)[0]
+    key = (cfg.gpu.name, cfg.stack.key, q)  # one plan asks the same few segments thousands of times
+    found = bands.get(key)
+    if found is None:
+        found = bands[key] = band_quantile(cfg.gpu, cfg.stack, q)[0]
+    return found
 
 
 def _hardware(c: Config) -> tuple:
@@ -331,9 +338,11 @@ class Evaluator:
         self.engine, self.request = engine, request
         self.seq_len = request.seq_len
         self._lean: dict[tuple, Stack] = {}
+        self._bands: dict[tuple, float] = {}  # (GPU model, stack, quantile) -> the held-out band's factor
         self._one = Shape(micro_batch=1, seq_len=request.seq_len, padded=request.padded)
         self.excluded: dict[str, list] = {}  # reason -> [hardware configs, example]: for the plan's rejections
-        self.estimated = 0  # configs fitted (and timed where they fit) by `configs`
+        self.estimated = 0  # configs fitted (and timed where they fit) by `configs`, not read from the store
+        self.store = fit_cache.open_for(engine, request)  # earlier plans' records (None: not kept for this request)
 
     def _exclude(self, reason: str, example: str, hardware: tuple = ()) -> None:
         entry = self.excluded.setdefault(reason, [0, example])
@@ -411,7 +420,12 @@ class Evaluator:
 
     def fit(self, cfg: Config, cap: int) -> Config:
         """The predicted micro-batch; a stack whose leanest variant (checkpointing + 8-bit states)
-        does not fit at micro-batch 1 is not estimated on its own."""
+        does not fit at micro-batch 1 is not estimated on its own. A record of an earlier plan
+        (advisor/planner/fit_cache.py) answers instead where there is one."""
+        record = self.store.get(cfg) if self.store else None
+        if record is not None:
+            self._restore(cfg, record)
+            return cfg
         self.estimated += 1
         engine, seq = self.engine, self.seq_len
         lean = self._lean.get(cfg.stack.key)
@@ -435,7 +449,20 @@ class Evaluator:
                          peak_phase=one.peak_phase)
         if mb > 0:
             self.time(cfg)
+        if self.store:
+            self.store.put(cfg, fit_cache.Record.of(cfg.fitted, cfg.timed))
         return cfg
+
+    def _restore(self, cfg: Config, record: fit_cache.Record) -> None:
+        """`cfg.fitted` and `cfg.timed` from a stored record: the hours computed for this request, as `time` does."""
+        cfg.fitted = Fit(**record.fit_fields())
+        step = record.step_numbers()
+        cfg.timed = None if step is None else self._step_time(cfg, step, *record.split)
+
+    def save(self) -> None:
+        """Keep what this plan computed for the next one (fit_cache.Store.save)."""
+        if self.store:
+            self.store.save()
 
     def time(self, cfg: Config) -> None:
         """Step time at the micro-batch and accumulation that reach the global batch, and training
@@ -450,21 +477,33 @@ class Evaluator:
             t = measurements.adjust(t, req, self.engine, cfg.stack, _shape(mb, self.seq_len, accum, req.padded), cfg.gpu,
                                     cfg.nodes, lambda s: self.engine.step(cfg.stack, s, cfg.gpu, nodes=cfg.nodes,
                                                                           mfu=req.mfu, network_gbps=network))
+        cfg.timed = self._step_time(cfg, t, mb, accum, global_batch)
+
+    def _step_time(self, cfg: Config, t: StepNumbers, mb: int, accum: int, global_batch: int) -> StepTime:
+        """The engine's step turned into training hours per quantile for this request's tokens and risk."""
+        req = self.request
         computed = req.train_tokens * req.padding_factor(mb)  # padded batches compute their padding too
         p50 = math.ceil(computed / t.tokens_per_step) * t.step_seconds / 3600
         calibrated = t.band_basis is not None or is_calibrated(cfg.gpu, cfg.stack)  # a measured run calibrates it
         q = RISKS[req.risk]  # one ranking quantile for every candidate (DESIGN.md "Recommendation policy")
-        hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9), "p90": p50 / _factor(t, cfg, 0.1),
-                 "rank": p50 / _factor(t, cfg, 1 - q) if q > 0.5 else p50}
-        cfg.timed = StepTime(step=t, micro_batch=mb, grad_accum=accum, global_batch=global_batch, train_hours=hours,
-                             rank_quantile=q, calibrated=calibrated)
+        bands = self._bands
+        hours = {"p50": p50, "p10": p50 / _factor(t, cfg, 0.9, bands), "p90": p50 / _factor(t, cfg, 0.1, bands),
+                 "rank": p50 / _factor(t, cfg, 1 - q, bands) if q > 0.5 else p50}
+        return StepTime(step=t, micro_batch=mb, grad_accum=accum, global_batch=global_batch, train_hours=hours,
+                        rank_quantile=q, calibrated=calibrated)
 
     def settle(self, cfg: Config) -> bool:
         """Replace a predicted micro-batch by the exact one — outside the estimator's error band of the
         limit when any fits there, else marked tight — and the memory at the candidate's own shape;
-        False when the micro-batch changed (the ranking must be redone)."""
+        False when the micro-batch changed (the ranking must be redone). An earlier plan's settled record answers where
+        there is one (advisor/planner/fit_cache.py)."""
         if cfg.fitted.verified:
             return True
+        record = self.store.get(cfg, settled=True) if self.store else None
+        if record is not None:
+            same = record.max_micro_batch == cfg.fitted.max_micro_batch and record.tight == cfg.fitted.tight
+            self._restore(cfg, record)
+            return same
         engine, seq, req = self.engine, self.seq_len, self.request
         cap = min(MAX_MICRO_BATCH, max(1, req.sequences_per_step // cfg.stack.gpus))
         safe = engine.max_micro_batch(cfg.stack, seq, int(cfg.limit * (1 - TIGHT_FRACTION)), cap=cap, padded=req.padded)
@@ -476,4 +515,7 @@ class Evaluator:
         est = engine.memory(cfg.stack, cfg.shape(seq, req.padded))
         cfg.fitted = replace(cfg.fitted, peak=est.device_total, breakdown=est.breakdown,
                              cpu_ram=est.cpu_ram_bytes // cfg.nodes)
+        if self.store:
+            self.store.put(cfg, fit_cache.Record.of(cfg.fitted, cfg.timed), settled=True)
         return same
+

@@ -65,6 +65,7 @@ def plan(request: PlanRequest | ModelSpec | str, *, offers=None, estimator=None,
     reject_nofit(cfg, configs, off, priced_counts, request, rejections)
 
     chosen = _settled_selection(cfg, configs, priced, request, rejections, evaluator, request_weights_gb)
+    evaluator.save()
     result = assemble(chosen, configs, priced, request, engine, counts, offers, off)
     if search_remedies and result.remedy and result.candidates:
         loaded = offers
