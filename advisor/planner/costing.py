@@ -15,6 +15,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from advisor.planner.frame_memo import per_frame
 from advisor.units import GB
 from pricing import providers
 
@@ -92,6 +93,7 @@ def wall_hours(train, setup, write, rate, interval):
 QUANTILES = ("p50", "p10", "p90", "rank")  # training-hours columns `score` turns into hours and cost
 
 
+@per_frame
 def offer_billing(priced):
     """(increment, minimum) billed seconds per offer row: the row's own `billing_increment_hours` /
     `min_billed_hours` where the sheet gives them (cluster sellers bill by the week), else the

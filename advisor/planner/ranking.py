@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from advisor import techniques
 from advisor.planner.costing import offer_billing
+from advisor.planner.frame_memo import per_frame
 from advisor.results.facts import Finding, FindingKind
 from pricing import providers
 from pricing.schema import mentions
@@ -78,6 +79,7 @@ def total(cost, hours, time_value: float):
     return cost + hours * time_value if time_value else cost
 
 
+@per_frame
 def offer_identity(priced):
     """An integer per offer row and tier: equal for the same provider, GPU, GPU count, price (and spot
     price, on the spot tier), fabric and billing terms."""
@@ -177,6 +179,7 @@ def undated(priced):
 SPOT_DATED_BY = ("confirmed", "disputed", "observation")  # pricing.crosscheck spot_check values a dated spot observation set
 
 
+@per_frame
 def undated_spot(priced):
     """Mask of offer rows whose spot price has no observation date of its own: never a spot headline nor a remedy.
     Dated: `spot_price_date` where the sheets carry it (the spot observation's own date); else a spot observation
@@ -266,6 +269,7 @@ def _safer(head, pick, key, risk, hours, base):
     return min(safe, key=lambda j: key[j]) if safe else None
 
 
+@per_frame
 def spot_suspect(priced):
     """Mask of rows whose spot price is suspect: noted `spot_suspect`, or the same exact fraction of
     on-demand as SUSPECT_SHARE_ROWS or more instance types of the provider (a placeholder)."""
