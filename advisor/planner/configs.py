@@ -268,10 +268,11 @@ def is_calibrated(gpu, stack: Stack) -> bool:
     return bool(entry and entry.get("rows", 0) >= MIN_CALIBRATED_ROWS)
 
 
-def _factor(t: StepNumbers, cfg: Config, q: float, bands: dict | None = None) -> float:
+def _factor(t: StepNumbers, cfg: Config, q: float, bands: dict) -> float:
     """Measured/predicted tokens/s at quantile q: the step's own band at p10/p90; between them, a measured
     run's band (its step-time spread, `band_basis` set by advisor.workload.measurements.apply) interpolated by the
-    held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8)."""
+    held-out band's own rule, else the segment's stored held-out quantiles (they hold 0.2 and 0.8), kept in `bands`
+    (the evaluator's, per GPU model, stack and quantile)."""
     tps = t.tokens_per_sec
     low, high = t.tokens_per_sec_low, t.tokens_per_sec_high
     if q == 0.1 and low:
@@ -280,8 +281,6 @@ def _factor(t: StepNumbers, cfg: Config, q: float, bands: dict | None = None) ->
         return high / tps
     if t.band_basis is not None and low and high:
         return quantile_factor({0.1: low / tps, 0.9: high / tps}, q)
-    if bands is None:
-        return band_quantile(cfg.gpu, cfg.stack, q)[0]
     key = (cfg.gpu.name, cfg.stack.key, q)  # one plan asks the same few segments thousands of times
     found = bands.get(key)
     if found is None:
@@ -518,4 +517,3 @@ class Evaluator:
         if self.store:
             self.store.put(cfg, fit_cache.Record.of(cfg.fitted, cfg.timed), settled=True)
         return same
-

@@ -8,9 +8,10 @@ it computed for the next one (`gpu-advisor plan` run again with another budget, 
 
 * Key (one file per key, `<cache>/fits/<key>.json`): a sha256 over this format's version, the Python major.minor,
   every file under advisor/ (sources and data: the estimator, its calibration, the catalog), pricing/*.py and
-  pricing/data/gpus.csv, the model spec as JSON, the transformers release the engine applies, and the request fields the evaluator reads (`REQUEST_FIELDS`;
-  tests/advisor/planner/test_fit_cache.py checks by reading advisor/planner/configs.py and objectives.py that no
-  other field is read there). A changed byte is a miss.
+  pricing/data/gpus.csv, the model spec as JSON, the transformers release the engine applies, the node limit (one
+  file per limit) and the request fields the evaluator reads (`REQUEST_FIELDS`; tests/advisor/planner/test_fit_cache.py
+  checks by reading advisor/planner/configs.py and objectives.py that no other field is read there). A changed byte
+  is a miss.
 * Records, per config (GPU model, GPUs per node, nodes, fabric, the stack's field values): the `Fit`, the engine's
   `StepNumbers` and the micro-batch split. The training hours are not stored: `Evaluator.time` computes them from
   the step for this request's tokens and risk, hit or miss.
@@ -37,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from advisor.memo import Memo
 from advisor.results import Breakdown, StepNumbers
+from advisor.workload import measurements
 from pricing import files
 
 VERSION = 1
@@ -95,8 +97,8 @@ class Record(NamedTuple):
     def fit_fields(self) -> dict:
         """Keyword arguments of configs.Fit."""
         b = self.breakdown
-        return dict(zip(FIT_FIELDS, self.fit), breakdown=None if b is None else Breakdown(**dict(zip(BREAKDOWN_FIELDS,
-                                                                                                       b))))
+        breakdown = None if b is None else Breakdown(**dict(zip(BREAKDOWN_FIELDS, b)))
+        return dict(zip(FIT_FIELDS, self.fit), breakdown=breakdown)
 
     def step_numbers(self) -> StepNumbers | None:
         return None if self.step is None else StepNumbers(**dict(zip(STEP_FIELDS, self.step)))
@@ -126,7 +128,8 @@ def _code_digest() -> bytes:
     h = hashlib.sha256()
     named = [(f"advisor/{p.relative_to(_ADVISOR)}", p) for p in _ADVISOR.rglob("*")
              if "__pycache__" not in p.parts and p.is_file()]
-    named += [(f"pricing/{p.relative_to(_PRICING)}", p) for p in [*_PRICING.glob("*.py"), _PRICING / "data" / "gpus.csv"]]
+    pricing = [*_PRICING.glob("*.py"), _PRICING / "data" / "gpus.csv"]
+    named += [(f"pricing/{p.relative_to(_PRICING)}", p) for p in pricing]
     for name, p in sorted(named):
         data = p.read_bytes()
         h.update(f"{name}\0{len(data)}\0".encode())
@@ -143,8 +146,10 @@ def key(engine, request) -> str:
         _DIGEST.append(_code_digest())
     fields = request.model_dump(mode="json", include=set(REQUEST_FIELDS) | {"max_nodes"})  # one file per node limit
     h = hashlib.sha256()
-    for part in (f"{FORMAT} {VERSION} python {sys.version_info[0]}.{sys.version_info[1]}".encode(), _DIGEST[0],
-                 engine.spec.model_dump_json().encode(), f"transformers {engine.transformers}".encode(), json.dumps(fields, sort_keys=True, default=repr).encode()):
+    parts = (f"{FORMAT} {VERSION} python {sys.version_info[0]}.{sys.version_info[1]}".encode(), _DIGEST[0],
+             engine.spec.model_dump_json().encode(), f"transformers {engine.transformers}".encode(),
+             json.dumps(fields, sort_keys=True, default=repr).encode())
+    for part in parts:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()
@@ -219,10 +224,6 @@ def _prune(kept: Path) -> None:
 
 def open_for(engine, request) -> Store | None:
     """The request's store, or None where records are not the estimator's alone (module docstring)."""
-    if not ENABLED or engine.custom_memory:
-        return None
-    from advisor.workload import measurements
-
-    if measurements.for_request(request):
+    if not ENABLED or engine.custom_memory or measurements.for_request(request):
         return None
     return Store(key(engine, request))
